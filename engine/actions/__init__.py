@@ -1,0 +1,67 @@
+"""The action registry: name -> ActionDef, one module per action (an explicit table, kept in sync by a test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.actions import (
+    compress_logs,
+    escalate,
+    notify,
+    prune_checkpoints,
+    record,
+    resume,
+    rollback,
+    run,
+    scan_data,
+    set_env,
+    set_hyperparameters,
+    stop,
+    verify_checkpoints,
+    wait,
+)
+from engine.actions.base import ActionDef, ActionFailed, ActionResult, Params, Runtime
+from engine.expressions import compile_expression, is_expression
+
+REGISTRY: dict[str, ActionDef] = {
+    module.ACTION.name: module.ACTION
+    for module in (
+        resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data,
+        verify_checkpoints, notify, record, stop, wait, escalate, run,
+    )
+}
+
+
+def validate_params(verb: str, params: dict[str, Any]) -> None:
+    """Load-time check: literals are validated by the params model, expressions are compiled.
+
+    A field given as "{{ ... }}" is checked for syntax and sandbox rules here and for its type when
+    evaluated at plan time (its value depends on the live state).
+    """
+    model = REGISTRY[verb].params
+    literal = {}
+    for key, value in params.items():
+        if is_expression(value):
+            compile_expression(value)
+            if key not in model.model_fields and not any(f.alias == key for f in model.model_fields.values()):
+                raise ValueError(f"{verb}: unknown parameter '{key}'")
+        else:
+            literal[key] = value
+    partial = model.model_validate
+    try:
+        partial(literal)
+    except Exception as err:
+        # Missing fields are fine when an expression supplies them.
+        from pydantic import ValidationError
+
+        if not isinstance(err, ValidationError):
+            raise
+        real = [e for e in err.errors() if not (e["type"] == "missing" and e["loc"] and e["loc"][0] in params)]
+        if real:
+            first = real[0]
+            where = ".".join(str(p) for p in first["loc"])
+            reason = "unknown parameter" if first["type"] == "extra_forbid" or first["type"] == "extra_forbidden" else first["msg"]
+            raise ValueError(f"{verb}: {where}: {reason}") from None
+
+
+__all__ = ["REGISTRY", "ActionDef", "ActionFailed", "ActionResult", "Params", "Runtime", "validate_params"]

@@ -1,0 +1,38 @@
+"""What a trainer's output means, independent of which trainer printed it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Progress:
+    iter_num: int          # micro-batches seen (litgpt's iter_num)
+    step: int              # optimizer steps
+    loss: float            # may be nan/inf
+    iter_time_ms: float
+    is_step: bool          # this iteration ended with an optimizer step
+
+
+@dataclass(frozen=True)
+class Validation:
+    iter_num: int
+    val_loss: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaving:
+    path: str              # the .pth being written
+
+
+@dataclass(frozen=True)
+class Resumed:
+    path: str
+
+
+@dataclass(frozen=True)
+class FinalValidation:
+    val_loss: float
+
+
+Event = Progress | Validation | CheckpointSaving | Resumed | FinalValidation

@@ -1,0 +1,89 @@
+"""The one expression language of playbooks: Jinja2 expressions in an immutable sandbox.
+
+Compiled once at load time. A condition must evaluate to a real bool; any error fails closed
+(the condition is false) and is reported to the caller, never raised into the watch loop.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined)
+_ENV.globals.update(
+    {
+        "isnan": lambda x: x is not None and math.isnan(x),
+        "isinf": lambda x: x is not None and math.isinf(x),
+        "isfinite": lambda x: x is not None and math.isfinite(x),
+        "median": lambda xs: statistics.median(xs) if xs else None,
+        "min": min,
+        "max": max,
+        "abs": abs,
+        "round": round,
+        "int": int,
+        "float": float,
+        "len": len,
+    }
+)
+
+
+class ExpressionError(ValueError):
+    pass
+
+
+def _check_names(tree: nodes.Node, source: str) -> None:
+    """Refuse private/dunder attribute access up front, so lint reports sandbox escapes at load."""
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        attr = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+        if isinstance(attr, str) and attr.startswith("_"):
+            raise ExpressionError(f"'{source}': access to '{attr}' is not allowed in the sandbox")
+
+
+@dataclass(frozen=True)
+class Expression:
+    source: str
+    _compiled: Any
+
+    def evaluate(self, **context: Any) -> Any:
+        return self._compiled(**context)
+
+
+def compile_expression(source: str) -> Expression:
+    if not isinstance(source, str) or not source.strip():
+        raise ExpressionError("an expression must be a non-empty string")
+    text = strip_braces(source)
+    try:
+        tree = _ENV.parse("{{ " + text + " }}")
+        _check_names(tree, text)
+        compiled = _ENV.compile_expression(text, undefined_to_none=False)
+    except TemplateSyntaxError as err:
+        raise ExpressionError(f"'{text}': {err.message}") from None
+    return Expression(text, compiled)
+
+
+def strip_braces(source: str) -> str:
+    text = source.strip()
+    if text.startswith("{{") and text.endswith("}}"):
+        text = text[2:-2].strip()
+    return text
+
+
+def is_expression(value: Any) -> bool:
+    """A parameter value written as "{{ ... }}" is computed; anything else is a literal."""
+    return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
+
+
+def evaluate_condition(expr: Expression, context: dict) -> tuple[bool, str | None]:
+    """(value, error). Fails closed: an error or a non-bool gives False with the reason."""
+    try:
+        value = expr.evaluate(**context)
+    except Exception as err:  # noqa: BLE001 - any failure of a user's expression fails closed
+        return False, f"{expr.source}: {type(err).__name__}: {err}"
+    if not isinstance(value, bool):
+        return False, f"{expr.source}: must yield true/false, got {type(value).__name__} {value!r}"
+    return value, None

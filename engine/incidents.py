@@ -1,0 +1,60 @@
+"""Incident records: numbered per project, never reused, each written atomically as one JSON file."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from pathlib import Path
+
+from runbook.yaml_source import atomic_write_text
+
+ID_PATTERN = re.compile(r"^incident-(\d+)$")
+
+
+class IncidentStore:
+    """`<run_dir>/incidents/incident-N.json`; N comes from a project-wide counter so ids never repeat,
+    even across run folders or after one is deleted."""
+
+    def __init__(self, run_dir: Path, counter_file: Path):
+        self.dir = run_dir / "incidents"
+        self.counter_file = counter_file
+
+    def next_id(self) -> str:
+        self.counter_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.counter_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 32, 0).decode().strip()
+            number = int(raw) + 1 if raw.isdigit() else 1
+            existing = [int(m.group(1)) for p in self.dir.glob("incident-*.json") if (m := ID_PATTERN.match(p.stem))]
+            number = max([number, *(n + 1 for n in existing)])
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{number}\n".encode(), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return f"incident-{number}"
+
+    def path(self, incident_id: str) -> Path:
+        return self.dir / f"{incident_id}.json"
+
+    def write(self, record: dict) -> Path:
+        path = self.path(record["id"])
+        atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")
+        return path
+
+    def load(self, incident_id: str) -> dict:
+        path = self.path(incident_id)
+        if not path.exists():
+            known = ", ".join(self.ids()) or "none"
+            raise FileNotFoundError(f"no record {incident_id} in {self.dir} (known: {known})")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def ids(self) -> list[str]:
+        found = [(int(m.group(1)), p.stem) for p in self.dir.glob("incident-*.json") if (m := ID_PATTERN.match(p.stem))]
+        return [name for _, name in sorted(found)]
+
+    def all(self) -> list[dict]:
+        return [self.load(i) for i in self.ids()]

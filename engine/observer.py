@@ -1,0 +1,148 @@
+"""Turns what can be seen from outside (log lines, checkpoint folder, disk, the process) into snapshots."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.events import CheckpointSaving, FinalValidation, Progress, Validation
+from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+
+WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
+BASELINE_SAMPLES = 20
+
+
+class LogTail:
+    """Reads complete new lines from a growing file (a partial last line waits for its newline)."""
+
+    def __init__(self, path: Path, offset: int = 0):
+        self.path = path
+        self.offset = offset
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        return [line.decode("utf-8", errors="replace").rstrip("\r") for line in lines]
+
+
+@dataclass
+class MetricTracker:
+    tokens_per_iter: int
+    loss_window: int = 20
+    losses: deque = field(default_factory=lambda: deque(maxlen=20))
+    iter_times: deque = field(default_factory=lambda: deque(maxlen=10))
+    baseline_samples: list = field(default_factory=list)
+    baseline: float | None = None
+    progress_since_launch: int = 0
+    step: int | None = None
+    iter_num: int | None = None
+    loss: float | None = None
+    val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    final_val_loss: float | None = None
+    last_progress_time: float | None = None
+    saving: list[str] = field(default_factory=list)
+
+    def new_launch(self, tokens_per_iter: int) -> None:
+        self.tokens_per_iter = tokens_per_iter
+        self.progress_since_launch = 0
+        self.iter_times.clear()
+
+    def on_event(self, event, now: float) -> None:
+        if isinstance(event, Progress):
+            self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
+            self.losses.append(event.loss)
+            self.progress_since_launch += 1
+            self.last_progress_time = now
+            if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
+                self.iter_times.append(event.iter_time_ms)
+            if self.baseline is None and self.progress_since_launch > WARMUP_PROGRESS_LINES:
+                self.baseline_samples.append(self.tokens_per_iter / (event.iter_time_ms / 1000))
+                if len(self.baseline_samples) >= BASELINE_SAMPLES:
+                    self.baseline = statistics.median(self.baseline_samples)
+        elif isinstance(event, Validation):
+            self.val_loss = event.val_loss
+            if math.isfinite(event.val_loss) and (self.best_val_loss is None or event.val_loss < self.best_val_loss):
+                self.best_val_loss, self.best_val_step = event.val_loss, self.step
+        elif isinstance(event, CheckpointSaving):
+            self.saving.append(event.path)
+        elif isinstance(event, FinalValidation):
+            self.final_val_loss = event.val_loss
+
+    def metrics(self) -> Metrics:
+        finite = [x for x in self.losses if math.isfinite(x)]
+        tps = None
+        if self.iter_times:
+            tps = self.tokens_per_iter / (statistics.median(self.iter_times) / 1000)
+        tokens = self.iter_num * self.tokens_per_iter if self.iter_num is not None else None
+        return Metrics(
+            step=self.step, iter_num=self.iter_num, tokens=tokens, loss=self.loss, val_loss=self.val_loss,
+            best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
+            loss_median=statistics.median(finite) if finite else None, loss_history=list(self.losses),
+            tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,
+        )
+
+
+class Observer:
+    def __init__(self, adapter, out_dir: Path, tokens_per_iter: int, tail_lines: int = 200):
+        self.adapter = adapter
+        self.out_dir = out_dir
+        self.tracker = MetricTracker(tokens_per_iter)
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.log: LogTail | None = None
+        self.observation = 0
+        self.launched_at = time.time()
+
+    def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
+        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
+        self.tracker.new_launch(tokens_per_iter)
+        self.log = LogTail(log_path)
+        self.launched_at = time.time()
+        if replay_existing:
+            for line in self.log.read():
+                self._consume(line, self.launched_at)
+
+    def _consume(self, line: str, now: float) -> None:
+        self.tail.append(line)
+        event = self.adapter.parse_line(line)
+        if event is not None:
+            self.tracker.on_event(event, now)
+
+    def read_lines(self, now: float) -> list[str]:
+        lines = self.log.read() if self.log else []
+        for line in lines:
+            self._consume(line, now)
+        return lines
+
+    def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
+                 new_lines: list[str]) -> StateSnapshot:
+        self.observation += 1
+        last = self.tracker.last_progress_time
+        since = now - max(last, self.launched_at) if last else now - self.launched_at
+        return StateSnapshot(
+            observation=self.observation, time=now, run_state=run_state, trainer=trainer,
+            metrics=self.tracker.metrics(), seconds_since_progress=since, new_lines=new_lines,
+            tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
+        )
+
+
+def disk_status(path: Path) -> DiskStatus:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    return DiskStatus(free_bytes=usage.free, total_bytes=usage.total)

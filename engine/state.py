@@ -1,0 +1,84 @@
+"""The typed live-state snapshot: everything the matcher may look at, at one instant.
+
+A snapshot is plain data (JSON-serialisable), so an incident can store the exact state that fired
+it and `replay`/`explain` can re-evaluate it later without a running trainer.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    INCIDENT = "incident"
+    RECOVERING = "recovering"
+    COMPLETED = "completed"
+    ESCALATED = "escalated"
+    STOPPED = "stopped"          # the watcher was asked to stop; the run can be resumed later
+
+
+TERMINAL_STATES = {RunState.COMPLETED, RunState.ESCALATED, RunState.STOPPED}
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TrainerStatus(Frozen):
+    pid: int | None = None
+    alive: bool = False
+    exit_code: int | None = None        # negative: killed by that signal number (Popen convention)
+    signal: str | None = None           # "SIGTERM" when exit_code == -15 or 128+15
+    launches: int = 0
+    seconds_running: float = 0.0
+    stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
+
+
+class Metrics(Frozen):
+    step: int | None = None             # optimizer steps
+    iter_num: int | None = None         # micro-batches
+    tokens: int | None = None
+    loss: float | None = None
+    val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    loss_median: float | None = None    # rolling median of recent train losses
+    loss_history: list[float] = Field(default_factory=list)
+    tokens_per_sec: float | None = None
+    baseline_tokens_per_sec: float | None = None
+    grad_norm: float | None = None
+    lr: float | None = None
+
+
+class DiskStatus(Frozen):
+    free_bytes: int = 0
+    total_bytes: int = 0
+
+    @property
+    def free_percent(self) -> float:
+        return 100.0 * self.free_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+class CheckpointStatus(Frozen):
+    count: int = 0
+    newest_step: int | None = None
+    newest_verified_step: int | None = None
+    last_size_bytes: int = 0
+    corrupt_steps: list[int] = Field(default_factory=list)
+
+
+class StateSnapshot(Frozen):
+    observation: int = 0
+    time: float = 0.0
+    run_state: RunState = RunState.RUNNING
+    trainer: TrainerStatus = Field(default_factory=TrainerStatus)
+    metrics: Metrics = Field(default_factory=Metrics)
+    seconds_since_progress: float = 0.0
+    new_lines: list[str] = Field(default_factory=list)
+    tail: list[str] = Field(default_factory=list)
+    disk: DiskStatus = Field(default_factory=DiskStatus)
+    checkpoints: CheckpointStatus = Field(default_factory=CheckpointStatus)

@@ -1,0 +1,218 @@
+"""litgpt `pretrain` as a supervised trainer.
+
+Measured behaviour this adapter relies on is in ../shared/FINDINGS.md: progress line format,
+`--resume` needs the .pth file, TMPDIR must share the checkpoint filesystem for atomic saves,
+TORCHDYNAMO_DISABLE on CPU, stdout unbuffered.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import math
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from engine.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation
+from engine.trainers.base import LaunchSpec
+
+PROGRESS = re.compile(
+    r"^Epoch (\d+) \| iter (\d+) step (\d+) \| loss train: (\S+), val: (\S+) \| "
+    r"iter time: ([\d.]+) ms( \(step\))? remaining time: (.+)$"
+)
+VALIDATION = re.compile(r"^iter (\d+): val loss (\S+), val time: ")
+SAVING = re.compile(r"^Saving checkpoint to '(.+)'$")
+RESUMING = re.compile(r"^Resuming training from (.+)$")
+FINAL = re.compile(r"^Final evaluation \| val loss: (\S+) \|")
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text.rstrip(","))
+    except ValueError:
+        return math.nan
+
+
+def cuda_available() -> bool:
+    import torch  # imported late: the watcher should not pay for torch unless device is "auto"
+
+    return torch.cuda.is_available()
+
+
+def stage_data(train_dir: Path, val_dir: Path, staging_dir: Path) -> tuple[Path, Path]:
+    """Link the user's .txt files into a folder of our own, keyed by data hash.
+
+    litgpt's TextFiles writes its preprocessed cache *inside* the data folder and never notices
+    when the text changes; staging per data hash keeps the user's folder clean and the cache honest.
+    """
+    staged = []
+    for name, source in (("train", train_dir), ("val", val_dir)):
+        target = staging_dir / name
+        target.mkdir(parents=True, exist_ok=True)
+        for txt in sorted(source.glob("*.txt")):
+            link = target / txt.name
+            if not link.exists():
+                link.symlink_to(txt.resolve())
+        staged.append(target)
+    return staged[0], staged[1]
+
+
+class LitGPTAdapter:
+    name = "litgpt"
+
+    def is_installed(self) -> bool:
+        return importlib.util.find_spec("litgpt") is not None and shutil.which("litgpt", path=_bin_path()) is not None
+
+    def parse_line(self, line: str) -> Event | None:
+        line = line.rstrip("\n")
+        if line.startswith("Epoch "):
+            m = PROGRESS.match(line)
+            if m:
+                return Progress(
+                    iter_num=int(m.group(2)),
+                    step=int(m.group(3)),
+                    loss=_float(m.group(4)),
+                    iter_time_ms=float(m.group(6)),
+                    is_step=m.group(7) is not None,
+                )
+        elif line.startswith("iter "):
+            m = VALIDATION.match(line)
+            if m:
+                return Validation(iter_num=int(m.group(1)), val_loss=_float(m.group(2)))
+        elif line.startswith("Saving checkpoint"):
+            m = SAVING.match(line)
+            if m:
+                return CheckpointSaving(path=m.group(1))
+        elif line.startswith("Resuming training"):
+            m = RESUMING.match(line)
+            if m:
+                return Resumed(path=m.group(1).strip())
+        elif line.startswith("Final evaluation"):
+            m = FINAL.match(line)
+            if m:
+                return FinalValidation(val_loss=_float(m.group(1)))
+        return None
+
+    def checkpoint_file(self, step_dir: Path) -> Path:
+        return step_dir / "lit_model.pth"
+
+    def read_progress(self, checkpoint_file: Path) -> dict:
+        from engine.checkpoints import read_progress
+
+        return read_progress(checkpoint_file)
+
+    def trainer_config(self, loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
+        cfg = loaded.config
+        model = cfg.model
+        litgpt_config = {
+            "model_name": "pythia-14m",  # required by litgpt even with model_config; the shape below wins
+            "model_config": {
+                "name": model.name,
+                "block_size": model.block_size,
+                "n_layer": model.n_layer,
+                "n_head": model.n_head,
+                "n_embd": model.n_embd,
+                "vocab_size": model.vocab_size,
+                "padded_vocab_size": model.vocab_size,
+                "mlp_class_name": "LLaMAMLP",
+                "intermediate_size": model.intermediate_size,
+                "norm_class_name": "RMSNorm",
+                "bias": False,
+                "parallel_residual": False,
+                "rotary_percentage": 1.0,
+            },
+            "out_dir": str(loaded.out_dir),
+            "precision": cfg.trainer.precision,
+            "resume": str(resume_from) if resume_from else False,
+            "data": {
+                "class_path": "litgpt.data.TextFiles",
+                "init_args": {
+                    "train_data_path": str(train_dir),
+                    "val_data_path": str(val_dir),
+                    "num_workers": cfg.trainer.num_workers,
+                    "seed": cfg.seed,
+                },
+            },
+            "tokenizer_dir": str(loaded.data_path("tokenizer_dir")),
+            "train": {
+                "save_interval": cfg.save_interval,
+                "log_interval": 1,
+                "global_batch_size": cfg.batch_size,
+                "micro_batch_size": cfg.micro_batch_size,
+                "lr_warmup_steps": cfg.trainer.lr_warmup_steps,
+                "max_tokens": cfg.max_tokens,
+                "max_seq_length": model.block_size,
+                "max_norm": 1.0,
+                "min_lr": cfg.trainer.min_lr,
+            },
+            "eval": {
+                "interval": cfg.trainer.eval_interval,
+                "max_iters": cfg.trainer.eval_iters,
+                "initial_validation": False,
+                "final_validation": True,
+            },
+            "optimizer": {
+                "class_path": "torch.optim.AdamW",
+                "init_args": {"lr": cfg.lr, "weight_decay": 0.0, "betas": [0.9, 0.95]},
+            },
+            "devices": 1,
+            "num_nodes": 1,
+            "seed": cfg.seed,
+            "logger_name": "csv",
+        }
+        _deep_merge(litgpt_config, cfg.trainer.extra)
+        return litgpt_config
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        cfg = loaded.config
+        staging = loaded.run_dir / "data" / data_hash.removeprefix("sha256:")[:16]
+        train_dir, val_dir = stage_data(loaded.data_path("train_dir"), loaded.data_path("val_dir"), staging)
+        config = self.trainer_config(loaded, train_dir, val_dir, resume_from)
+        launch_dir.mkdir(parents=True, exist_ok=True)
+        config_file = launch_dir / "litgpt_pretrain.yaml"
+        buffer = io.StringIO()
+        YAML(typ="safe", pure=True).dump(config, buffer)
+        config_file.write_text(buffer.getvalue())
+
+        device = cfg.trainer.device
+        if device == "auto":
+            device = "cuda" if cuda_available() else "cpu"
+        tmp_dir = loaded.out_dir / ".tmp"  # same filesystem as the checkpoints: saves are atomic renames
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
+        if device == "cpu":
+            env["TORCHDYNAMO_DISABLE"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update(cfg.trainer.env)
+        argv = [_litgpt_executable(), "pretrain", "--config", str(config_file)]
+        return LaunchSpec(
+            argv=argv,
+            env=env,
+            cwd=loaded.project_dir,
+            config_file=config_file,
+            resume_from=resume_from,
+            hyperparameters={"micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "lr": cfg.lr},
+        )
+
+
+def _bin_path() -> str:
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def _litgpt_executable() -> str:
+    # Prefer the litgpt installed beside this Python (the venv), whatever PATH says.
+    return shutil.which("litgpt", path=_bin_path()) or "litgpt"
+
+
+def _deep_merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value

@@ -1,0 +1,55 @@
+"""The `runbook` command line: one function per command, an explicit table kept in sync by a test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
+err = Console(stderr=True, highlight=False)
+DEFAULT_CONFIG = Path("configs/run_config.yaml")
+
+
+@app.callback()
+def _root() -> None:
+    """runbook: supervise a pretraining run and recover it by playbooks written in YAML."""
+
+
+def fail(code: ExitCode, message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(int(code))
+
+
+@app.command()
+def watch(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="supervise, but only print what a recovery would do"),
+    accept_data_change: bool = typer.Option(False, help="resume although the training data changed"),
+    quiet: bool = typer.Option(False, "--quiet", help="only state changes and incidents"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per event"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Train and supervise: launch the trainer, watch it, recover from failures by the playbooks."""
+    from runbook.watch_command import run_watch
+
+    code = run_watch(config, dry_run=dry_run, accept_data_change=accept_data_change, quiet=quiet,
+                     as_json=as_json, debug=debug)
+    raise typer.Exit(int(code))
+
+
+def main() -> None:
+    try:
+        app()
+    except SourceError as error:
+        err.print("\n".join(error.messages), highlight=False, markup=False)
+        sys.exit(int(ExitCode.BAD_CONFIG))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The run config (`configs/run_config.yaml`): schema, loading with file:line errors, write-back.
+
+Relative paths resolve against the *project folder*: the folder that holds the config's folder
+(`configs/run_config.yaml` -> the folder above `configs/`). Never against the current directory, so
+`runbook watch` behaves the same wherever it is started from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from runbook.slack import SlackSettings
+from runbook.yaml_source import SourceError, describe_validation_error, load_yaml, plain, update_yaml_values
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelShape(Strict):
+    """The GPT the trainer builds (litgpt `model_config`)."""
+
+    name: str = "runbook-tiny"
+    block_size: int = Field(64, gt=0)
+    n_layer: int = Field(2, gt=0)
+    n_head: int = Field(2, gt=0)
+    n_embd: int = Field(64, gt=0)
+    vocab_size: int = Field(512, gt=0)
+    intermediate_size: int = Field(172, gt=0)
+
+
+class DataSettings(Strict):
+    train_dir: Path = Path("data/stdlib/train")
+    val_dir: Path = Path("data/stdlib/val")
+    tokenizer_dir: Path = Path("data/tokenizer")
+    # Make the embedded default corpus and tokenizer when the folders are empty (first run).
+    make_default: bool = True
+
+
+class TrainerSettings(Strict):
+    kind: Literal["litgpt"] = "litgpt"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: str = "32-true"
+    lr_warmup_steps: int = Field(10, ge=0)
+    min_lr: float = Field(1e-4, ge=0)
+    eval_interval: int = Field(20, gt=0, description="optimizer steps between validations")
+    eval_iters: int = Field(4, gt=0)
+    num_workers: int = Field(0, ge=0)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
+    extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated litgpt config")
+
+
+class PlaybookSettings(Strict):
+    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")])
+
+
+class WatchSettings(Strict):
+    poll_interval_s: float = Field(0.2, gt=0)
+    hang_timeout_s: float = Field(120.0, gt=0, description="no progress for this long counts as a hang")
+    grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
+    max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
+    quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
+
+
+class NotificationSettings(Strict):
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+
+
+class RunConfig(Strict):
+    # The seed's preventive config, all honoured.
+    micro_batch_size: int = Field(4, gt=0)
+    batch_size: int = Field(16, gt=0, description="global (effective) batch in sequences")
+    lr: float = Field(3e-3, gt=0)
+    save_interval: int = Field(20, gt=0, description="optimizer steps between checkpoints")
+    keep_last_k: int = Field(3, gt=0)
+    seed: int = 1337
+    data_hash: str = Field("", description="sha256 of the training data; filled in by runbook when empty")
+    max_tokens: int = Field(102_400, gt=0, description="run length in tokens")
+    out_dir: Path = Path("checkpoints/pretrain")
+    run_log: Path = Path("docs/run-log.md")
+    run_log_template: Path | None = Field(None, description="Jinja2 template of one run-log entry (default: built in)")
+    run_dir: Path = Field(Path("runs/pretrain"), description="journal, incidents, trainer logs, quarantine")
+
+    model: ModelShape = Field(default_factory=ModelShape)
+    data: DataSettings = Field(default_factory=DataSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    playbooks: PlaybookSettings = Field(default_factory=PlaybookSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> "RunConfig":
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})"
+            )
+        return self
+
+    @property
+    def accumulation(self) -> int:
+        return self.batch_size // self.micro_batch_size
+
+
+class LoadedConfig:
+    """A validated RunConfig plus where it came from, with every path made absolute."""
+
+    def __init__(self, path: Path, config: RunConfig):
+        self.path = path.resolve()
+        self.project_dir = self.path.parent.parent
+        self.config = config
+
+    def resolve(self, p: Path) -> Path:
+        return p if p.is_absolute() else (self.project_dir / p).resolve()
+
+    @property
+    def out_dir(self) -> Path:
+        return self.resolve(self.config.out_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.resolve(self.config.run_dir)
+
+    @property
+    def run_log(self) -> Path:
+        return self.resolve(self.config.run_log)
+
+    @property
+    def quarantine_dir(self) -> Path:
+        q = self.config.watch.quarantine_dir
+        return self.resolve(q) if q else self.run_dir / "quarantine"
+
+    @property
+    def playbook_paths(self) -> list[Path]:
+        return [self.resolve(p) for p in self.config.playbooks.paths]
+
+    def data_path(self, name: str) -> Path:
+        return self.resolve(getattr(self.config.data, name))
+
+    def reload(self) -> "LoadedConfig":
+        return load_config(self.path)
+
+    def write_back(self, updates: dict[str, Any]) -> "LoadedConfig":
+        """Persist changed hyperparameters into the user's file (comments and order kept)."""
+        RunConfig.model_validate({**self.config.model_dump(), **updates})  # refuse invalid values first
+        update_yaml_values(self.path, updates)
+        return self.reload()
+
+
+def load_config(path: Path) -> LoadedConfig:
+    path = Path(path)
+    tree = load_yaml(path)
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise SourceError([f"{path}:1:1: the run config must be a mapping of keys to values"])
+    try:
+        config = RunConfig.model_validate(plain(tree))
+    except ValidationError as err:
+        raise SourceError(describe_validation_error(path, tree, err)) from None
+    return LoadedConfig(path, config)
+
+
+def data_files(train_dir: Path, val_dir: Path) -> list[Path]:
+    return sorted(train_dir.glob("*.txt")) + sorted(val_dir.glob("*.txt"))
+
+
+def compute_data_hash(train_dir: Path, val_dir: Path) -> str:
+    """sha256 over the names and bytes of every .txt file the trainer reads, in a fixed order."""
+    digest = hashlib.sha256()
+    for base, files in (("train", sorted(train_dir.glob("*.txt"))), ("val", sorted(val_dir.glob("*.txt")))):
+        for path in files:
+            digest.update(f"{base}/{path.name}\0".encode())
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+            digest.update(b"\0")
+    return "sha256:" + digest.hexdigest()

@@ -1,0 +1,15 @@
+"""Exit codes of every runbook command, in one place (documented in README.md)."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    NO_MATCH = 1            # `playbooks explain`: the playbook does not match; `replay`: decision changed
+    USAGE = 2               # typer's own code for a bad command line
+    BAD_CONFIG = 3          # run config, playbook or data problem found before anything ran
+    ESCALATED = 4           # runbook stopped acting and handed the run to a human
+    LOCKED = 5              # another watcher holds this run folder
+    TRAINER_MISSING = 6     # litgpt (or the configured trainer) is not installed
+    INTERRUPTED = 7         # the watcher was stopped by SIGTERM/SIGINT; the run can be resumed
+    INVALID = 8             # lint/test found invalid playbooks or failing playbook tests

@@ -1,0 +1,162 @@
+"""A durable, ordered on-disk outbox plus a tiny persistent key-value state.
+
+One JSON file per message, named by a zero-padded sequence number, so a plain
+sorted directory listing is the delivery order and survives a process restart.
+Every write goes temp file -> fsync -> os.replace -> fsync(dir): a crash leaves
+either the complete file under its final name or only a ``.tmp-*`` leftover,
+never a half-written message.
+
+One Outbox per directory per process: sequence numbers are allocated under an
+in-process lock, not a cross-process one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_NAME_RE = re.compile(r"^(\d{12})\.json$")
+_TMP_PREFIX = ".tmp-"
+STATE_FILE = "state.json"
+FAILED_DIR = "failed"
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename itself is only durable once the directory entry is on disk.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` so readers see the old or the new file, never a mix."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+class Outbox:
+    """Ordered queue of JSON-able dicts persisted under ``directory``."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._remove_stale_temp_files()
+        self._next_seq = max((int(m.group(1)) for m in self._matches()), default=0) + 1
+        self._state: dict[str, Any] = self._load_state()
+
+    # -- queue ---------------------------------------------------------------
+
+    def put(self, message: dict[str, Any]) -> str:
+        """Append ``message`` durably; returns its id (the sequence number as text)."""
+        # The lock spans the write: a later sequence number must never become
+        # visible before an earlier one, or the reader could deliver out of order.
+        with self._lock:
+            msg_id = f"{self._next_seq:012d}"
+            atomic_write_json(self.dir / f"{msg_id}.json", message)
+            self._next_seq += 1
+        return msg_id
+
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """All undelivered messages, oldest first."""
+        items: list[tuple[str, dict[str, Any]]] = []
+        for match in sorted(self._matches(), key=lambda m: m.group(1)):
+            msg_id = match.group(1)
+            path = self.dir / match.group(0)
+            try:
+                items.append((msg_id, json.loads(path.read_text(encoding="utf-8"))))
+            except FileNotFoundError:
+                continue  # done() raced with the listing
+            except (OSError, ValueError) as exc:
+                # Only bit rot gets here (writes are atomic); park it so it
+                # cannot block everything queued behind it.
+                log.error("outbox: unreadable message %s (%s); moving it to %s/",
+                          msg_id, type(exc).__name__, FAILED_DIR)
+                self.park(msg_id)
+        return items
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._matches())
+
+    def done(self, msg_id: str) -> None:
+        """Forget a delivered message."""
+        try:
+            (self.dir / f"{msg_id}.json").unlink()
+        except FileNotFoundError:
+            pass
+
+    def park(self, msg_id: str) -> None:
+        """Move an undeliverable message to ``failed/`` so it stays inspectable."""
+        failed = self.dir / FAILED_DIR
+        failed.mkdir(exist_ok=True)
+        try:
+            os.replace(self.dir / f"{msg_id}.json", failed / f"{msg_id}.json")
+        except FileNotFoundError:
+            pass
+
+    # -- key-value state -----------------------------------------------------
+
+    def state_get(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return self._state.get(key, default)
+
+    def state_set(self, key: str, value: Any, max_keys: int | None = None) -> None:
+        """Persist ``key`` -> ``value``; with ``max_keys`` the oldest keys are dropped."""
+        with self._lock:
+            self._state.pop(key, None)  # re-insert so insertion order = recency
+            self._state[key] = value
+            if max_keys is not None:
+                for old in list(self._state)[: max(0, len(self._state) - max_keys)]:
+                    del self._state[old]
+            atomic_write_json(self.dir / STATE_FILE, self._state)
+
+    def state_delete(self, key: str) -> None:
+        with self._lock:
+            if self._state.pop(key, None) is not None:
+                atomic_write_json(self.dir / STATE_FILE, self._state)
+
+    # -- internals -----------------------------------------------------------
+
+    def _matches(self) -> list[re.Match[str]]:
+        return [m for m in map(_NAME_RE.match, os.listdir(self.dir)) if m]
+
+    def _remove_stale_temp_files(self) -> None:
+        for name in os.listdir(self.dir):
+            if name.startswith(_TMP_PREFIX):
+                try:
+                    os.unlink(self.dir / name)
+                except OSError:
+                    pass
+
+    def _load_state(self) -> dict[str, Any]:
+        path = self.dir / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("outbox: unreadable %s (%s); starting with empty state", path, type(exc).__name__)
+            return {}
+        return data if isinstance(data, dict) else {}

@@ -1,0 +1,54 @@
+"""docs/run-log.md grows by itself: one entry per incident, appended from an editable Jinja2 template.
+
+Earlier entries and a human's own notes are never rewritten: we only ever append, in one write,
+fsynced, so a crash cannot leave half an entry followed by more text.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from jinja2 import StrictUndefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+DEFAULT_TEMPLATE = """
+### {{ incident.id }} — {{ incident.playbook }} ({{ incident.outcome }})
+
+- **When:** {{ incident.opened_at_iso }} (detected at step {{ incident.step_at_failure if incident.step_at_failure is not none else "?" }})
+- **Symptom:** {{ incident.symptom }}
+- **What was done:** {% for a in incident.actions %}{{ a.verb }} ({{ "ok" if a.ok else "failed" }}: {{ a.summary }}){% if not loop.last %}; {% endif %}{% else %}nothing{% endfor %}
+- **Outcome:** {{ incident.outcome }}{% if incident.resumed_from %}, resumed from step {{ incident.resumed_step }}{% endif %}{% if incident.config_changes %}; config changed: {{ incident.config_changes }}{% endif %}
+- **Lost compute:** {{ incident.steps_lost if incident.steps_lost is not none else "?" }} optimizer steps, {{ incident.tokens_lost if incident.tokens_lost is not none else "?" }} tokens, {{ "%.1f" | format(incident.recovery_seconds or 0) }} s to recover
+{%- if incident.lesson %}
+- **Lesson:** {{ incident.lesson }}
+{%- endif %}
+"""
+
+HEADER = """# Run log
+
+Every incident runbook handled, appended automatically (one entry each). Add your own notes
+anywhere: runbook only ever appends.
+"""
+
+_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+
+
+def render_entry(incident: dict, template_path: Path | None = None) -> str:
+    source = template_path.read_text(encoding="utf-8") if template_path else DEFAULT_TEMPLATE
+    return _ENV.from_string(source).render(incident=incident)
+
+
+def append_entry(run_log: Path, incident: dict, template_path: Path | None = None) -> None:
+    text = render_entry(incident, template_path)  # render first: a template error writes nothing
+    run_log.parent.mkdir(parents=True, exist_ok=True)
+    if not run_log.exists() or run_log.stat().st_size == 0:
+        text = HEADER + text
+    elif not run_log.read_bytes().endswith(b"\n"):
+        text = "\n" + text
+    fd = os.open(run_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

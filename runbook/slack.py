@@ -1,0 +1,330 @@
+"""Incident notifications to Slack: one thread per incident, never in a recovery's way.
+
+Callers only append to a durable on-disk outbox and return; one daemon thread
+delivers the outbox strictly in order, retrying with backoff while Slack is
+unreachable. Thread parents' ``ts`` values are persisted next to the outbox, so
+a restarted process still replies into the right threads. Delivery is
+at-least-once: a crash between Slack's answer and the outbox bookkeeping resends.
+
+Secrets (bot token, webhook URL) are read only from environment variables and
+are redacted from every log record this module or slack_sdk emits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.webhook import WebhookClient
+
+from runbook.outbox import Outbox
+
+log = logging.getLogger(__name__)
+# slack_sdk logs request URLs (a webhook URL is a secret): give it a logger we can filter.
+_sdk_log = logging.getLogger(__name__ + ".sdk")
+
+_THREAD_KEY = "thread:"
+_MAX_THREADS = 1000  # thread-ts entries kept in state.json
+# Errors about the payload itself: retrying the same message can never succeed.
+_PAYLOAD_ERRORS = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",
+                   "too_many_attachments", "invalid_attachments", "invalid_arguments", "invalid_payload"}
+_LOST_PARENT_ERRORS = {"thread_not_found", "invalid_thread_ts"}
+
+
+class SlackSettings(BaseModel, extra="forbid"):
+    enabled: bool = False
+    bot_token_env: str = "RUNBOOK_SLACK_BOT_TOKEN"
+    webhook_url_env: str = "RUNBOOK_SLACK_WEBHOOK_URL"
+    channel: str | None = None
+    mention: str | None = None  # e.g. "<!subteam^S0123>", added when an incident escalates
+    base_url: str | None = None  # Web API base; tests point it at 127.0.0.1
+    timeout_s: float = Field(default=3.0, gt=0)
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
+    def incident_update(self, incident_id: str, text: str) -> None: ...
+    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
+    def flush(self, timeout_s: float | None = None) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullNotifier:
+    """Used when Slack is disabled: every call does nothing."""
+
+    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
+    def incident_update(self, incident_id: str, text: str) -> None: ...
+    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
+    def flush(self, timeout_s: float | None = None) -> None: ...
+    def close(self) -> None: ...
+
+
+def make_notifier(settings: SlackSettings, outbox_dir: Path, environ: Mapping[str, str] = os.environ,
+                  **kwargs: Any) -> Notifier:
+    """NullNotifier when disabled, else a SlackNotifier; ``kwargs`` go to SlackNotifier (backoffs)."""
+    if not settings.enabled:
+        return NullNotifier()
+    token = environ.get(settings.bot_token_env, "").strip()
+    webhook = environ.get(settings.webhook_url_env, "").strip()
+    if not token and not webhook:
+        raise ValueError(f"Slack is enabled but neither ${settings.bot_token_env} (bot token) nor "
+                         f"${settings.webhook_url_env} (incoming webhook URL) is set in the environment")
+    # A bot token wins: only the Web API can thread replies.
+    return SlackNotifier(settings, outbox_dir, token=token or None, webhook_url=None if token else webhook, **kwargs)
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class _Reject(Exception):
+    """Slack will never accept this payload."""
+
+
+class _RedactFilter(logging.Filter):
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self.redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+class SlackNotifier:
+    def __init__(self, settings: SlackSettings, outbox_dir: Path, *, token: str | None = None,
+                 webhook_url: str | None = None, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 close_timeout_s: float = 5.0) -> None:
+        if not token and not webhook_url:
+            raise ValueError("SlackNotifier needs a bot token or a webhook URL")
+        if token and not settings.channel:
+            raise ValueError(f"Slack 'channel' must be set when ${settings.bot_token_env} is used")
+        self._settings = settings
+        self._backoff_s, self._max_backoff_s, self._close_timeout_s = backoff_s, max_backoff_s, close_timeout_s
+        self._filter = _RedactFilter([s for s in (token, webhook_url) if s])
+        for logger in (log, _sdk_log):
+            logger.addFilter(self._filter)
+        if _sdk_log.level == logging.NOTSET:
+            _sdk_log.setLevel(logging.INFO)  # slack_sdk's DEBUG dumps every request body
+        self._client: WebClient | None = None
+        self._webhook: WebhookClient | None = None
+        if token:
+            base_url = settings.base_url or WebClient.BASE_URL
+            self._client = WebClient(
+                token=token, base_url=base_url if base_url.endswith("/") else base_url + "/",
+                timeout=settings.timeout_s, logger=_sdk_log,  # type: ignore[arg-type]
+                retry_handlers=[ConnectionErrorRetryHandler(), RateLimitErrorRetryHandler(max_retry_count=2)])
+        else:
+            self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]
+                                          logger=_sdk_log)
+        self._outbox = Outbox(outbox_dir)
+        self._wake = threading.Event()  # something was queued
+        self._kick = threading.Event()  # cut the current backoff short (flush/close)
+        self._stop = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="runbook-slack", daemon=True)
+        self._thread.start()
+
+    # -- Notifier API (caller's thread: enqueue only) -------------------------
+
+    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None:
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": {"type": "plain_text", "text": _clip(f"Incident: {title}", 150)}}]
+        if summary:
+            blocks.append(_section(_esc(summary)))
+        items = [_mrkdwn(_clip(f"*{_esc(str(k))}*\n{_esc(str(v))}", 2000)) for k, v in fields.items()]
+        for i in range(0, len(items), 10):  # Slack allows 10 fields per section
+            blocks.append({"type": "section", "fields": items[i:i + 10]})
+        text = f"Incident {incident_id} opened: {title}" + (f"\n{summary}" if summary else "")
+        self._enqueue("open", incident_id, _esc(text), blocks)
+
+    def incident_update(self, incident_id: str, text: str) -> None:
+        self._enqueue("update", incident_id, _esc(text), [_section(_esc(text))])
+
+    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None:
+        head = f"{':rotating_light: *Escalated*' if escalate else ':white_check_mark: *Closed*'}: {_esc(outcome)}"
+        mention = self._settings.mention if escalate and self._settings.mention else None
+        if mention:
+            head = f"{mention} {head}"
+        body = head + (f"\n{_esc(summary)}" if summary else "")
+        # An escalation is also broadcast to the channel so it is not buried in the thread.
+        self._enqueue("close", incident_id, body, [_section(body)], broadcast=escalate)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until the outbox is empty (or ``timeout_s`` passes); cuts a running backoff short."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._kick.set()
+        while len(self._outbox) and self._thread.is_alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                log.info("slack: %d message(s) still queued in %s", len(self._outbox), self._outbox.dir)
+                return
+            time.sleep(0.01)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Bounded final flush, then stop the sender; undelivered messages stay on disk."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush(self._close_timeout_s if timeout_s is None else timeout_s)
+        self._stop.set()
+        self._wake.set()
+        self._kick.set()
+        self._thread.join(timeout=self._settings.timeout_s + 1.0)
+        if not self._thread.is_alive():  # a still-running request may yet log its URL
+            for logger in (log, _sdk_log):
+                logger.removeFilter(self._filter)
+
+    def pending_count(self) -> int:
+        return len(self._outbox)
+
+    # -- sender thread --------------------------------------------------------
+
+    def _enqueue(self, kind: str, incident_id: str, text: str, blocks: list[dict[str, Any]],
+                 broadcast: bool = False) -> None:
+        blocks = blocks + [{"type": "context", "elements": [_mrkdwn(f"incident `{_esc(str(incident_id))}`")]}]
+        message = {"kind": kind, "incident_id": str(incident_id), "text": _clip(text, 3000),
+                   "blocks": blocks, "broadcast": broadcast, "queued_at": time.time()}
+        try:
+            self._outbox.put(message)
+        except Exception as exc:  # e.g. disk full: losing a notification beats breaking a recovery
+            log.error("slack: could not queue %s message for incident %s: %s", kind, incident_id, exc)
+            return
+        self._wake.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self._wake.clear()
+                items = self._outbox.pending()
+                if not items:
+                    self._wake.wait(timeout=60.0)
+                    continue
+                for msg_id, message in items:
+                    if self._stop.is_set():
+                        return
+                    self._kick.clear()
+                    try:
+                        self._deliver(message)
+                    except _Reject as exc:
+                        log.error("slack: Slack rejected %s message %s for incident %s (%s); moved to %s/failed",
+                                  message.get("kind"), msg_id, message.get("incident_id"), exc, self._outbox.dir)
+                        self._outbox.park(msg_id)
+                        continue
+                    self._outbox.done(msg_id)
+                    if failures:
+                        log.info("slack: delivering again after %d failed attempt(s)", failures)
+                        failures = 0
+            except Exception as exc:  # never let the sender die
+                failures += 1
+                delay = min(self._max_backoff_s, self._backoff_s * 2 ** min(failures - 1, 30))
+                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
+                if not isinstance(exc, _Retry):
+                    log.exception("slack: unexpected error in sender thread")
+                elif failures & (failures - 1) == 0:  # attempts 1, 2, 4, 8, ... of an outage
+                    log.warning("slack: delivery failed %d time(s) (%s); %d queued, retrying in %.1fs",
+                                failures, exc, len(self._outbox), delay)
+                self._kick.wait(delay)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        send = self._send_webhook if self._webhook is not None else self._send_web_api
+        payload: dict[str, Any] = {"text": message["text"], "blocks": message.get("blocks")}
+        try:
+            send(message, dict(payload))
+        except _Reject as exc:
+            if not payload.pop("blocks"):
+                raise
+            log.warning("slack: blocks rejected (%s); sending text only", exc)
+            send(message, payload)
+
+    def _send_web_api(self, message: dict[str, Any], payload: dict[str, Any]) -> None:
+        assert self._client is not None
+        key = _THREAD_KEY + message["incident_id"]
+        payload["channel"] = self._settings.channel
+        if message["kind"] != "open":
+            parent = self._outbox.state_get(key)
+            if parent:
+                payload.update(channel=parent["channel"], thread_ts=parent["ts"])
+                if message.get("broadcast"):
+                    payload["reply_broadcast"] = True
+            else:  # the parent never went through this outbox: do not hold the queue for it
+                log.warning("slack: no thread known for incident %s; posting at top level", message["incident_id"])
+        try:
+            response = self._client.chat_postMessage(**payload)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+            if "thread_ts" in payload and error in _LOST_PARENT_ERRORS:
+                self._outbox.state_delete(key)  # next attempt goes top level
+            raise _classify(exc.response.status_code, error, exc.response.headers) from None
+        except Exception as exc:  # connection refused, timeout, ...
+            raise _Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
+        if message["kind"] == "open":
+            self._outbox.state_set(key, {"ts": response["ts"], "channel": response["channel"]}, max_keys=_MAX_THREADS)
+
+    def _send_webhook(self, message: dict[str, Any], payload: dict[str, Any]) -> None:
+        assert self._webhook is not None
+        try:
+            response = self._webhook.send_dict(payload)
+        except Exception as exc:
+            raise _Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
+        # WebhookClient returns (does not raise) on HTTP errors, 429 included.
+        if response.status_code != 200:
+            error = (response.body or "").strip()[:100]
+            raise _classify(response.status_code, "invalid_payload" if response.status_code == 400 else error,
+                            response.headers)
+
+
+def _classify(status: int, error: str | None, headers: Mapping[str, Any]) -> Exception:
+    if status == 429:
+        return _Retry("rate limited (HTTP 429)", retry_after=_retry_after(headers))
+    if error in _PAYLOAD_ERRORS:
+        return _Reject(error)
+    # 5xx, timeouts, and also auth/channel errors: keep the message queued until
+    # Slack or the configuration is fixed; nothing behind it may overtake it.
+    return _Retry(f"HTTP {status}" + (f" {error}" if error else ""))
+
+
+def _retry_after(headers: Mapping[str, Any]) -> float | None:
+    value = {str(k).lower(): v for k, v in (headers or {}).items()}.get("retry-after")
+    try:
+        return float(value[0] if isinstance(value, list) else value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _esc(text: str) -> str:
+    # Slack mrkdwn control characters; log lines love "<" and ">".
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mrkdwn(text: str) -> dict[str, str]:
+    return {"type": "mrkdwn", "text": text}
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": _mrkdwn(_clip(text, 3000))}

@@ -1,0 +1,121 @@
+"""`runbook watch`: check everything a run needs before starting, then hand over to the Supervisor."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+err = Console(stderr=True, highlight=False)
+
+
+class Refusal(Exception):
+    def __init__(self, code: ExitCode, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def prepare_data(loaded, accept_data_change: bool) -> str:
+    """Make the embedded default if asked, check the data, and settle `data_hash`. Returns the hash."""
+    from engine import checkpoints as ckpts
+    from runbook.config import compute_data_hash
+    from runbook.default_data import ensure_default_assets
+
+    cfg = loaded.config
+    train_dir, val_dir, tok_dir = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
+    if cfg.data.make_default and not any(train_dir.glob("*.txt")):
+        if train_dir != loaded.resolve(Path("data/stdlib/train")):
+            raise Refusal(ExitCode.BAD_CONFIG, f"no .txt files in {train_dir}; make_default only fills the default "
+                          "folder data/stdlib/. Put your text there or set data.make_default: false")
+        ensure_default_assets(train_dir.parent, tok_dir)
+    for name, folder in (("data.train_dir", train_dir), ("data.val_dir", val_dir)):
+        if not folder.is_dir():
+            raise Refusal(ExitCode.BAD_CONFIG, f"{name}: folder {folder} does not exist ({loaded.path})")
+        if not any(folder.glob("*.txt")):
+            raise Refusal(ExitCode.BAD_CONFIG, f"{name}: no .txt files in {folder}")
+    if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer.model").is_file():
+        raise Refusal(ExitCode.BAD_CONFIG, f"data.tokenizer_dir: no tokenizer.json in {tok_dir}")
+    data_hash = compute_data_hash(train_dir, val_dir)
+    if not cfg.data_hash:
+        loaded.write_back({"data_hash": data_hash})
+    elif cfg.data_hash != data_hash:
+        has_checkpoints = bool(ckpts.list_checkpoints(loaded.out_dir))
+        if has_checkpoints and not accept_data_change:
+            raise Refusal(ExitCode.BAD_CONFIG,
+                          f"the training data changed since this run started (data_hash {cfg.data_hash[:19]}… in "
+                          f"{loaded.path}, now {data_hash[:19]}…); resuming would mix datasets. Restore the data, "
+                          "or pass --accept-data-change to resume anyway")
+        loaded.write_back({"data_hash": data_hash})
+    return data_hash
+
+
+def check_trainer(loaded) -> None:
+    from engine.trainers import adapter_for
+
+    adapter = adapter_for(loaded.config.trainer.kind)
+    if not adapter.is_installed():
+        raise Refusal(ExitCode.TRAINER_MISSING, f"{adapter.name} is not installed in this Python environment; "
+                      "run `pip install -e .` (see README.md)")
+    if loaded.config.trainer.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise Refusal(ExitCode.BAD_CONFIG, f"trainer.device is 'cuda' in {loaded.path} but this machine has no "
+                          "CUDA GPU visible to torch; set trainer.device: auto (or cpu)")
+
+
+def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
+    from engine.lock import RunLocked
+    from engine.playbook_loader import load_playbooks
+    from engine.state import RunState
+    from engine.supervisor import Supervisor
+    from runbook.config import load_config
+    from runbook.console import PlainReporter
+    from runbook.slack import make_notifier
+
+    try:
+        loaded = load_config(config_path)
+        if (loaded.run_dir / "journal.jsonl").exists():
+            from engine.journal import Journal
+
+            if Journal(loaded.run_dir / "journal.jsonl").replay().run_state == RunState.COMPLETED:
+                err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
+                          f"change run_dir and out_dir in {loaded.path} or remove {loaded.run_dir}")
+                return ExitCode.OK
+        playbooks = load_playbooks(loaded.playbook_paths)
+        check_trainer(loaded)
+        data_hash = prepare_data(loaded, accept_data_change)
+        loaded = loaded.reload()
+        notifier = make_notifier(loaded.config.notifications.slack, loaded.run_dir / "outbox")
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        return ExitCode.BAD_CONFIG
+    except Refusal as refusal:
+        err.print(f"error: {refusal}", markup=False)
+        return refusal.code
+    except ValueError as error:  # e.g. Slack enabled without its token variable
+        err.print(f"error: {error}", markup=False)
+        return ExitCode.BAD_CONFIG
+
+    reporter = PlainReporter(quiet=quiet, as_json=as_json)
+    supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter)
+    try:
+        final = supervisor.run()
+    except RunLocked as locked:
+        err.print(f"error: {locked}", markup=False)
+        return ExitCode.LOCKED
+    except Exception as error:  # noqa: BLE001 - one sentence for people, the traceback with --debug
+        if debug:
+            traceback.print_exc()
+        err.print(f"error: the watcher failed: {type(error).__name__}: {error} (rerun with --debug for details; "
+                  "the trainer keeps running and a new `runbook watch` re-attaches)", markup=False)
+        return ExitCode.ESCALATED
+    return {
+        RunState.COMPLETED: ExitCode.OK,
+        RunState.ESCALATED: ExitCode.ESCALATED,
+        RunState.STOPPED: ExitCode.INTERRUPTED,
+    }.get(final, ExitCode.ESCALATED)

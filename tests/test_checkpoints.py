@@ -1,0 +1,306 @@
+"""engine.checkpoints against real files shaped like litgpt's out_dir (no mocks)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.checkpoints import (
+    MANIFEST_NAME,
+    QUARANTINE_REASON_NAME,
+    Checkpoint,
+    apply_prune,
+    find_nonfinite_tensors,
+    find_partial_saves,
+    has_manifest,
+    last_link_target,
+    list_checkpoints,
+    newest_verified,
+    plan_prune,
+    quarantine,
+    read_progress,
+    rescaled_copy,
+    seal_checkpoint,
+    update_last_link,
+    verify_checkpoint,
+    write_manifest,
+)
+
+
+def _state(step: int) -> dict:
+    torch.manual_seed(step)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 64)).sum().backward()
+    opt.step()
+    return {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        # shaped like litdata's StreamingDataLoader.state_dict(): plain python types only
+        "train_dataloader": {"dataset": {"num_samples_yielded": 4 * step, "region_of_interest": [(0, 600)],
+                                         "input_dir_url": None, "shuffle": True}, "current_epoch": 1},
+        "iter_num": 2 * step,
+        "step_count": step,
+    }
+
+
+def make_ckpt(out_dir: Path, step: int, side_files=("model_config.yaml", "hyperparameters.yaml",
+                                                    "tokenizer.json", "tokenizer_config.json")) -> Checkpoint:
+    folder = out_dir / f"step-{step:08d}"
+    folder.mkdir(parents=True)
+    torch.save(_state(step), folder / "lit_model.pth")
+    for name in side_files:
+        (folder / name).write_text(f"{name}: {step}\n")
+    return Checkpoint(path=folder, step=step)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _largest_member_data_offset(pth: Path) -> tuple[int, int]:
+    """(offset, length) of the stored bytes of the biggest tensor in a torch.save zip."""
+    with zipfile.ZipFile(pth) as zf:
+        info = max((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    with open(pth, "rb") as f:
+        f.seek(info.header_offset)
+        name_len, extra_len = struct.unpack("<HH", f.read(30)[26:30])
+    return info.header_offset + 30 + name_len + extra_len, info.file_size
+
+
+# ----------------------------------------------------------------------------------- verify
+
+
+def test_good_checkpoint_verifies_and_seals(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    assert verify_checkpoint(ckpt) == (v := verify_checkpoint(ckpt)) and v.ok and v.reason is None
+    assert not has_manifest(ckpt)
+    assert seal_checkpoint(ckpt).ok
+    assert has_manifest(ckpt)
+    assert verify_checkpoint(ckpt).ok
+    assert not [p for p in ckpt.path.iterdir() if p.name.startswith("tmp")]  # no temp left behind
+
+
+def test_truncated_pth_fails_with_clear_reason(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    data = ckpt.pth.read_bytes()
+    ckpt.pth.write_bytes(data[: len(data) // 2])
+    v = verify_checkpoint(ckpt)
+    assert not v.ok
+    assert v.reason == "lit_model.pth is not a zip archive (truncated?)"
+
+
+def test_flipped_byte_in_tensor_payload_is_caught(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    offset, length = _largest_member_data_offset(ckpt.pth)
+    data = bytearray(ckpt.pth.read_bytes())
+    data[offset + length // 2] ^= 0x01
+    ckpt.pth.write_bytes(bytes(data))
+    v = verify_checkpoint(ckpt)
+    assert not v.ok
+    assert "fails its CRC" in v.reason and "/data/" in v.reason  # member: <stem>/data/<n>
+    with zipfile.ZipFile(ckpt.pth) as zf:  # agrees with the stdlib's own check
+        assert zf.testzip() is not None
+
+
+def test_missing_or_empty_pth_and_missing_side_file(tmp_path):
+    a = make_ckpt(tmp_path, 10)
+    a.pth.unlink()
+    assert verify_checkpoint(a).reason == "lit_model.pth is missing"
+    b = make_ckpt(tmp_path, 20)
+    b.pth.write_bytes(b"")
+    assert verify_checkpoint(b).reason == "lit_model.pth is empty (0 bytes)"
+    c = make_ckpt(tmp_path, 30)
+    (c.path / "hyperparameters.yaml").unlink()
+    v = verify_checkpoint(c)
+    assert not v.ok and v.reason == "missing side file(s): hyperparameters.yaml"
+    assert verify_checkpoint(c, require_side_files=()).ok
+
+
+def test_manifest_mismatch_after_modification_fails(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    write_manifest(ckpt)
+    assert verify_checkpoint(ckpt).ok
+    cfg = ckpt.path / "model_config.yaml"
+    cfg.write_text(cfg.read_text().replace("20", "21"))  # same size, different content
+    v = verify_checkpoint(ckpt)
+    assert not v.ok and v.reason == "model_config.yaml sha256 differs from runbook-manifest.json (modified after sealing)"
+    (ckpt.path / "tokenizer.json").write_text("grown\n" * 10)
+    assert "size" in verify_checkpoint(ckpt).reason or "sha256" in verify_checkpoint(ckpt).reason
+    (ckpt.path / "tokenizer.json").unlink()
+    cfg.write_text("model_config.yaml: 20\n")
+    assert verify_checkpoint(ckpt).reason == "tokenizer.json is listed in runbook-manifest.json but missing"
+    (ckpt.path / MANIFEST_NAME).write_text("{not json")
+    assert verify_checkpoint(ckpt).reason.startswith("runbook-manifest.json is unreadable")
+
+
+def test_seal_refuses_a_bad_checkpoint(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    ckpt.pth.write_bytes(ckpt.pth.read_bytes()[:100])
+    assert not seal_checkpoint(ckpt).ok
+    assert not has_manifest(ckpt)
+
+
+# ----------------------------------------------------------------------------------- listing
+
+
+def test_list_checkpoints_only_direct_step_folders(tmp_path):
+    out = tmp_path / "out"
+    for step in (30, 10, 20):
+        make_ckpt(out, step, side_files=())
+    (out / "step-bad").mkdir()
+    (out / "final").mkdir()
+    (out / "quarantine" / "step-00000099").mkdir(parents=True)
+    (out / "step-00000050").write_text("a file, not a folder")
+    got = list_checkpoints(out)
+    assert [c.step for c in got] == [10, 20, 30]
+    assert all(c.path.parent == out and c.pth == c.path / "lit_model.pth" for c in got)
+    assert got[0].size_bytes() == (got[0].pth).stat().st_size
+    assert list_checkpoints(tmp_path / "missing") == []
+
+
+def test_newest_verified_is_pure():
+    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s) for s in (10, 20, 30)]
+    assert newest_verified(cks, {10, 20}).step == 20
+    assert newest_verified(cks, set()) is None
+    assert newest_verified(cks, {99}) is None
+
+
+# ----------------------------------------------------------------------------------- prune
+
+
+def test_plan_prune_keeps_best_newest_k_and_protected():
+    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s) for s in (10, 20, 30, 40, 50, 60)]
+    doomed = plan_prune(cks, keep_last_k=2, best_step=20, protected_steps={30})
+    assert [c.step for c in doomed] == [10, 40]
+    assert [c.step for c in plan_prune(cks, 0, None, set())] == [10, 20, 30, 40, 50, 60]
+    assert plan_prune(cks, 10, None, set()) == []
+    with pytest.raises(ValueError):
+        plan_prune(cks, -1, None, set())
+
+
+def test_apply_prune_deletes_and_refuses_unsafe(tmp_path):
+    out = tmp_path / "out"
+    cks = [make_ckpt(out, s, side_files=()) for s in (10, 20, 30)]
+    write_manifest(cks[1])  # step 20 is the newest sealed one
+    outsider = make_ckpt(tmp_path / "elsewhere", 5, side_files=())
+    with pytest.raises(ValueError, match="directly inside"):
+        apply_prune(out, [cks[0], outsider])
+    assert cks[0].path.exists() and outsider.path.exists()  # all-or-nothing
+    with pytest.raises(ValueError, match="newest checkpoint with a manifest"):
+        apply_prune(out, [cks[1]])
+    update_last_link(out, cks[2])
+    with pytest.raises(ValueError, match="points at it"):
+        apply_prune(out, [cks[2]])
+    size = cks[0].size_bytes()
+    assert apply_prune(out, [cks[0]]) == size > 0
+    assert not cks[0].path.exists()
+    assert [c.step for c in list_checkpoints(out)] == [20, 30]
+    assert find_partial_saves(out) == []  # no trash folder left
+
+
+# ----------------------------------------------------------------------------------- last / quarantine
+
+
+def test_last_link_points_at_folder_and_is_replaced(tmp_path):
+    out = tmp_path / "out"
+    a, b = make_ckpt(out, 10), make_ckpt(out, 20)
+    update_last_link(out, a)
+    link = out / "last"
+    assert os.readlink(link) == "step-00000010"  # relative
+    assert (link / "lit_model.pth").read_bytes() == a.pth.read_bytes()
+    ino_before = os.lstat(link).st_ino
+    update_last_link(out, b)
+    assert os.readlink(link) == "step-00000020"
+    assert os.lstat(link).st_ino != ino_before  # a new link renamed over the old one
+    assert last_link_target(out) == b.path.resolve()
+    assert sorted(p.name for p in out.iterdir()) == ["last", "step-00000010", "step-00000020"]
+    with pytest.raises(FileNotFoundError):
+        update_last_link(out, Checkpoint(out / "step-00000099", 99))
+    assert os.readlink(link) == "step-00000020"
+
+
+def test_quarantine_refuses_inside_and_moves_with_reason(tmp_path):
+    out = tmp_path / "out"
+    ckpt = make_ckpt(out, 20)
+    update_last_link(out, ckpt)
+    with pytest.raises(ValueError, match="inside out_dir"):
+        quarantine(ckpt, out / "quarantine", "bad")
+    assert ckpt.path.exists()
+    dest = quarantine(ckpt, tmp_path / "quarantine", "CRC mismatch in lit_model/data/3")
+    assert not ckpt.path.exists() and dest.parent == tmp_path / "quarantine"
+    assert dest.name.startswith("step-00000020-")
+    assert (dest / "lit_model.pth").is_file()
+    assert (dest / QUARANTINE_REASON_NAME).read_text().startswith("CRC mismatch in lit_model/data/3\n")
+    assert list_checkpoints(out) == []
+    assert not (out / "last").exists() and (out / "last").is_symlink()  # dangles: caller re-points
+    make_ckpt(out, 20)
+    assert quarantine(Checkpoint(out / "step-00000020", 20), tmp_path / "quarantine", "again") != dest
+
+
+# ----------------------------------------------------------------------------------- leftovers
+
+
+def test_find_partial_saves(tmp_path):
+    out = tmp_path / "out"
+    good = make_ckpt(out, 10)
+    truncated = make_ckpt(out, 20)
+    truncated.pth.write_bytes(truncated.pth.read_bytes()[:1000])
+    no_pth = make_ckpt(out, 30)
+    no_pth.pth.unlink()
+    no_yaml = make_ckpt(out, 40, side_files=())
+    (out / "tmpab12cd").write_bytes(b"partial")
+    (good.path / "tmpxyz").write_bytes(b"partial")
+    (out / "final").mkdir()
+    found = find_partial_saves(out)
+    assert found == sorted([truncated.path, no_pth.path, out / "tmpab12cd", good.path / "tmpxyz"])
+    assert no_yaml.path in find_partial_saves(out, require_side_files=("model_config.yaml",))
+    assert find_partial_saves(tmp_path / "missing") == []
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def test_read_progress_and_weights_only_load(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    assert read_progress(ckpt.pth) == {"iter_num": 40, "step_count": 20}
+
+
+def test_rescaled_copy_doubles_iter_num_and_leaves_source_identical(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    before = _sha(ckpt.pth)
+    dst = tmp_path / "resume" / "lit_model.pth"
+    info = rescaled_copy(ckpt.pth, dst, 2.0)
+    assert info == {"iter_num_before": 40, "iter_num_after": 80, "step_count": 20}
+    assert _sha(ckpt.pth) == before
+    copy = torch.load(dst, weights_only=True)
+    orig = torch.load(ckpt.pth, weights_only=True)
+    assert copy["iter_num"] == 80 and copy["step_count"] == 20
+    assert copy["train_dataloader"] == orig["train_dataloader"]
+    assert all(torch.equal(copy["model"][k], orig["model"][k]) for k in orig["model"])
+    assert not [p for p in dst.parent.iterdir() if p.name.startswith("tmp")]
+    assert rescaled_copy(ckpt.pth, tmp_path / "r3.pth", 4 / 3 * 1.5)["iter_num_after"] == 80
+    assert rescaled_copy(ckpt.pth, tmp_path / "r2.pth", 0.5)["iter_num_after"] == 20
+    with pytest.raises(ValueError, match="not an integer"):
+        rescaled_copy(ckpt.pth, tmp_path / "r4.pth", 1 / 3)
+    with pytest.raises(ValueError, match="differ"):
+        rescaled_copy(ckpt.pth, ckpt.pth, 2.0)
+    assert _sha(ckpt.pth) == before
+
+
+def test_find_nonfinite_tensors(tmp_path):
+    ckpt = make_ckpt(tmp_path, 20)
+    assert find_nonfinite_tensors(ckpt.pth) == []
+    state = torch.load(ckpt.pth, weights_only=True)
+    state["model"]["0.weight"][3, 5] = float("nan")
+    state["model"]["1.bias"][0] = float("inf")
+    torch.save(state, ckpt.pth)
+    assert find_nonfinite_tensors(ckpt.pth) == ["0.weight", "1.bias"]
+    assert find_nonfinite_tensors(ckpt.pth, limit=1) == ["0.weight"]
+    assert verify_checkpoint(ckpt).ok  # NaN weights are a valid file: verify is about bytes
