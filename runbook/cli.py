@@ -43,6 +43,10 @@ def watch(
     raise typer.Exit(int(code))
 
 
+# --- command groups and commands from their own modules (one line each) ---
+# (register with app.add_typer(...) or app.command(...)(function) here)
+
+
 def main() -> None:
     try:
         app()

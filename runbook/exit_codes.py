@@ -13,3 +13,5 @@ class ExitCode(IntEnum):
     TRAINER_MISSING = 6     # litgpt (or the configured trainer) is not installed
     INTERRUPTED = 7         # the watcher was stopped by SIGTERM/SIGINT; the run can be resumed
     INVALID = 8             # lint/test found invalid playbooks or failing playbook tests
+    NOT_FOUND = 9           # an incident id or record that does not exist / cannot be read
+    DATA_ISSUES = 10        # `scan-data` found bad lines
