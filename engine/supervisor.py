@@ -250,6 +250,8 @@ class Supervisor:
 
     def _close_incident(self, record: dict, runtime, outcome: str) -> None:
         record["outcome"] = outcome
+        for key, default in (("config_changes", {}), ("resumed_from", None), ("resumed_step", None), ("notes", [])):
+            record.setdefault(key, default)
         record["closed_at"] = time.time()
         record["recovery_seconds"] = round(record["closed_at"] - record["detected_at"], 3)
         record["config_after"] = self.loaded.config.model_dump(mode="json")

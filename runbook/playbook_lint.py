@@ -1,0 +1,161 @@
+"""`runbook playbooks lint`: every problem of every playbook file as `file:line:col: key: reason`.
+
+Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, params) come from the
+same loader `runbook watch` uses, so lint can never accept what watch refuses. On top of that, lint
+evaluates every expression against two sample snapshots and reports runtime errors as warnings:
+an expression that errors fails closed in a real run (and logs an error at every observation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import ValidationError
+
+from engine.actions import REGISTRY
+from engine.clauses import AllClause, AnyOfClause, ExprClause, NotClause
+from engine.expressions import compile_expression, evaluate_condition, is_expression
+from engine.playbook import Playbook
+from engine.playbook_loader import load_playbook_file, playbook_files
+from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
+from runbook.config import RunConfig
+from runbook.yaml_source import SourceError, load_yaml, locate
+
+_PROGRESS = "Epoch 1 | iter 480 step 120 | loss train: 3.200, val: 3.400 | iter time: 95.12 ms (step) remaining time: 0:01:10"
+
+# A healthy run in progress, every metric known: an expression that errors here errors in real runs too.
+SAMPLE_RUNNING = StateSnapshot(
+    observation=100, time=1_700_000_000.0,
+    trainer=TrainerStatus(pid=4242, alive=True, launches=1, seconds_running=600.0),
+    metrics=Metrics(step=120, iter_num=480, tokens=122_880, loss=3.2, val_loss=3.4, best_val_loss=3.3,
+                    best_val_step=100, loss_median=3.25, loss_history=[3.3, 3.25, 3.2], tokens_per_sec=5000.0,
+                    baseline_tokens_per_sec=5200.0, grad_norm=0.9, lr=0.003),
+    seconds_since_progress=0.5, new_lines=[_PROGRESS], tail=[_PROGRESS],
+    disk=DiskStatus(free_bytes=50 * 2**30, total_bytes=500 * 2**30),
+    checkpoints=CheckpointStatus(count=3, newest_step=120, newest_verified_step=120, last_size_bytes=2_000_000),
+)
+# The same run just after the trainer died with an error.
+SAMPLE_EXITED = SAMPLE_RUNNING.model_copy(update={
+    "trainer": TrainerStatus(pid=4242, alive=False, exit_code=1, launches=1, seconds_running=600.0),
+    "new_lines": ["Traceback (most recent call last):", "RuntimeError: boom"],
+})
+SAMPLES = {"a running": SAMPLE_RUNNING, "an exited": SAMPLE_EXITED}
+
+
+@dataclass
+class LintReport:
+    files: int = 0
+    valid: list[Playbook] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def lint_paths(paths: list[Path], config: RunConfig | None = None) -> LintReport:
+    config = config or RunConfig()
+    report = LintReport()
+    try:
+        files = playbook_files(paths)
+    except SourceError as err:
+        report.errors += err.messages
+        return report
+    report.files = len(files)
+    loaded: list[tuple[Playbook, Any]] = []
+    first_seen: dict[str, Playbook] = {}
+    for path in files:
+        try:
+            playbook = load_playbook_file(path)
+        except SourceError as err:
+            report.errors += err.messages
+            continue
+        tree = load_yaml(path)
+        if playbook.name in first_seen:
+            report.errors.append(f"{_where(path, tree, ('name',))}: name: duplicate playbook name "
+                                 f"'{playbook.name}' (also in {first_seen[playbook.name].source})")
+            continue
+        first_seen[playbook.name] = playbook
+        loaded.append((playbook, tree))
+    for playbook, tree in loaded:
+        path = Path(playbook.source.rsplit(":", 1)[0])
+        unknown = [(i, t) for i, t in enumerate(playbook.inhibits) if t not in first_seen]
+        for index, target in unknown:
+            report.errors.append(f"{_where(path, tree, ('inhibits', index))}: inhibits.{index}: unknown playbook '{target}'")
+        report.warnings += [f"{_where(path, tree, loc)}: {_key(loc)}: warning: {w}" for loc, w in runtime_warnings(playbook, config)]
+        if not unknown:
+            report.valid.append(playbook)
+    return report
+
+
+def _where(path: Path, tree: Any, loc: tuple) -> str:
+    found = locate(tree, loc)
+    return f"{path}:{found[0]}:{found[1]}" if found else str(path)
+
+
+def _key(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def expressions(playbook: Playbook) -> Iterator[tuple[tuple, str, str]]:
+    """(YAML location, role, source) of every expression: conditions, guards and computed params."""
+
+    def walk(clause, loc):
+        if isinstance(clause, ExprClause):
+            yield loc + ("expr",), "condition", clause.expr
+        elif isinstance(clause, (AllClause, AnyOfClause)):
+            key, children = ("all", clause.all) if isinstance(clause, AllClause) else ("any", clause.any)
+            for index, child in enumerate(children):
+                yield from walk(child, loc + (key, index))
+        elif isinstance(clause, NotClause):
+            yield from walk(clause.not_, loc + ("not",))
+
+    yield from walk(playbook.match, ("match",))
+    for index, step in enumerate(playbook.actions):
+        if step.condition is not None:
+            yield ("actions", index, "if"), "condition", step.condition
+        for key, value in step.params.items():
+            if isinstance(value, str):
+                yield ("actions", index, step.verb, key), "value", value
+
+
+def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple, str]]:
+    """Expressions that fail (or yield a non-bool condition) on the sample snapshots."""
+    warnings: list[tuple[tuple, str]] = []
+    for loc, role, source in expressions(playbook):
+        if role == "value" and not is_expression(source):
+            if "{{" in source:
+                warnings.append((loc, "'{{' inside a longer text is used literally; only a value written "
+                                      "entirely as \"{{ ... }}\" is computed"))
+            continue
+        compiled = compile_expression(source)
+        for sample_name, sample in SAMPLES.items():
+            context = {"state": sample, "config": config}
+            if role == "condition":
+                _, error = evaluate_condition(compiled, context)
+            else:
+                error = _value_error(playbook, loc, compiled, context)
+            if error:
+                warnings.append((loc, f"on {sample_name} sample state: {error}"))
+                break  # one sample is enough to show the problem
+    return warnings
+
+
+def _value_error(playbook: Playbook, loc: tuple, compiled, context: dict) -> str | None:
+    """Evaluate one computed param and validate it with the action's params model."""
+    _, index, verb, key = loc
+    try:
+        value = compiled.evaluate(**context)
+    except Exception as err:  # noqa: BLE001 - a user's expression may raise anything
+        return f"{compiled.source}: {type(err).__name__}: {err}"
+    params = {k: v for k, v in playbook.actions[index].params.items() if not is_expression(v)}
+    try:
+        REGISTRY[verb].params.model_validate({**params, key: value})
+    except ValidationError as err:
+        wrong = [e for e in err.errors() if e["loc"] and e["loc"][0] == key]
+        if wrong:
+            return f"{compiled.source} gives {value!r}: {wrong[0]['msg']}"
+    return None

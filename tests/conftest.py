@@ -1,0 +1,131 @@
+"""Shared fixtures: a real tiny project (config, data, tokenizer) and helpers to run `runbook watch`.
+
+Tests train a real tiny litgpt model on the CPU and break it from outside; nothing of the engine
+is mocked. The corpus and tokenizer are made once per session and linked into each project.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runbook.default_data import ensure_default_assets
+from runbook.yaml_source import round_trip_yaml, update_yaml_values
+
+REPO = Path(__file__).resolve().parent.parent
+RUNBOOK = str(Path(sys.executable).parent / "runbook")
+
+# A short run: 40 optimizer steps of 16 x 64 tokens, a checkpoint every 10 steps.
+SHORT_RUN = {"max_tokens": 40960, "save_interval": 10, "keep_last_k": 10}
+
+
+@pytest.fixture(scope="session")
+def shared_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("shared-data")
+    ensure_default_assets(root / "stdlib", root / "tokenizer")
+    return root
+
+
+class Project:
+    """A scratch project folder laid out like the repo: configs/, playbooks path, data/."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.config = root / "configs" / "run_config.yaml"
+        self.out_dir = root / "checkpoints" / "pretrain"
+        self.run_dir = root / "runs" / "pretrain"
+        self.run_log = root / "docs" / "run-log.md"
+
+    def set(self, **updates) -> None:
+        """Top-level keys or nested sections (dicts are merged) in the run config, comments kept."""
+        yaml = round_trip_yaml()
+        tree = yaml.load(self.config.read_text())
+        for key, value in updates.items():
+            if isinstance(value, dict) and key in tree:
+                for sub, subvalue in value.items():
+                    tree[key][sub] = subvalue
+            else:
+                tree[key] = value
+        with open(self.config, "w") as fh:
+            yaml.dump(tree, fh)
+
+    def watch(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        log = open(self.root / "watch.log", "ab")
+        return subprocess.Popen(
+            [RUNBOOK, "watch", str(self.config), *args], stdout=log, stderr=subprocess.STDOUT,
+            cwd=self.root, env={**os.environ, **(env or {})},
+        )
+
+    def watch_output(self) -> str:
+        path = self.root / "watch.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def trainer_pid(self) -> int:
+        return int((self.run_dir / "trainer.pid").read_text())
+
+    def step_dir(self, step: int) -> Path:
+        return self.out_dir / f"step-{step:08d}"
+
+    def incidents(self) -> list[dict]:
+        import json
+
+        folder = self.run_dir / "incidents"
+        return [json.loads(p.read_text()) for p in sorted(folder.glob("incident-*.json"))] if folder.exists() else []
+
+    def final_progress(self) -> dict:
+        from engine.checkpoints import read_progress
+
+        return read_progress(self.out_dir / "final" / "lit_model.pth")
+
+
+def make_project(root: Path, shared_data: Path, **updates) -> Project:
+    (root / "configs").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
+    (root / "data").mkdir()
+    (root / "data" / "stdlib").symlink_to(shared_data / "stdlib")
+    (root / "data" / "tokenizer").symlink_to(shared_data / "tokenizer")
+    project = Project(root)
+    project.set(playbooks={"paths": [str(REPO / "playbooks")]}, **{**SHORT_RUN, **updates})
+    return project
+
+
+@pytest.fixture
+def project(tmp_path, shared_data) -> Project:
+    return make_project(tmp_path / "project", shared_data)
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory, shared_data) -> dict:
+    """An undisturbed run of the short configuration: what every recovered run must end up equal to."""
+    project = make_project(tmp_path_factory.mktemp("reference") / "project", shared_data)
+    proc = project.watch()
+    assert proc.wait(timeout=300) == 0, project.watch_output()
+    return {"progress": project.final_progress(), "project": project}
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+__all__ = ["Project", "make_project", "wait_for", "stop_process", "update_yaml_values"]
