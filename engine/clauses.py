@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterable, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -35,7 +35,14 @@ class MatchContext:
     state: Any
     config: Any
     errors: list[str] = field(default_factory=list)
+    tail_index: "TailIndex | None" = None   # given by the matcher for its playbook set
     _expr_context: dict | None = None
+    _tail_first: dict | None = None
+
+    def first_tail_lines(self) -> dict:
+        if self._tail_first is None:
+            self._tail_first = self.tail_index.first_lines(self.state.tail)
+        return self._tail_first
 
     @property
     def expr_context(self) -> dict:
@@ -98,8 +105,10 @@ class LogClause(Clause):
         return _regex(self.log.pattern, self.log.ignore_case)
 
     def _observe(self, ctx):
-        lines = ctx.state.new_lines if self.log.scope == "new" else ctx.state.tail
         regex = self.regex
+        if self.log.scope == "tail" and ctx.tail_index is not None and regex in ctx.tail_index.position:
+            return ctx.first_tail_lines().get(regex)
+        lines = ctx.state.new_lines if self.log.scope == "new" else ctx.state.tail
         return next((line for line in lines if regex.search(line)), None)
 
     def _holds(self, actual):
@@ -110,6 +119,34 @@ class LogClause(Clause):
 
 
 _REGEX_CACHE: dict[tuple[str, bool], re.Pattern] = {}
+
+
+class TailIndex:
+    """Which of a playbook set's `scope: tail` patterns each tail line matches, searched once per line.
+
+    The tail is mostly the same 200 lines from one observation to the next, and every tail clause
+    would search all of them again; here each line is searched once with every pattern and an
+    observation only looks its lines up. Same answers as searching: the first matching line.
+    """
+
+    MAX_LINES = 10_000  # remembered lines; cleared beyond that (the tail itself holds 200)
+
+    def __init__(self, patterns: Iterable[re.Pattern]):
+        self.patterns = tuple(dict.fromkeys(patterns))
+        self.position = {p: i for i, p in enumerate(self.patterns)}
+        self.lines: dict[str, tuple[re.Pattern, ...]] = {}
+
+    def first_lines(self, tail: list[str]) -> dict[re.Pattern, str]:
+        if len(self.lines) > self.MAX_LINES:
+            self.lines.clear()
+        first: dict[re.Pattern, str] = {}
+        for line in tail:
+            hits = self.lines.get(line)
+            if hits is None:
+                hits = self.lines[line] = tuple(p for p in self.patterns if p.search(line))
+            for pattern in hits:
+                first.setdefault(pattern, line)
+        return first
 
 
 def _regex(pattern: str, ignore_case: bool) -> re.Pattern:
@@ -230,7 +267,7 @@ class ExitClause(Clause):
 
 class StalledSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    seconds: float | None = Field(None, gt=0, description="default: watch.hang_timeout_s of the run config")
+    seconds: float | None = Field(None, gt=0, description="default: the run's derived hang timeout (state.hang_timeout_s)")
 
 
 class StalledClause(Clause):
@@ -242,7 +279,7 @@ class StalledClause(Clause):
         return ctx.state.seconds_since_progress
 
     def _limit(self, ctx) -> float:
-        return self.stalled.seconds or ctx.config.watch.hang_timeout_s
+        return self.stalled.seconds or ctx.state.hang_timeout_s
 
     def check(self, ctx):
         actual = self._observe(ctx)
@@ -433,3 +470,16 @@ AnyClause = Annotated[
 for _cls in (AllClause, AnyOfClause, NotClause):
     _cls.model_rebuild()
 NotClause.model_config["populate_by_name"] = True
+
+
+def iter_clauses(clause: Clause) -> Iterator[Clause]:
+    """The clause and every clause below it, depth first."""
+    yield clause
+    children = clause.all if isinstance(clause, AllClause) else clause.any if isinstance(clause, AnyOfClause) else \
+        [clause.not_] if isinstance(clause, NotClause) else []
+    for child in children:
+        yield from iter_clauses(child)
+
+
+def tail_patterns(clauses: Iterable[Clause]) -> list[re.Pattern]:
+    return [c.regex for top in clauses for c in iter_clauses(top) if isinstance(c, LogClause) and c.log.scope == "tail"]

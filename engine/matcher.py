@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from engine.clauses import MatchContext
+from engine.clauses import MatchContext, TailIndex, tail_patterns
 from engine.playbook import Playbook
 
 
@@ -36,8 +36,8 @@ class AttemptHistory:
         fired[name] = self.fired.get(name, ()) + (when,)
         return replace(self, fired=fired)
 
-    def all_fired(self) -> list[float]:
-        return sorted(t for times in self.fired.values() for t in times)
+    def all_fired(self, exclude: frozenset[str] = frozenset()) -> list[float]:
+        return sorted(t for name, times in self.fired.items() if name not in exclude for t in times)
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,32 @@ class MatchOutcome:
 
 
 def ordered(playbooks: list[Playbook]) -> list[Playbook]:
-    return sorted(playbooks, key=lambda p: (-p.priority, p.name))
+    """By priority (highest first), then name."""
+    return list(_prepared(playbooks)[0])
 
 
-def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_per_hour: int) -> tuple[str, str]:
+def _prepared(playbooks: list[Playbook]) -> tuple[tuple[Playbook, ...], TailIndex]:
+    """The set in matching order, and its tail-line index; made once per playbook set.
+
+    The watcher passes the same list at every observation: sort it once, not 50,000 times a second.
+    """
+    key = tuple(map(id, playbooks))
+    cached = _PREPARED.get(key)
+    if cached is None:
+        if len(_PREPARED) >= 16:
+            _PREPARED.clear()
+        in_order = tuple(sorted(playbooks, key=lambda p: (-p.priority, p.name)))
+        index = TailIndex(tail_patterns(p.match for p in in_order))
+        # The entry keeps the playbooks alive, so their ids cannot be reused by other objects.
+        cached = _PREPARED[key] = (tuple(playbooks), in_order, index)
+    return cached[1], cached[2]
+
+
+_PREPARED: dict[tuple[int, ...], tuple[tuple[Playbook, ...], tuple[Playbook, ...], TailIndex]] = {}
+
+
+def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_per_hour: int,
+                  not_counted: frozenset[str] = frozenset()) -> tuple[str, str]:
     """("ok"|"cooldown"|"exhausted"|"breaker", why)."""
     limits = playbook.limits
     if playbook.name in history.escalated:
@@ -72,18 +94,19 @@ def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_p
         wait = limits.cooldown * limits.backoff ** (len(recent) - 1)
         if now - recent[-1] < wait:
             return "cooldown", f"cooldown: {wait - (now - recent[-1]):.1f} s left"
-    last_hour = [t for t in history.all_fired() if now - t < 3600]
-    if len(last_hour) >= max_per_hour:
+    last_hour = [t for t in history.all_fired(exclude=not_counted) if now - t < 3600]
+    if playbook.counts_toward_breaker and len(last_hour) >= max_per_hour:
         return "breaker", f"circuit breaker: {len(last_hour)} recoveries in the last hour (max {max_per_hour})"
     return "ok", ""
 
 
 def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, history: AttemptHistory) -> MatchOutcome:
-    ctx = MatchContext(state=state, config=config)
+    in_order, tail_index = _prepared(playbooks)
+    ctx = MatchContext(state=state, config=config, tail_index=tail_index)
     now = state.time
     streaks: dict[str, Streak] = {}
     matched: list[Playbook] = []
-    for playbook in ordered(playbooks):
+    for playbook in in_order:
         if playbook.match.check(ctx):
             previous = memory.streaks.get(playbook.name)
             streaks[playbook.name] = Streak(previous.count + 1, previous.since) if previous else Streak(1, now)
@@ -99,7 +122,8 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
     if not ready:
         return MatchOutcome(None, new_memory, ctx.errors)
     chosen = ready[0]
-    verdict, why = limit_verdict(chosen, history, now, config.watch.max_recoveries_per_hour)
+    not_counted = frozenset(p.name for p in playbooks if not p.counts_toward_breaker)
+    verdict, why = limit_verdict(chosen, history, now, config.watch.max_recoveries_per_hour, not_counted)
     kind = {"ok": "recover", "cooldown": "wait", "exhausted": "escalate", "breaker": "escalate"}[verdict]
     reason = why or f"'{chosen.name}' matched"
     decision = Decision(kind, chosen, reason, tuple(p.name for p in matched), tuple(sorted(inhibited & {p.name for p in matched})))

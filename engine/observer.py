@@ -55,18 +55,24 @@ class MetricTracker:
     best_val_step: int | None = None
     final_val_loss: float | None = None
     last_progress_time: float | None = None
+    longest_gap_s: float | None = None     # between two progress lines of this launch (covers eval + save)
     saving: list[str] = field(default_factory=list)
 
     def new_launch(self, tokens_per_iter: int) -> None:
         self.tokens_per_iter = tokens_per_iter
         self.progress_since_launch = 0
         self.iter_times.clear()
+        self.longest_gap_s = None
+        self.last_progress_time = None
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
             self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
             self.losses.append(event.loss)
             self.progress_since_launch += 1
+            if self.last_progress_time is not None:
+                gap = now - self.last_progress_time
+                self.longest_gap_s = gap if self.longest_gap_s is None else max(self.longest_gap_s, gap)
             self.last_progress_time = now
             if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
                 self.iter_times.append(event.iter_time_ms)
@@ -110,6 +116,7 @@ class Observer:
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
         self.tracker.new_launch(tokens_per_iter)
+        self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self.log = LogTail(log_path)
         self.launched_at = time.time()
         if replay_existing:
@@ -128,14 +135,23 @@ class Observer:
             self._consume(line, now)
         return lines
 
+    def hang_timeout(self, watch) -> float:
+        """The run's own measure of "too long without progress": the longest gap seen x a safety
+        factor, clamped to [floor, ceiling]; the ceiling until progress has been seen at all."""
+        gap = self.tracker.longest_gap_s
+        if gap is None:
+            return watch.hang_timeout_s
+        return min(watch.hang_timeout_s, max(watch.hang_floor_s, watch.hang_safety_factor * gap))
+
     def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
-                 new_lines: list[str]) -> StateSnapshot:
+                 new_lines: list[str], watch) -> StateSnapshot:
         self.observation += 1
         last = self.tracker.last_progress_time
-        since = now - max(last, self.launched_at) if last else now - self.launched_at
+        since = now - last if last else now - self.launched_at
         return StateSnapshot(
             observation=self.observation, time=now, run_state=run_state, trainer=trainer,
-            metrics=self.tracker.metrics(), seconds_since_progress=since, new_lines=new_lines,
+            metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
+            new_lines=new_lines,
             tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
         )
 

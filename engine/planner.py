@@ -40,8 +40,9 @@ def _evaluate_params(raw: dict, context: dict) -> dict:
     return values
 
 
-def plan(playbook: Playbook, state, config) -> list[PlannedStep]:
-    context = {"state": state, "config": config}
+def plan(playbook: Playbook, state, config, attempt: int = 1) -> list[PlannedStep]:
+    """`attempt` is 1 for the first firing of this playbook in its limits window, 2 for a repeat..."""
+    context = {"state": state, "config": config, "attempt": attempt}
     steps = []
     for index, step in enumerate(playbook.actions):
         definition = REGISTRY[step.verb]

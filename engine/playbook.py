@@ -107,6 +107,7 @@ class Playbook(Strict):
     priority: int = Field(50, description="higher wins when several playbooks match the same state")
     lesson: str = Field("", description="one line written into docs/run-log.md with each incident")
     inhibits: list[str] = Field(default_factory=list, description="playbooks silenced while this one matches")
+    counts_toward_breaker: bool = Field(True, description="false for upkeep-like playbooks (pruning) that must not trip the global circuit breaker")
     match: AnyClause
     persist: Persistence = Field(default_factory=Persistence, alias="for")
     limits: Limits = Field(default_factory=Limits)

@@ -8,7 +8,9 @@ Pure: no files, no processes, no clocks. Semantics (also in docs/playbooks.md):
   (what the observer builds in a real run).
 - `observation` is the 1-based index and `time` advances by 1 s per observation (from 0), unless an
   observation gives them; a given `time` is where the next observations continue from.
-- The test's `config` is deep-merged onto the defaults of the run config (or onto `base_config`).
+  `hang_timeout_s` defaults to the config's `watch.hang_timeout_s` (the observer's value before it
+  has measured the run's own progress gaps).
+- The test's `config` is deep-merged onto the defaults of the run config.
 - The playbook is matched together with the playbooks it inhibits and the playbooks that inhibit it
   (its siblings in the same folder), and with nothing else: a test checks this rule and the
   inhibitions it takes part in, and does not change when an unrelated playbook is added. A decision
@@ -16,7 +18,8 @@ Pure: no files, no processes, no clocks. Semantics (also in docs/playbooks.md):
   test goes on.
 - The result is the first observation at which a decision of kind `recover` or `escalate` names
   this playbook (a `wait` in cooldown does not count), and the verbs the planner plans for it,
-  leaving out steps whose `if:` guard is false. A step that cannot be planned fails the test.
+  leaving out steps whose `if:` guard is false. A step that cannot be planned (its computed params
+  are invalid) fails the test, unless an `escalate` step before it ends the recovery first.
 """
 
 from __future__ import annotations
@@ -56,9 +59,11 @@ def _describe(err: ValidationError) -> str:
     return f"{where}: {reason}{more}"
 
 
-def build_snapshots(observations: Iterable[dict[str, Any]]) -> list[StateSnapshot]:
+def build_snapshots(observations: Iterable[dict[str, Any]], config: RunConfig | None = None) -> list[StateSnapshot]:
     """The test's partial observations as full snapshots; ValueError names the observation."""
     default = StateSnapshot().model_dump()
+    if config is not None:
+        default["hang_timeout_s"] = config.watch.hang_timeout_s
     snapshots: list[StateSnapshot] = []
     seen_lines: list[str] = []
     time = -OBSERVATION_INTERVAL_S
@@ -75,10 +80,10 @@ def build_snapshots(observations: Iterable[dict[str, Any]]) -> list[StateSnapsho
     return snapshots
 
 
-def build_config(overrides: dict[str, Any], base_config: RunConfig | None = None) -> RunConfig:
-    base = (base_config or RunConfig()).model_dump()
+def build_config(overrides: dict[str, Any]) -> RunConfig:
+    """Tests are hermetic: the run config's defaults plus the test's own overrides, never a project's file."""
     try:
-        return RunConfig.model_validate(deep_merge(base, overrides or {}))
+        return RunConfig.model_validate(deep_merge(RunConfig().model_dump(), overrides or {}))
     except ValidationError as err:
         raise ValueError(f"config: {_describe(err)}") from None
 
@@ -113,11 +118,11 @@ def _at(index: int | None) -> str:
     return "never" if index is None else f"at observation {index}"
 
 
-def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook] = (), base_config=None) -> TestResult:
+def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook] = ()) -> TestResult:
     result = TestResult(playbook.name, test.name, test.expect_fires_at)
     try:
-        snapshots = build_snapshots(test.observations)
-        config = build_config(test.config, base_config)
+        config = build_config(test.config)
+        snapshots = build_snapshots(test.observations, config)
     except ValueError as err:
         result.problems.append(str(err))
         return result
@@ -140,7 +145,7 @@ def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook
         result.fired_at, result.kind = number, decision.kind
         steps = plan(playbook, snapshot, config)
         result.actions = [s.verb for s in steps if s.skipped is None]
-        result.problems += [f"step {s.index + 1} ({s.verb}) cannot be planned: {s.error}" for s in steps if s.error]
+        result.problems += _unplannable(steps)
         break
     if result.fired_at != test.expect_fires_at:
         result.problems.insert(0, f"expected to fire {_at(test.expect_fires_at)}, fired {_at(result.fired_at)}")
@@ -149,9 +154,20 @@ def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook
     return result
 
 
-def run_playbook_tests(playbooks: list[Playbook], base_config=None) -> list[TestResult]:
+def _unplannable(steps) -> list[str]:
+    """Steps that cannot be planned and would be reached (the supervisor stops after an escalate)."""
+    problems = []
+    for step in steps:
+        if step.error:
+            problems.append(f"step {step.index + 1} ({step.verb}) cannot be planned: {step.error}")
+        elif step.verb == "escalate" and step.skipped is None:
+            break
+    return problems
+
+
+def run_playbook_tests(playbooks: list[Playbook]) -> list[TestResult]:
     """Every test of every playbook, each matched with its related siblings from `playbooks`."""
-    return [run_test(p, t, playbooks, base_config) for p in playbooks for t in p.tests]
+    return [run_test(p, t, playbooks) for p in playbooks for t in p.tests]
 
 
 __all__ = ["TestResult", "build_config", "build_snapshots", "deep_merge", "related_playbooks", "run_playbook_tests", "run_test"]

@@ -38,7 +38,8 @@ class EngineRuntime:
         sup = self.sup
         if sup.trainer is not None and sup.trainer.alive:
             sup.stop_trainer("restart for resume")
-        sup.refresh_verification()
+        # Verify everything again right before resuming: a file can rot after it was sealed.
+        sup.refresh_verification(quarantine_corrupt=True, force=True)
         candidates = ckpts.list_checkpoints(sup.loaded.out_dir)
         if source == "step":
             chosen = next((c for c in candidates if c.step == step and c.step in sup.verified), None)

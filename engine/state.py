@@ -78,6 +78,7 @@ class StateSnapshot(Frozen):
     trainer: TrainerStatus = Field(default_factory=TrainerStatus)
     metrics: Metrics = Field(default_factory=Metrics)
     seconds_since_progress: float = 0.0
+    hang_timeout_s: float = 120.0       # derived from this run's own progress gaps (see observer.py)
     new_lines: list[str] = Field(default_factory=list)
     tail: list[str] = Field(default_factory=list)
     disk: DiskStatus = Field(default_factory=DiskStatus)

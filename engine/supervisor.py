@@ -79,7 +79,8 @@ class Supervisor:
         now = time.time()
         new_lines = self.observer.read_lines(now)
         self.refresh_verification(quarantine_corrupt=False)
-        snapshot = self.observer.snapshot(now, self.state, self._trainer_status(), self._checkpoint_status(), new_lines)
+        snapshot = self.observer.snapshot(now, self.state, self._trainer_status(), self._checkpoint_status(), new_lines,
+                                          self.loaded.config.watch)
         self.last_snapshot = snapshot
         self.events("observation", snapshot=snapshot, lines=new_lines)
         trainer = snapshot.trainer
@@ -151,7 +152,7 @@ class Supervisor:
     # --- incidents -----------------------------------------------------------------------------
     def handle_incident(self, decision, snapshot) -> None:
         playbook = decision.playbook
-        steps = plan(playbook, snapshot, self.loaded.config)
+        steps = plan(playbook, snapshot, self.loaded.config, self._attempt(playbook))
         if self.dry_run:
             self.events("dry_run_plan", decision=decision, steps=steps)
             self._transition(RunState.ESCALATED, reason="dry-run: a recovery would start here", journal=False)
@@ -166,6 +167,7 @@ class Supervisor:
             "symptom": playbook.description,
             "lesson": playbook.lesson,
             "decision": decision.kind,
+            "attempt": self._attempt(playbook),
             "decision_reason": decision.reason,
             "matched": list(decision.matched),
             "inhibited": list(decision.inhibited),
@@ -185,6 +187,7 @@ class Supervisor:
         self.incidents.write(record)
         self.journal.append("incident_opened", incident=incident_id, playbook=playbook.name, decision=decision.kind,
                             snapshot=record["snapshot"])
+        self.history = self.journal.replay().history  # limits count this firing from now on
         self._transition(RunState.INCIDENT, reason=f"{incident_id}: {decision.reason}")
         self.notifier.incident_opened(incident_id, f"{playbook.name} ({playbook.severity})", playbook.description,
                                       {"step": str(snapshot.metrics.step), "decision": decision.reason})
@@ -199,7 +202,7 @@ class Supervisor:
     def _apply(self, record: dict, playbook, snapshot, skip: set[int] = frozenset()) -> None:
         self._transition(RunState.RECOVERING, reason=record["id"])
         runtime = EngineRuntime(self, record)
-        steps = plan(playbook, snapshot, self.loaded.config)
+        steps = plan(playbook, snapshot, self.loaded.config, record.get("attempt", 1))
         aborted = None
         for step in steps:
             if step.index in skip:
@@ -268,6 +271,7 @@ class Supervisor:
         self.incidents.write(_persistable(record))
         self._append_run_log(record)
         self.journal.append("incident_closed", incident=record["id"], outcome=outcome)
+        self.history = self.journal.replay().history
         self.notifier.incident_closed(record["id"], outcome, _closing_summary(record), escalate=outcome != "recovered")
         self.events("incident_closed", record=record)
         if outcome == "recovered":
@@ -418,6 +422,12 @@ class Supervisor:
         if ckpt.path not in self._size_cache:
             self._size_cache[ckpt.path] = ckpt.size_bytes()
         return self._size_cache[ckpt.path]
+
+    def _attempt(self, playbook) -> int:
+        """1 for the first firing within the playbook's limits window, 2 for the next..."""
+        now = time.time()
+        earlier = [t for t in self.history.fired.get(playbook.name, ()) if now - t < playbook.limits.window]
+        return len(earlier) + 1
 
     def _final_exists(self) -> bool:
         return (self.loaded.out_dir / "final" / "lit_model.pth").is_file()

@@ -40,12 +40,19 @@ class TrainerProcess:
     @classmethod
     def launch(cls, spec: LaunchSpec, log_path: Path) -> "TrainerProcess":
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        limit = spec.memory_limit_bytes
+
+        def limit_memory() -> None:  # runs in the child between fork and exec
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
         with open(log_path, "ab") as log:
             # Own session: a Ctrl-C in the watcher's terminal is not delivered to the trainer directly;
             # the watcher forwards it deliberately and records what happened.
             popen = subprocess.Popen(
                 spec.argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
             )
         return cls(popen.pid, log_path, popen)
 

@@ -45,6 +45,14 @@ def watch(
 
 # --- command groups and commands from their own modules (one line each) ---
 # (register with app.add_typer(...) or app.command(...)(function) here)
+from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
+app.add_typer(playbooks_app, name="playbooks")
+from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
+from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
+
+app.add_typer(incidents_app, name="incidents")
+app.command("replay")(replay_command)
+from runbook.commands.scan_data_cmd import scan_data as scan_data_command; app.command("scan-data")(scan_data_command)  # noqa: E402,E702
 
 
 def main() -> None:

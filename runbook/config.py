@@ -50,6 +50,8 @@ class TrainerSettings(Strict):
     eval_interval: int = Field(20, gt=0, description="optimizer steps between validations")
     eval_iters: int = Field(4, gt=0)
     num_workers: int = Field(0, ge=0)
+    devices: int = Field(1, gt=0, description="GPUs on this node used by the trainer")
+    memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
     extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated litgpt config")
 
@@ -60,7 +62,9 @@ class PlaybookSettings(Strict):
 
 class WatchSettings(Strict):
     poll_interval_s: float = Field(0.2, gt=0)
-    hang_timeout_s: float = Field(120.0, gt=0, description="no progress for this long counts as a hang")
+    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout (and the timeout before the first progress line)")
+    hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
+    hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
     max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
     quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")

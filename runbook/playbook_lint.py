@@ -134,6 +134,8 @@ def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple,
         compiled = compile_expression(source)
         for sample_name, sample in SAMPLES.items():
             context = {"state": sample, "config": config}
+            if loc[0] == "actions":
+                context["attempt"] = 1  # the planner's extra name for actions: the firing's number in its window
             if role == "condition":
                 _, error = evaluate_condition(compiled, context)
             else:

@@ -54,6 +54,7 @@ class Notifier(Protocol):
     def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
     def incident_update(self, incident_id: str, text: str) -> None: ...
     def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
+    def digest(self, title: str, text: str, fields: dict[str, str]) -> None: ...
     def flush(self, timeout_s: float | None = None) -> None: ...
     def close(self) -> None: ...
 
@@ -64,6 +65,7 @@ class NullNotifier:
     def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
     def incident_update(self, incident_id: str, text: str) -> None: ...
     def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
+    def digest(self, title: str, text: str, fields: dict[str, str]) -> None: ...
     def flush(self, timeout_s: float | None = None) -> None: ...
     def close(self) -> None: ...
 
@@ -171,6 +173,15 @@ class SlackNotifier:
         # An escalation is also broadcast to the channel so it is not buried in the thread.
         self._enqueue("close", incident_id, body, [_section(body)], broadcast=escalate)
 
+    def digest(self, title: str, text: str, fields: dict[str, str]) -> None:
+        """A periodic summary (engine/upkeep.py): a top-level message, in no incident's thread."""
+        blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": _clip(title, 150)}},
+                                        _section(_esc(text))]
+        items = [_mrkdwn(_clip(f"*{_esc(str(k))}*\n{_esc(str(v))}", 2000)) for k, v in fields.items()]
+        for i in range(0, len(items), 10):
+            blocks.append({"type": "section", "fields": items[i:i + 10]})
+        self._enqueue("digest", "digest", _esc(text), blocks)
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until the outbox is empty (or ``timeout_s`` passes); cuts a running backoff short."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -202,7 +213,8 @@ class SlackNotifier:
 
     def _enqueue(self, kind: str, incident_id: str, text: str, blocks: list[dict[str, Any]],
                  broadcast: bool = False) -> None:
-        blocks = blocks + [{"type": "context", "elements": [_mrkdwn(f"incident `{_esc(str(incident_id))}`")]}]
+        if kind != "digest":
+            blocks = blocks + [{"type": "context", "elements": [_mrkdwn(f"incident `{_esc(str(incident_id))}`")]}]
         message = {"kind": kind, "incident_id": str(incident_id), "text": _clip(text, 3000),
                    "blocks": blocks, "broadcast": broadcast, "queued_at": time.time()}
         try:
@@ -262,7 +274,7 @@ class SlackNotifier:
         assert self._client is not None
         key = _THREAD_KEY + message["incident_id"]
         payload["channel"] = self._settings.channel
-        if message["kind"] != "open":
+        if message["kind"] not in ("open", "digest"):
             parent = self._outbox.state_get(key)
             if parent:
                 payload.update(channel=parent["channel"], thread_ts=parent["ts"])

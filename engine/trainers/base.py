@@ -19,6 +19,7 @@ class LaunchSpec:
     config_file: Path                 # the generated trainer config of this launch
     resume_from: Path | None          # the checkpoint file passed to the trainer, if any
     hyperparameters: dict = field(default_factory=dict)
+    memory_limit_bytes: int | None = None   # RLIMIT_AS for the trainer process
 
 
 class TrainerAdapter(Protocol):

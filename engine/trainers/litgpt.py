@@ -160,7 +160,7 @@ class LitGPTAdapter:
                 "class_path": "torch.optim.AdamW",
                 "init_args": {"lr": cfg.lr, "weight_decay": 0.0, "betas": [0.9, 0.95]},
             },
-            "devices": 1,
+            "devices": cfg.trainer.devices,
             "num_nodes": 1,
             "seed": cfg.seed,
             "logger_name": "csv",
@@ -198,6 +198,7 @@ class LitGPTAdapter:
             config_file=config_file,
             resume_from=resume_from,
             hyperparameters={"micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "lr": cfg.lr},
+            memory_limit_bytes=cfg.trainer.memory_limit_mb * 1024 * 1024 if cfg.trainer.memory_limit_mb else None,
         )
 
 

@@ -1,0 +1,233 @@
+"""`runbook incidents` (a table of the run's incident records) and `runbook incidents show incident-N`.
+
+Read-only: records are read, never repaired or rewritten. A record that cannot be read is named
+with its file and exit code 9 (NOT_FOUND); the other records are still shown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+DEFAULT_CONFIG = Path("configs/run_config.yaml")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+incidents_app = typer.Typer(add_completion=False, invoke_without_command=True,
+                            help="List the run's incident records, or show one.")
+
+
+class RecordProblem(Exception):
+    def __init__(self, code: ExitCode, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+# --- reading records (shared with `runbook replay`) ----------------------------------------------
+def open_store(config: Path):
+    """(LoadedConfig, IncidentStore) for a run config; SourceError -> RecordProblem(BAD_CONFIG)."""
+    from engine.incidents import IncidentStore
+    from runbook.config import load_config
+
+    try:
+        loaded = load_config(config)
+    except SourceError as error:
+        raise RecordProblem(ExitCode.BAD_CONFIG, "\n".join(error.messages)) from None
+    # The counter file is only touched by next_id(), which a reader never calls.
+    return loaded, IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
+
+
+def read_record(store, incident_id: str) -> dict:
+    from engine.incidents import ID_PATTERN
+
+    known = ", ".join(store.ids()) or "none"
+    if not ID_PATTERN.match(incident_id):  # also keeps "../x" out of the path
+        raise RecordProblem(ExitCode.NOT_FOUND, f"'{incident_id}' is not an incident id (incident-N); known in {store.dir}: {known}")
+    path = store.path(incident_id)
+    if not path.exists():
+        raise RecordProblem(ExitCode.NOT_FOUND, f"there is no {incident_id} in {store.dir}; known: {known}")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not a readable incident record (perhaps half-written: "
+                            f"{type(error).__name__}: {error}); nothing was changed") from None
+    if not isinstance(record, dict) or record.get("id") != incident_id:
+        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not an incident record (expected a JSON object with "
+                            f"\"id\": \"{incident_id}\"); nothing was changed")
+    return record
+
+
+def read_all(store) -> tuple[list[dict], dict[str, str]]:
+    """Every readable record, oldest first, and {id: one sentence} per unreadable file."""
+    records, problems = [], {}
+    for incident_id in store.ids():
+        try:
+            records.append(read_record(store, incident_id))
+        except RecordProblem as problem:
+            problems[incident_id] = str(problem)
+    return records, problems
+
+
+def report(problem: RecordProblem) -> ExitCode:
+    err.print(Text("error: " + str(problem)) if problem.code != ExitCode.BAD_CONFIG else Text(str(problem)))
+    return problem.code
+
+
+# --- formatting ----------------------------------------------------------------------------------
+def when(record: dict) -> str:
+    opened = record.get("opened_at")
+    if isinstance(opened, (int, float)):
+        return dt.datetime.fromtimestamp(opened).strftime("%Y-%m-%d %H:%M")
+    return str(record.get("opened_at_iso") or "?")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def row(record: dict) -> dict:
+    return {
+        "id": record.get("id"), "when": when(record), "playbook": record.get("playbook"),
+        "outcome": record.get("outcome"), "step": record.get("step_at_failure"),
+        "steps_lost": record.get("steps_lost"), "tokens_lost": record.get("tokens_lost"),
+        "recovery_seconds": record.get("recovery_seconds"),
+    }
+
+
+def config_changes(record: dict) -> dict[str, list]:
+    """key -> [before, after]: from config_before/config_after when both exist, else as recorded."""
+    before, after = record.get("config_before"), record.get("config_after")
+    if isinstance(before, dict) and isinstance(after, dict):
+        flat_before, flat_after = _flatten(before), _flatten(after)
+        return {k: [flat_before.get(k), flat_after.get(k)] for k in sorted(set(flat_before) | set(flat_after))
+                if flat_before.get(k) != flat_after.get(k)}
+    recorded = record.get("config_changes")
+    return dict(recorded) if isinstance(recorded, dict) else {}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def print_table(records: list[dict]) -> None:
+    # SIMPLE box, two-line headers, no-wrap cells: the table stays readable in an 80-column terminal or CI log.
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    for name, justify in (("id", "left"), ("when", "left"), ("playbook", "left"), ("outcome", "left"),
+                          ("step", "right"), ("steps\nlost", "right"), ("recovery\ns", "right")):
+        table.add_column(name, justify=justify, no_wrap=name != "playbook")
+    for record in records:
+        r = row(record)
+        style = {"recovered": "green", "escalated": "yellow", "failed": "red"}.get(str(r["outcome"]), "")
+        table.add_row(*(Text(_show(r[k]), style=style if k == "outcome" else "")
+                        for k in ("id", "when", "playbook", "outcome", "step", "steps_lost", "recovery_seconds")))
+    out.print(table)
+
+
+def print_record(record: dict) -> None:
+    out.print(Text(f"{record.get('id')}: {record.get('playbook')} ({record.get('outcome')})", style="bold"))
+    summary = [
+        ("symptom", record.get("symptom")), ("severity", record.get("severity")),
+        ("decision", f"{record.get('decision')}: {record.get('decision_reason')}"),
+        ("playbook", f"{record.get('playbook_source')} [{record.get('playbook_hash')}]"),
+        ("opened", f"{when(record)} ({record.get('opened_at_iso')})"),
+        ("step at failure", record.get("step_at_failure")), ("tokens at failure", record.get("tokens_at_failure")),
+        ("trainer exit code", record.get("trainer_exit_code")),
+        ("resumed from", record.get("resumed_from")), ("resumed step", record.get("resumed_step")),
+        ("steps lost", record.get("steps_lost")), ("tokens lost", record.get("tokens_lost")),
+        ("recovery seconds", record.get("recovery_seconds")),
+        ("escalation", record.get("escalation_reason")), ("lesson", record.get("lesson")),
+    ]
+    for label, value in summary:
+        if value not in (None, "", "None: None"):
+            out.print(Text(f"  {label + ':':<19}{_show(value)}"))
+    for note in record.get("notes") or []:
+        out.print(Text(f"  note:              {note}"))
+
+    actions = Table(title="actions", title_justify="left")
+    for name in ("#", "verb", "result", "summary", "s"):
+        actions.add_column(name, justify="right" if name in ("#", "s") else "left")
+    for a in record.get("actions") or []:
+        if isinstance(a, dict):
+            result = "skipped" if a.get("skipped") else ("ok" if a.get("ok") else "FAILED")
+            actions.add_row(Text(_show((a.get("index") or 0) + 1)), Text(str(a.get("verb"))),
+                            Text(result, style={"ok": "green", "FAILED": "red"}.get(result, "")),
+                            Text(str(a.get("summary", ""))), Text(f"{a.get('seconds') or 0:.2f}"))
+    if actions.row_count:
+        out.print(actions)
+    else:
+        out.print(Text("  actions: none"))
+
+    changes = config_changes(record)
+    out.print(Text("config changes:", style="bold"))
+    if not changes:
+        out.print(Text("  none"))
+    for key, (before, after) in changes.items():
+        out.print(Text(f"  {key}: {before} -> {after}"))
+
+    excerpt = record.get("log_excerpt") or []
+    out.print(Text(f"log excerpt ({len(excerpt)} line(s)):", style="bold"))
+    for line in excerpt:
+        out.print(Text(f"  | {line}"))
+
+
+# --- commands ------------------------------------------------------------------------------------
+ConfigOption = typer.Option(DEFAULT_CONFIG, "--config", help="run config (YAML)")
+JsonOption = typer.Option(False, "--json", help="machine-readable output")
+
+
+@incidents_app.callback()
+def list_incidents(ctx: typer.Context, config: Path = ConfigOption, as_json: bool = JsonOption) -> None:
+    """List the incident records of the run (id, when, playbook, outcome, step, lost compute)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        _loaded, store = open_store(config)
+    except RecordProblem as problem:
+        raise typer.Exit(int(report(problem)))
+    records, problems = read_all(store)
+    if as_json:
+        typer.echo(json.dumps([row(r) for r in records], indent=2))
+    elif records:
+        print_table(records)
+    elif not problems:
+        out.print(Text(f"no incidents recorded in {store.dir}"))
+    for problem in problems.values():
+        err.print(Text("error: " + problem))
+    raise typer.Exit(int(ExitCode.NOT_FOUND if problems else ExitCode.OK))
+
+
+@incidents_app.command("show")
+def show_incident(incident_id: str = typer.Argument(..., help="incident-N"),
+                  config: Path = ConfigOption, as_json: bool = JsonOption) -> None:
+    """Show one incident: summary, actions with results, config changes, log excerpt."""
+    try:
+        _loaded, store = open_store(config)
+        record = read_record(store, incident_id)
+    except RecordProblem as problem:
+        raise typer.Exit(int(report(problem)))
+    if as_json:
+        typer.echo(json.dumps(record, indent=2, default=str))
+    else:
+        print_record(record)
+    raise typer.Exit(int(ExitCode.OK))

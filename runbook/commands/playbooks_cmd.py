@@ -1,0 +1,212 @@
+"""`runbook playbooks ...`: lint, test, explain, schema and docs for the playbook language."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import ValidationError
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError, atomic_write_text
+
+playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
+DEFAULT_PLAYBOOKS = Path("playbooks")
+
+PATHS = typer.Argument(None, help="playbook files or folders (default: ./playbooks, or the run config's playbooks.paths)")
+CONFIG = typer.Option(None, "--config", "-c", help="run config (YAML): its playbooks.paths and values")
+
+
+def _exit(code: ExitCode, *lines: str) -> None:
+    for line in lines:
+        typer.echo(line, err=True)
+    raise typer.Exit(int(code))
+
+
+def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
+    """(RunConfig, playbook paths): explicit paths win, then the run config's, then ./playbooks."""
+    from runbook.config import RunConfig, load_config
+
+    if config_path is None:
+        return RunConfig(), list(paths or [DEFAULT_PLAYBOOKS])
+    try:
+        loaded = load_config(config_path)
+    except SourceError as err:
+        _exit(ExitCode.BAD_CONFIG, *err.messages)
+    return loaded.config, list(paths or loaded.playbook_paths)
+
+
+def _load(paths: list[Path], code: ExitCode):
+    from engine.playbook_loader import load_playbooks
+
+    try:
+        return load_playbooks(paths)
+    except SourceError as err:
+        _exit(code, *err.messages)
+
+
+@playbooks_app.command()
+def lint(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -> None:
+    """Validate playbooks: every problem as file:line:col: key: reason. Exit 0 only when all are valid."""
+    from runbook.playbook_lint import lint_paths
+
+    run_config, paths = _setup(paths, config)
+    report = lint_paths(paths, run_config)
+    for line in report.errors + report.warnings:
+        typer.echo(line)
+    if report.files == 0 and not report.errors:
+        _exit(ExitCode.INVALID, f"no playbook files (*.yaml, *.yml) in {', '.join(map(str, paths))}")
+    invalid = report.files - len(report.valid)
+    summary = f"{len(report.valid)} playbook(s) valid"
+    summary += f", {invalid} invalid" if invalid else ""
+    summary += f", {len(report.warnings)} warning(s)" if report.warnings else ""
+    typer.echo(summary)
+    raise typer.Exit(0 if report.ok else int(ExitCode.INVALID))
+
+
+@playbooks_app.command("test")
+def run_tests(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -> None:
+    """Run the `tests:` of every playbook. Exit 0 only when all pass."""
+    from engine.playbook_testing import run_playbook_tests
+
+    _, paths = _setup(paths, config)
+    playbooks = _load(paths, ExitCode.INVALID)
+    results = run_playbook_tests(playbooks)
+    for result in results:
+        if result.passed:
+            fired = f"fired at observation {result.fired_at} ({result.kind}: {', '.join(result.actions or [])})" \
+                if result.fired_at else "did not fire"
+            typer.echo(f"PASS {result.playbook}: {result.test} - {fired}")
+        else:
+            typer.echo(f"FAIL {result.playbook}: {result.test}")
+            for problem in result.problems:
+                typer.echo(f"     {problem}")
+        for note in result.notes:
+            typer.echo(f"     note: {note}")
+    failed = sum(not r.passed for r in results)
+    untested = [p.name for p in playbooks if not p.tests]
+    summary = f"{len(results) - failed} passed, {failed} failed"
+    summary += f" ({len(untested)} playbook(s) without tests: {', '.join(untested)})" if untested else ""
+    typer.echo(summary)
+    raise typer.Exit(int(ExitCode.INVALID) if failed else 0)
+
+
+def _read_state(path: Path):
+    """A StateSnapshot from a snapshot file or an incident record; the record's config too, if any."""
+    from engine.state import StateSnapshot
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        _exit(ExitCode.NOT_FOUND, f"{path}: cannot read a JSON snapshot: {err}")
+    record_config = None
+    if isinstance(data, dict) and isinstance(data.get("snapshot"), dict):  # an incident record
+        record_config = data.get("config_before")
+        data = data["snapshot"]
+    try:
+        return StateSnapshot.model_validate(data), record_config
+    except ValidationError as err:
+        first = err.errors()[0]
+        _exit(ExitCode.NOT_FOUND, f"{path}: not a state snapshot: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+
+
+def _tree(explanation, depth: int = 0) -> list[str]:
+    mark = "[match]   " if explanation.matched else "[no match]"
+    line = f"{'    ' * depth}{mark} {explanation.clause}: expected {explanation.expected}"
+    if explanation.actual:
+        line += f"; actual {explanation.actual}"
+    return [line] + [l for child in explanation.children for l in _tree(child, depth + 1)]
+
+
+@playbooks_app.command()
+def explain(
+    name: str = typer.Argument(..., help="playbook name"),
+    state: Path = typer.Option(..., "--state", help="a snapshot JSON, or an incident record JSON"),
+    config: Optional[Path] = CONFIG,
+    playbooks: Optional[list[Path]] = typer.Option(None, "--playbooks", help="playbook files or folders"),
+) -> None:
+    """Clause by clause: does NAME match this state, expected vs actual. Exit 0 on match, 1 on no match."""
+    from engine.clauses import MatchContext
+    from engine.planner import plan
+    from runbook.config import RunConfig
+
+    run_config, paths = _setup(playbooks, config)
+    snapshot, record_config = _read_state(state)
+    if config is None and record_config:
+        try:
+            run_config = RunConfig.model_validate(record_config)  # the config the incident was decided with
+        except ValidationError:
+            typer.echo("note: the record's config_before is not valid any more; using the defaults")
+    loaded = _load(paths, ExitCode.BAD_CONFIG)
+    by_name = {p.name: p for p in loaded}
+    if name not in by_name:
+        _exit(ExitCode.NOT_FOUND, f"no playbook '{name}' in {', '.join(map(str, paths))} (known: {', '.join(sorted(by_name))})")
+    playbook = by_name[name]
+    ctx = MatchContext(state=snapshot, config=run_config)
+    explanation = playbook.match.explain(ctx)
+    t = snapshot.trainer
+    trainer = "alive" if t.alive else f"exited (code {t.exit_code}, signal {t.signal})"
+    typer.echo(f"playbook '{playbook.name}' ({playbook.source}), priority {playbook.priority}, severity {playbook.severity}")
+    typer.echo(f"state: observation {snapshot.observation}, trainer {trainer}, step {snapshot.metrics.step}")
+    for line in _tree(explanation):
+        typer.echo(line)
+    for error in ctx.errors:
+        typer.echo(f"expression error (fails closed): {error}")
+    typer.echo(f"result: {'MATCH' if explanation.matched else 'NO MATCH'}")
+    persist, limits = playbook.persist, playbook.limits
+    held = f"{persist.observations} consecutive matching observation(s)"
+    held += f" over at least {persist.seconds:g} s" if persist.seconds else ""
+    typer.echo(f"persistence: fires after {held}; this one snapshot counts as 1"
+               + ("" if persist.observations == 1 and not persist.seconds else ", so a live run needs more"))
+    typer.echo(f"limits: at most {limits.max_attempts} firing(s) per {limits.window:g} s, cooldown {limits.cooldown:g} s "
+               f"(backoff x{limits.backoff:g}), then escalate; circuit breaker "
+               f"{run_config.watch.max_recoveries_per_hour} recoveries/hour for the run (history not considered here)")
+    if playbook.inhibits:
+        typer.echo(f"inhibits: {', '.join(playbook.inhibits)}")
+    others = [p for p in loaded if p.name != name and p.match.check(MatchContext(state=snapshot, config=run_config))]
+    blockers = [p.name for p in others if name in p.inhibits]
+    higher = [p.name for p in others if p.priority > playbook.priority and p.name not in blockers]
+    if blockers:
+        typer.echo(f"inhibited by: {', '.join(blockers)} (also matches this state)")
+    if higher:
+        typer.echo(f"outranked by: {', '.join(higher)} (higher priority, also matches this state)")
+    if explanation.matched:
+        typer.echo("plan:")
+        for step in plan(playbook, snapshot, run_config):
+            status = f" (skipped: {step.skipped})" if step.skipped else f" (cannot plan: {step.error})" if step.error else ""
+            typer.echo(f"  {step.index + 1}. {step.description}{status}")
+    raise typer.Exit(0 if explanation.matched else int(ExitCode.NO_MATCH))
+
+
+@playbooks_app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="write to FILE instead of stdout")) -> None:
+    """JSON Schema of the playbook format, for editors (see docs/playbooks.md, 'Editor support')."""
+    from runbook.playbook_schema import playbook_schema
+
+    text = json.dumps(playbook_schema(), indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        atomic_write_text(output, text)
+        typer.echo(f"wrote {output}", err=True)
+
+
+@playbooks_app.command()
+def docs(
+    check: bool = typer.Option(False, "--check", help="only check that the file is up to date (exit 8 if not)"),
+    output: Path = typer.Option(Path("docs/playbooks.md"), "--output", "-o"),
+) -> None:
+    """Write the playbook reference generated from the models (docs/playbooks.md)."""
+    from runbook.docs_gen import render_playbook_reference
+
+    text = render_playbook_reference()
+    if check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current != text:
+            _exit(ExitCode.INVALID, f"{output} is out of date; run `runbook playbooks docs`")
+        typer.echo(f"{output} is up to date")
+        return
+    atomic_write_text(output, text)
+    typer.echo(f"wrote {output}")

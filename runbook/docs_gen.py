@@ -1,0 +1,331 @@
+"""docs/playbooks.md, generated from the models that validate playbooks (`runbook playbooks docs`).
+
+Field tables come from the pydantic models, actions from engine.actions.REGISTRY, helper functions
+from the expression environment; the prose around them lives here. Every example is validated
+while rendering, so the reference cannot show a playbook the loader would refuse.
+"""
+
+from __future__ import annotations
+
+import io
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from jinja2.defaults import DEFAULT_NAMESPACE
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import PydanticUndefined
+from ruamel.yaml import YAML
+
+import engine.playbook_testing as playbook_testing
+from engine.actions import REGISTRY
+from engine.clauses import CLAUSE_TYPES, AnyClause
+from engine.expressions import _ENV
+from engine.playbook import ActionStep, Limits, Persistence, Playbook, PlaybookTest
+from engine.state import StateSnapshot
+from runbook.config import RunConfig, WatchSettings
+from runbook.playbook_schema import DURATION_FIELDS, DURATION_PARAMS
+
+DOC_PATH = "docs/playbooks.md"
+
+TOP_LEVEL_NOTES = {
+    "name": "unique name: lower case letters, digits, `-` and `_`",
+    "description": "what failure this playbook recognises (shown in incidents and Slack)",
+    "severity": "`info`, `warning` or `critical`",
+    "match": "one clause (see [Match clauses](#match-clauses))",
+    "for": "persistence, see [Persistence](#persistence-for)",
+    "limits": "see [Limits](#limits)",
+    "actions": "ordered steps, see [Actions](#actions)",
+    "tests": "see [Tests](#tests)",
+}
+
+# One line and one example per clause kind (a test checks every kind in CLAUSE_TYPES has one).
+CLAUSES: dict[str, tuple[str, str]] = {
+    "log": ("A log line matches a regular expression: `scope: new` searches the lines printed since the last "
+            "observation, `scope: tail` the last 200 lines.",
+            "log:\n  pattern: 'CUDA out of memory'\n  scope: new"),
+    "metric": ("Compare a metric with a threshold, test it for NaN/Inf, or compare it with its rolling median "
+               "(`ratio_to_median_*`, loss only). An unknown metric (not printed yet) never matches.",
+               "metric:\n  name: loss\n  op: ratio_to_median_above\n  value: 3\n  min_step: 50"),
+    "exit": ("The trainer process has exited with one of these codes or signals, or with any non-zero code.",
+             "exit:\n  signals: [SIGTERM]\n  codes: [143]"),
+    "stalled": ("The trainer is alive but printed no progress line for this long "
+                "(default `watch.hang_timeout_s` of the run config).",
+                "stalled:\n  seconds: 300"),
+    "disk": ("Free space on the checkpoint filesystem is below a number of bytes, a percentage, or a multiple "
+             "of the last checkpoint's size. Give exactly one.",
+             "disk:\n  free_below_checkpoint_factor: 2"),
+    "checkpoint": ("Some saved checkpoint failed verification (or, with `corrupt: false`, none did).",
+                   "checkpoint:\n  corrupt: true"),
+    "throughput": ("Tokens/s fell below a fraction of the run's own baseline (measured after warm-up).",
+                   "throughput:\n  below_baseline_fraction: 0.5"),
+    "expr": ("A condition in the [expression language](#expressions); it must yield a real true/false.",
+             "expr: \"state.metrics.val_loss is not none and state.metrics.val_loss > 2 * state.metrics.best_val_loss\""),
+    "all": ("Every clause below matches.", "all:\n  - exit: {nonzero: true}\n  - log: {pattern: 'NCCL', scope: tail}"),
+    "any": ("At least one clause below matches.", "any:\n  - metric: {name: loss, op: not_finite}\n  - log: {pattern: 'loss is nan'}"),
+    "not": ("The clause below does not match.", "not:\n  exit: {signals: [SIGTERM]}"),
+}
+
+STATE_NOTES = {
+    "trainer.exit_code": "negative: killed by that signal number",
+    "trainer.signal": "e.g. `SIGTERM`",
+    "trainer.stopped": "process state T (SIGSTOP)",
+    "metrics.step": "optimizer steps",
+    "metrics.iter_num": "micro-batches",
+    "metrics.loss_median": "rolling median of recent train losses",
+    "new_lines": "log lines since the previous observation",
+    "tail": "the last 200 log lines",
+}
+
+TEST_EXAMPLE = """\
+tests:
+  - name: fires when a live trainer is silent past the timeout
+    config: {watch: {hang_timeout_s: 30}}
+    observations:
+      - {trainer: {alive: true}, seconds_since_progress: 5}
+      - {trainer: {alive: true}, seconds_since_progress: 31}
+    expect_fires_at: 2
+    expect_actions: [record, stop, verify_checkpoints, resume]
+"""
+
+
+MINIMAL_PLAYBOOK = """\
+name: loss-spike
+description: The train loss jumped far above its rolling median (bad batch or too high a learning rate).
+severity: warning
+priority: 70
+match:
+  metric: {name: loss, op: ratio_to_median_above, value: 3, min_step: 50}
+for:
+  observations: 3
+limits:
+  max_attempts: 2
+  window: 1h
+actions:
+  - rollback: {steps: 20}
+  - set_hyperparameters:
+      lr: "{{ config.lr / 2 }}"
+  - resume: {from: newest_verified}
+"""
+
+
+def _yaml_load(text: str) -> Any:
+    return YAML(typ="safe", pure=True).load(text)
+
+
+def _yaml_dump(data: Any) -> str:
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    return buffer.getvalue()
+
+
+def _type(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is AnyClause or (origin is typing.Annotated and args and args[0] is AnyClause):
+        return "clause"
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        if any(typing.get_origin(a) is typing.Annotated for a in args):
+            return "clause"
+        return " or ".join(_type(a) for a in args)
+    if origin is list:
+        return f"list of {_type(args[0])}"
+    if origin is dict:
+        return "mapping"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return " \\| ".join(f"`{member.value}`" for member in annotation)
+    if annotation is Path:
+        return "path"
+    return {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}.get(annotation, "value")
+
+
+def _default(info) -> str:
+    if info.is_required():
+        return "required"
+    value = info.default_factory() if info.default is PydanticUndefined and info.default_factory else info.default
+    if isinstance(value, BaseModel):
+        return "see below"
+    if value in ("", [], {}):
+        return "(empty)"
+    if value is None or isinstance(value, bool):  # YAML spelling, as a playbook author writes it
+        return {None: "`null`", True: "`true`", False: "`false`"}[value]
+    return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+
+def _table(model: type[BaseModel], notes: dict[str, str] | None = None, durations: set[str] = frozenset()) -> str:
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    durations = durations | {field for name, field in DURATION_FIELDS if name == model.__name__}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        meaning = info.description or (notes or {}).get(key, "")
+        kind = "seconds or a duration (`30s`, `5m`, `1h`)" if key in durations else _type(info.annotation)
+        rows.append(f"| `{key}` | {kind} | {_default(info)} | {meaning} |")
+    return "\n".join(rows)
+
+
+def _fence(text: str) -> str:
+    return f"```yaml\n{text.rstrip()}\n```"
+
+
+def _clauses() -> str:
+    adapter = TypeAdapter(AnyClause)
+    out = []
+    for kind, clause_type in CLAUSE_TYPES.items():
+        summary, example = CLAUSES[kind]
+        adapter.validate_python(_yaml_load(example))  # a wrong example fails the generation
+        out.append(f"### `{kind}`\n\n{summary}\n")
+        spec = clause_type.model_fields[next(iter(clause_type.model_fields))].annotation
+        if isinstance(spec, type) and issubclass(spec, BaseModel):
+            out.append(_table(spec) + "\n")
+        out.append(_fence("match:\n" + "".join(f"  {line}\n" for line in example.splitlines())) + "\n")
+    return "\n".join(out).rstrip()
+
+
+def _actions() -> str:
+    out = []
+    for verb, definition in REGISTRY.items():
+        step = ActionStep.model_validate(definition.example)  # validates the example's params
+        assert step.verb == verb, f"the example of '{verb}' is for '{step.verb}'"
+        out.append(f"### `{verb}`\n\n{definition.doc}\n")
+        if definition.params.model_fields:
+            durations = {field for name, field in DURATION_PARAMS if name == verb}
+            out.append(_table(definition.params, durations=durations) + "\n")
+        else:
+            out.append("No parameters.\n")
+        out.append(_fence(_yaml_dump({"actions": [definition.example]})) + "\n")
+    return "\n".join(out).rstrip()
+
+
+def _state_fields(model: type[BaseModel] = StateSnapshot, prefix: str = "state.") -> list[str]:
+    rows = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows += _state_fields(annotation, f"{prefix}{name}.")
+            if name == "disk":
+                rows.append(f"| `{prefix}disk.free_percent` | number | free space in percent |")
+            continue
+        key = f"{prefix}{name}"
+        rows.append(f"| `{key}` | {_type(annotation)} | {STATE_NOTES.get(key.removeprefix('state.'), '')} |")
+    return rows
+
+
+def _expressions() -> str:
+    helpers = sorted(set(_ENV.globals) - set(DEFAULT_NAMESPACE))
+    config_rows = [f"| `config.{n}` | {_type(i.annotation)} | {i.description or ''} |"
+                   for n, i in RunConfig.model_fields.items() if _type(i.annotation) != "mapping"]
+    config_rows += [f"| `config.watch.{n}` | {_type(i.annotation)} | {i.description or ''} |"
+                    for n, i in WatchSettings.model_fields.items()]
+    return "\n".join([
+        "Conditions (`expr:` clauses, `if:` guards) and computed parameters use one language: "
+        "[Jinja2 expressions](https://jinja.palletsprojects.com/en/stable/templates/#expressions) "
+        "(`and`, `or`, `not`, `is none`, `//`, filters such as `| round(1)`), compiled once at load time "
+        "and evaluated in an immutable sandbox. Rules:\n",
+        "- A condition must yield a real `true`/`false`. An error (a missing attribute, `None > 3`) or "
+        "any other value makes it **false** (fails closed); the watcher logs the error, and "
+        "`runbook playbooks lint` reports it as a warning by evaluating every expression against sample states.",
+        "- Names starting with `_` cannot be reached (`().__class__` is refused at load), nothing can be "
+        "modified, and only `state`, `config` and the helpers below are in scope; in actions (`if:` and "
+        "computed parameters) also `attempt`: 1 for the first firing of the playbook in its limits window, "
+        "2 for the next, and so on.",
+        "- A parameter written entirely as `\"{{ ... }}\"` is computed when the action is planned, with the "
+        "expression's own type (`\"{{ config.micro_batch_size // 2 }}\"` is an integer) and then validated "
+        "by the action's parameter model. `{{` inside a longer text is kept as written (lint warns).\n",
+        f"Helper functions: {', '.join(f'`{h}`' for h in helpers)} "
+        "(`isnan`/`isinf`/`isfinite` are false for an unknown value; `median` of an empty list is none).\n",
+        "### `state`: the live snapshot\n",
+        "| name | type | meaning |", "|---|---|---|", *_state_fields(), "",
+        "### `config`: the run config\n",
+        "| name | type | meaning |", "|---|---|---|", *config_rows,
+        "\nand the sections `config.model`, `config.data`, `config.trainer`, `config.playbooks`, "
+        "`config.notifications` of the run config.",
+    ])
+
+
+def _tests() -> str:
+    semantics = playbook_testing.__doc__.split("\n\n", 1)[1].split("\n", 1)[1].strip()
+    Playbook.model_validate({"name": "x", "description": "x", "match": {"stalled": {}}, "actions": [{"stop": {}}],
+                             **_yaml_load(TEST_EXAMPLE)})
+    return "\n".join([
+        "A playbook may carry tests: a short series of observed states and the decision it must make. "
+        "`runbook playbooks test` runs every test of every playbook (CI runs it over `playbooks/`).\n",
+        _table(PlaybookTest), "", _fence(TEST_EXAMPLE), "", "How a test runs:\n", semantics,
+    ])
+
+
+def render_playbook_reference() -> str:
+    Playbook.model_validate(_yaml_load(MINIMAL_PLAYBOOK))
+    sections = [
+        "# Playbook reference",
+        "<!-- Generated by `runbook playbooks docs` from the models in engine/; do not edit by hand. -->",
+        "A playbook teaches runbook one failure: a YAML file in `playbooks/` that says how to recognise it "
+        "(`match`, `for`), what to do (`actions`), how often (`limits`), and carries its own `tests`. "
+        "All files are validated when `runbook watch` starts; an invalid playbook stops it from starting.",
+        _fence(MINIMAL_PLAYBOOK),
+        "## Top-level keys", _table(Playbook, TOP_LEVEL_NOTES),
+        "## Match clauses",
+        "`match` is one clause; `all`, `any` and `not` combine clauses to any depth. Each observation "
+        "(one snapshot of the run, taken every `watch.poll_interval_s`) is matched against every playbook.",
+        _clauses(),
+        "## Persistence (`for`)",
+        "A playbook fires only after its match held on consecutive observations: at least `observations` "
+        "of them and for at least `seconds` (both, when both are given). The default fires on the first "
+        "matching observation; say e.g. `for: {observations: 3}` so that one NaN line or one slow step "
+        "does not restart a run. One observation that does not match breaks the streak; after a firing "
+        "the streak starts afresh.",
+        _table(Persistence), _fence("for:\n  observations: 3\n  seconds: 30s"),
+        "## Limits",
+        "Recoveries of one playbook are limited: at most `max_attempts` firings within the sliding `window`; "
+        "after a firing, the next one must wait `cooldown` x `backoff`^(n-1), n being the number of "
+        "firings in the window (the decision is `wait` meanwhile). When `max_attempts` is used up the "
+        "decision is `escalate`: no automatic action for that symptom any more, a human is notified, and "
+        "`watch` exits with the code *escalated* when nothing else can proceed. A global circuit breaker, "
+        "`watch.max_recoveries_per_hour` of the run config, caps recoveries of all playbooks together. "
+        "Firing times are kept in the run's journal, so the counts survive a watcher restart.",
+        _table(Limits), _fence("limits:\n  max_attempts: 3\n  window: 1h\n  cooldown: 2m\n  backoff: 2"),
+        "## Priority and inhibition",
+        "When several playbooks match the same observation, the one with the highest `priority` is chosen "
+        "(ties: alphabetical name); there is one incident per distinct failure and never two recoveries at "
+        "once. `inhibits: [name, ...]` silences the named playbooks while this one matches, e.g. a "
+        "preemption (SIGTERM) that also looks like a hang is handled once, by `preemption`.",
+        _fence("name: preemption\npriority: 90\ninhibits: [hang, unknown-crash]"),
+        "## Actions",
+        "`actions` is an ordered list; each item is one verb with its parameters, an optional `if:` guard "
+        "(an [expression](#expressions); a false or failing guard skips the step) and an optional "
+        "`on_failure`: `abort` (default: stop the recovery here), `continue`, or `escalate`. "
+        "Parameters are validated when the playbook is loaded; computed ones again when planned.",
+        _fence("actions:\n  - set_hyperparameters:\n      micro_batch_size: \"{{ config.micro_batch_size // 2 }}\"\n"
+               "    if: \"config.micro_batch_size > 1\"\n    on_failure: escalate"),
+        _actions(),
+        "## Expressions", _expressions(),
+        "## Tests", _tests(),
+        "## Tooling",
+        "\n".join([
+        "- `runbook playbooks lint [PATH...]`: every problem as `file:line:col: key: reason`, and runtime "
+        "warnings for expressions; exit 0 only when every playbook is valid (8 otherwise).",
+        "- `runbook playbooks test [PATH...]`: run the tests; exit 0 only when all pass (8 otherwise).",
+        "- `runbook playbooks explain NAME --state SNAPSHOT.json`: clause by clause, expected and actual "
+        "value; the file may be a snapshot or an incident record (`runs/*/incidents/incident-N.json`). "
+        "Exit 0 when the match holds, 1 when not.",
+        "- `runbook playbooks docs [--check]`: write (or check) this file.",
+        "- `runbook playbooks schema [--output FILE]`: the JSON Schema of this format.",
+        ]),
+        "### Editor support",
+        "Write the schema once, e.g. `runbook playbooks schema --output playbooks/playbook.schema.json`. "
+        "In VS Code (with the Red Hat YAML extension) map it to the playbook files in `.vscode/settings.json`:",
+        "```json\n{\n  \"yaml.schemas\": {\n    \"./playbooks/playbook.schema.json\": \"playbooks/*.yaml\"\n  }\n}\n```",
+        "Any editor that uses yaml-language-server (Neovim, Helix, Emacs lsp-mode, JetBrains with the "
+        "plugin) also honours a first-line comment in a playbook:",
+        "```yaml\n# yaml-language-server: $schema=./playbook.schema.json\nname: hang\n```",
+        "Regenerate the schema when runbook is upgraded (new actions or parameters).",
+    ]
+    return "\n\n".join(sections) + "\n"
+

@@ -1,0 +1,272 @@
+"""`runbook incidents` and `runbook replay` against real records in a scratch project (no mocks).
+
+Records are made the way the supervisor makes them: the real matcher decides, the real planner
+plans, and the dict has the field set of Supervisor.handle_incident + _close_incident.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from engine.incidents import IncidentStore
+from engine.matcher import AttemptHistory, MatchMemory, decide
+from engine.planner import plan
+from engine.playbook_loader import load_playbooks
+from engine.replay import replay as replay_record
+from engine.state import StateSnapshot
+from runbook.cli import app
+from runbook.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    root = tmp_path / "project"
+    (root / "configs").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
+    shutil.copytree(REPO / "playbooks", root / "playbooks")
+    return root
+
+
+def config_of(project: Path) -> Path:
+    return project / "configs" / "run_config.yaml"
+
+
+def snapshot(**changes) -> StateSnapshot:
+    base = {
+        "observation": 120, "time": T0, "run_state": "running",
+        "trainer": {"pid": 4242, "alive": False, "exit_code": -15, "signal": "SIGTERM", "launches": 1},
+        "metrics": {"step": 31, "iter_num": 124, "tokens": 31744, "loss": 4.8, "tokens_per_sec": 9000.0},
+        "tail": ["Epoch 1 | iter 124 step 31 | loss train: 4.800, val: n/a | iter time: 50.00 ms"],
+        "disk": {"free_bytes": 50_000_000_000, "total_bytes": 100_000_000_000},
+        "checkpoints": {"count": 3, "newest_step": 30, "newest_verified_step": 30},
+    }
+    for key, value in changes.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) else value
+    return StateSnapshot.model_validate(base)
+
+
+def write_record(project: Path, snap: StateSnapshot, opened_at: float, outcome: str = "recovered",
+                 resumed_step: int | None = 30, config_after: dict | None = None,
+                 history: AttemptHistory | None = None) -> dict:
+    """What Supervisor.handle_incident and _close_incident write, field for field."""
+    loaded = load_config(config_of(project))
+    outcome_now = decide(snap, loaded.config, load_playbooks(loaded.playbook_paths), MatchMemory(),
+                         history or AttemptHistory())
+    decision = outcome_now.decision
+    assert decision is not None and decision.kind in ("recover", "escalate")
+    playbook = decision.playbook
+    steps = plan(playbook, snap, loaded.config)
+    store = IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
+    record = {
+        "id": store.next_id(), "playbook": playbook.name, "playbook_hash": playbook.content_hash,
+        "playbook_source": playbook.source, "severity": playbook.severity, "symptom": playbook.description,
+        "lesson": playbook.lesson, "decision": decision.kind, "decision_reason": decision.reason,
+        "matched": list(decision.matched), "inhibited": list(decision.inhibited),
+        "detected_at": snap.time, "opened_at": opened_at,
+        "opened_at_iso": dt.datetime.fromtimestamp(opened_at, dt.timezone.utc).isoformat(timespec="seconds"),
+        "step_at_failure": snap.metrics.step, "tokens_at_failure": snap.metrics.tokens,
+        "trainer_exit_code": snap.trainer.exit_code, "log_excerpt": snap.tail[-40:],
+        "snapshot": snap.model_dump(mode="json"), "plan": [s.to_dict() for s in steps],
+        "config_before": loaded.config.model_dump(mode="json"), "actions": [], "outcome": "open",
+    }
+    for s in steps:
+        record["actions"].append({"index": s.index, "verb": s.verb, "description": s.description,
+                                  "ok": True, "summary": f"{s.verb} done", "seconds": 0.25})
+    after = {**loaded.config.model_dump(mode="json"), **(config_after or {})}
+    if resumed_step is not None:
+        record["resumed_from"] = str(loaded.out_dir / f"step-{resumed_step:08d}" / "lit_model.pth")
+        record["resumed_step"] = resumed_step
+    record.update({
+        "outcome": outcome, "closed_at": opened_at + 12.5, "recovery_seconds": 12.5, "config_after": after,
+        "config_changes": {k: [record["config_before"][k], v] for k, v in (config_after or {}).items()},
+        "notes": [],
+    })
+    record["steps_lost"] = snap.metrics.step - resumed_step if resumed_step is not None else None
+    record["tokens_lost"] = record["steps_lost"] * 16 * 64 if resumed_step is not None else None
+    store.write(record)
+    return record
+
+
+def tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+            h.update(str(path.stat().st_mtime_ns).encode())
+    return h.hexdigest()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture
+def two_incidents(project):
+    pre = write_record(project, snapshot(), opened_at=T0 + 1)
+    hang = write_record(project, snapshot(trainer={"alive": True, "exit_code": None, "signal": None},
+                                          seconds_since_progress=95.0, time=T0 + 600),
+                        opened_at=T0 + 601, config_after={"lr": 0.0015})
+    return pre, hang
+
+
+# --- runbook incidents -----------------------------------------------------------------------------
+def test_list_and_show_table_and_json(project, two_incidents, monkeypatch):
+    pre, hang = two_incidents
+    monkeypatch.chdir(project)  # the default --config is configs/run_config.yaml here
+    listed = run("incidents")
+    assert listed.exit_code == 0, listed.output
+    assert "incident-1" in listed.stdout and "preemption" in listed.stdout and "hang" in listed.stdout
+
+    rows = json.loads(run("incidents", "--json").stdout)
+    assert [r["id"] for r in rows] == ["incident-1", "incident-2"]
+    assert rows[0] | {"when": None} == {"id": "incident-1", "when": None, "playbook": "preemption",
+                                         "outcome": "recovered", "step": 31, "steps_lost": 1,
+                                         "tokens_lost": 1024, "recovery_seconds": 12.5}
+
+    shown = run("incidents", "show", "incident-2", "--config", str(config_of(project)))
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert "hang" in text and "stop" in text and "resume" in text          # actions with results
+    assert "lr: 0.003 -> 0.0015" in text                                      # config changes
+    assert "iter 124 step 31" in text                                         # log excerpt
+    assert json.loads(run("incidents", "show", "incident-1", "--json").stdout) == pre
+
+
+def test_unknown_id_and_malformed_record_exit_9_and_change_nothing(project, two_incidents):
+    config = str(config_of(project))
+    half = project / "runs" / "pretrain" / "incidents" / "incident-3.json"
+    half.write_text('{"id": "incident-3", "playbook": "preempt')             # a torn write
+    before = tree_digest(project)
+
+    unknown = run("incidents", "show", "incident-99", "--config", config)
+    assert unknown.exit_code == 9
+    assert "no incident-99" in unknown.stderr and "incident-1, incident-2, incident-3" in unknown.stderr
+    assert run("incidents", "show", "../../etc/passwd", "--config", config).exit_code == 9
+
+    broken = run("incidents", "show", "incident-3", "--config", config)
+    assert broken.exit_code == 9
+    assert "incident-3.json is not a readable incident record" in broken.stderr.replace("\n", "")
+
+    listed = run("incidents", "--config", config, "--json")                   # the good ones still listed
+    assert listed.exit_code == 9 and [r["id"] for r in json.loads(listed.stdout)] == ["incident-1", "incident-2"]
+    assert run("replay", "incident-3", "--config", config).exit_code == 9
+    assert run("replay", "--all", "--config", config).exit_code == 9
+    assert tree_digest(project) == before
+
+
+def test_missing_config_exits_3(tmp_path):
+    result = run("incidents", "--config", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 3 and "file not found" in result.stderr
+
+
+# --- runbook replay --------------------------------------------------------------------------------
+def test_replay_unchanged_exits_0_and_changes_no_file(project, two_incidents):
+    config = str(config_of(project))
+    before = tree_digest(project)
+    one = run("replay", "incident-1", "--config", config)
+    assert one.exit_code == 0, one.output
+    assert "unchanged: 'preemption' would recover" in one.stdout
+    every = run("replay", "--all", "--config", config)
+    assert every.exit_code == 0, every.output
+    assert "2 incident(s) replayed: 2 unchanged, 0 changed" in every.stdout
+    as_json = [json.loads(line) for line in run("replay", "--all", "--json", "--config", config).stdout.splitlines()]
+    assert [(r["id"], r["verdict"]) for r in as_json] == [("incident-1", "unchanged"), ("incident-2", "unchanged")]
+    assert tree_digest(project) == before
+
+
+def test_edited_playbook_planning_another_action_exits_1_with_diff(project, two_incidents):
+    config = str(config_of(project))
+    playbook = project / "playbooks" / "preemption.yaml"
+    text = playbook.read_text()
+    playbook.write_text(text.replace("  - verify_checkpoints: {}\n  - resume:",
+                                     "  - verify_checkpoints: {}\n  - set_hyperparameters:\n"
+                                     "      save_interval: 5\n  - resume:"))
+    result = run("replay", "incident-1", "--config", config)
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "CHANGED: 'preemption' would now plan different actions" in out
+    assert "+ 2. set_hyperparameters: write save_interval=5" in out
+    assert "  1. verify_checkpoints" in out and "  3. resume" in out           # unchanged steps shown plain
+    every = run("replay", "--all", "--config", config)
+    assert every.exit_code == 1 and "1 unchanged, 1 changed" in every.stdout
+
+
+def test_wording_only_edit_is_reported_but_exits_0(project, two_incidents):
+    playbook = project / "playbooks" / "preemption.yaml"
+    playbook.write_text(playbook.read_text().replace("Spot reclaim", "Spot/preemptible reclaim"))
+    result = run("replay", "incident-1", "--config", str(config_of(project)))
+    assert result.exit_code == 0, result.output
+    assert "was edited since" in result.stdout
+
+
+def test_playbook_that_no_longer_matches_exits_1(project, two_incidents):
+    playbook = project / "playbooks" / "hang.yaml"
+    playbook.write_text(playbook.read_text().replace("stalled: {}", "stalled: {seconds: 600}"))
+    result = run("replay", "incident-2", "--config", str(config_of(project)))
+    assert result.exit_code == 1, result.output
+    assert "CHANGED: no playbook would fire now (then: 'hang')" in result.stdout
+
+
+def test_other_playbooks_via_option_fall_back_to_unclaimed_escalation(project, two_incidents, tmp_path):
+    only = tmp_path / "other-playbooks"
+    only.mkdir()
+    shutil.copy(project / "playbooks" / "hang.yaml", only)
+    result = run("replay", "incident-1", "--config", str(config_of(project)), "--playbooks", str(only))
+    assert result.exit_code == 1, result.output
+    assert "'unclaimed-failure' would fire now (then: 'preemption')" in result.stdout
+    assert "+ 1. escalate" in result.stdout
+
+
+def test_replay_usage_errors(project, two_incidents):
+    config = str(config_of(project))
+    assert run("replay", "--config", config).exit_code == 2
+    assert run("replay", "incident-1", "--all", "--config", config).exit_code == 2
+    assert run("replay", "--all", "--execute", "--config", config).exit_code == 2
+    bad = project / "playbooks" / "broken.yaml"
+    bad.write_text("name: broken\ndescription: x\nmatch: {nope: {}}\nactions: [{stop: {}}]\n")
+    result = run("replay", "incident-1", "--config", config)
+    assert result.exit_code == 3 and "broken.yaml" in result.stderr
+
+
+# --- the pure replay: persistence and attempt limits ------------------------------------------------
+def test_persistence_is_assumed_for_the_recorded_snapshot(project, two_incidents):
+    _pre, hang = two_incidents
+    playbook = project / "playbooks" / "hang.yaml"
+    playbook.write_text(playbook.read_text().replace("limits:", "for: {observations: 3, seconds: 20}\nlimits:"))
+    loaded = load_config(config_of(project))
+    result = replay_record(hang, load_playbooks(loaded.playbook_paths), loaded.config, earlier=[hang])
+    assert result.verdict == "edited" and not result.changed
+    assert any("assumed 'hang' matched for its whole `for:` (3 observation(s), 20 s)" in n for n in result.notes)
+
+
+def test_attempt_history_is_rebuilt_from_earlier_records(project):
+    playbook = project / "playbooks" / "hang.yaml"
+    playbook.write_text(playbook.read_text().replace("max_attempts: 3", "max_attempts: 2"))
+    hung = dict(trainer={"alive": True, "exit_code": None, "signal": None}, seconds_since_progress=95.0)
+    first = write_record(project, snapshot(**hung, time=T0), opened_at=T0 + 1)
+    second = write_record(project, snapshot(**hung, time=T0 + 100), opened_at=T0 + 101)
+    history = AttemptHistory({"hang": (T0 + 1, T0 + 101)})
+    third = write_record(project, snapshot(**hung, time=T0 + 200), opened_at=T0 + 201, outcome="escalated",
+                         resumed_step=None, history=history)
+    assert third["decision"] == "escalate"
+    loaded = load_config(config_of(project))
+    playbooks = load_playbooks(loaded.playbook_paths)
+    everything = [first, second, third]
+    assert replay_record(third, playbooks, loaded.config, earlier=everything).verdict == "unchanged"
+    assert replay_record(second, playbooks, loaded.config, earlier=everything).now.kind == "recover"
+    # Without the earlier records the third would look like a fresh recovery: a changed decision.
+    assert replay_record(third, playbooks, loaded.config, earlier=[]).verdict == "different-decision"
+    result = run("replay", "--all", "--config", str(config_of(project)))
+    assert result.exit_code == 0, result.output
