@@ -155,7 +155,7 @@ Why it is faster: the seed encodes every line, one `tokenizer.encode` call per l
 works on 8 MB chunks with C-level bytes operations (UTF-8 decode, `translate`, `split`, `count`)
 and tokenizes, with `encode_batch`, only the lines whose byte length could exceed the limit: for
 a byte-level BPE tokenizer without a normalizer a line of n bytes has at most n tokens
-(`engine.datascan.byte_bound_slack` checks the tokenizer spec; other tokenizers are tokenized in
+(`engine.datascan.token_bounds` checks the tokenizer spec; other tokenizers are tokenized in
 full, in batches, and are not much faster than the seed).
 """
     if not args.no_write:

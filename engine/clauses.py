@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Iterable, Iterator, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -28,14 +28,14 @@ class Explanation:
     children: list["Explanation"] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class MatchContext:
     """What clauses see: the snapshot, the run config, and the expression context built once."""
 
     state: Any
     config: Any
     errors: list[str] = field(default_factory=list)
-    tail_index: "TailIndex | None" = None   # given by the matcher for its playbook set
+    tail_index: Any = None   # engine.tail_index.TailIndex of the matcher's playbook set
     _expr_context: dict | None = None
     _tail_first: dict | None = None
 
@@ -119,34 +119,6 @@ class LogClause(Clause):
 
 
 _REGEX_CACHE: dict[tuple[str, bool], re.Pattern] = {}
-
-
-class TailIndex:
-    """Which of a playbook set's `scope: tail` patterns each tail line matches, searched once per line.
-
-    The tail is mostly the same 200 lines from one observation to the next, and every tail clause
-    would search all of them again; here each line is searched once with every pattern and an
-    observation only looks its lines up. Same answers as searching: the first matching line.
-    """
-
-    MAX_LINES = 10_000  # remembered lines; cleared beyond that (the tail itself holds 200)
-
-    def __init__(self, patterns: Iterable[re.Pattern]):
-        self.patterns = tuple(dict.fromkeys(patterns))
-        self.position = {p: i for i, p in enumerate(self.patterns)}
-        self.lines: dict[str, tuple[re.Pattern, ...]] = {}
-
-    def first_lines(self, tail: list[str]) -> dict[re.Pattern, str]:
-        if len(self.lines) > self.MAX_LINES:
-            self.lines.clear()
-        first: dict[re.Pattern, str] = {}
-        for line in tail:
-            hits = self.lines.get(line)
-            if hits is None:
-                hits = self.lines[line] = tuple(p for p in self.patterns if p.search(line))
-            for pattern in hits:
-                first.setdefault(pattern, line)
-        return first
 
 
 def _regex(pattern: str, ignore_case: bool) -> re.Pattern:
@@ -410,7 +382,10 @@ class AllClause(Clause):
     all: list["AnyClause"] = Field(min_length=1)
 
     def check(self, ctx):
-        return all(c.check(ctx) for c in self.all)
+        for clause in self.all:  # a plain loop: all() over a generator costs more than most clauses
+            if not clause.check(ctx):
+                return False
+        return True
 
     def explain(self, ctx):
         children = [c.explain(ctx) for c in self.all]
@@ -421,7 +396,10 @@ class AnyOfClause(Clause):
     any: list["AnyClause"] = Field(min_length=1)
 
     def check(self, ctx):
-        return any(c.check(ctx) for c in self.any)
+        for clause in self.any:
+            if clause.check(ctx):
+                return True
+        return False
 
     def explain(self, ctx):
         children = [c.explain(ctx) for c in self.any]
@@ -480,6 +458,3 @@ def iter_clauses(clause: Clause) -> Iterator[Clause]:
     for child in children:
         yield from iter_clauses(child)
 
-
-def tail_patterns(clauses: Iterable[Clause]) -> list[re.Pattern]:
-    return [c.regex for top in clauses for c in iter_clauses(top) if isinstance(c, LogClause) and c.log.scope == "tail"]

@@ -11,7 +11,8 @@ Speed: instead of the seed's `for line in f: tok.encode(line)` the scan works on
 C-level bytes operations (decode, translate, split, count) and tokenizes only the lines that *could*
 be over a limit. For a byte-level BPE tokenizer with no normalizer every byte becomes one symbol
 before merging and merges only shrink the sequence, so a line of n bytes has at most n tokens
-(`byte_bound_slack` checks the tokenizer spec; anything else is tokenized in full, in batches).
+(`token_bounds` checks the tokenizer spec; anything else is tokenized in full, in batches). A line so
+long that even bytes / longest-token exceeds the limit is reported without tokenizing it.
 """
 
 from __future__ import annotations
@@ -155,26 +156,41 @@ def _counting_tokenizer(tokenizer):
     return copy
 
 
-def byte_bound_slack(tokenizer) -> int | None:
-    """k such that tokens(text) <= len(text.encode()) + k for every text, or None when the spec doesn't show it.
+@dataclass(frozen=True)
+class TokenBounds:
+    """bytes // longest <= tokens(line) <= bytes + slack, for every line of `bytes` UTF-8 bytes."""
 
-    Holds for BPE over a ByteLevel pre-tokenizer with no normalizer: ByteLevel maps each byte to one
-    symbol, the other allowed pre-tokenizers only split, BPE merges only shrink, and an added token
-    replaces at least one byte. `add_prefix_space` adds one symbol. Special tokens are not added
-    (the scan encodes with add_special_tokens=False), so the post-processor does not matter.
+    slack: int
+    longest: int  # bytes of the longest token
+
+    def lower(self, nbytes: int) -> int:
+        return -(-nbytes // self.longest)
+
+
+def token_bounds(tokenizer) -> TokenBounds | None:
+    """Bounds on a line's token count from its byte length, or None when the spec doesn't show them.
+
+    They hold for BPE over a ByteLevel pre-tokenizer with no normalizer: ByteLevel maps each byte to
+    one symbol, the other allowed pre-tokenizers only split, BPE merges only shrink, and an added
+    token replaces at least one byte; the tokens partition the bytes, so there are at least
+    bytes / longest of them. `add_prefix_space` adds one symbol. Special tokens are not added (the
+    scan encodes with add_special_tokens=False), so the post-processor does not matter.
     """
     try:
         spec = json.loads(tokenizer.to_str())
     except Exception:  # not a HF tokenizers object (a test double, another library)
         return None
-    if spec.get("normalizer") is not None or (spec.get("model") or {}).get("type") != "BPE":
+    model = spec.get("model") or {}
+    if spec.get("normalizer") is not None or model.get("type") != "BPE" or not model.get("vocab"):
         return None
     pre = spec.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     types = [s.get("type") for s in steps]
     if "ByteLevel" not in types or any(t not in _SPLITTERS | {"ByteLevel"} for t in types):
         return None
-    return sum(1 for s in steps if s.get("type") == "ByteLevel" and s.get("add_prefix_space"))
+    slack = sum(1 for s in steps if s.get("type") == "ByteLevel" and s.get("add_prefix_space"))
+    longest = max([len(t) for t in model["vocab"]] + [len(t["content"].encode()) for t in spec.get("added_tokens", [])])
+    return TokenBounds(slack, longest)
 
 
 def _encode_batch(tokenizer, texts: list[str]) -> list[int | Exception]:
@@ -231,19 +247,30 @@ class _LineOf:
         return self.line, offset - self.chunk.rfind(b"\n", 0, offset)  # (index, 1-based column)
 
 
-def _invalid_utf8(chunk: bytes) -> list[tuple[int, str]]:
+def _invalid_utf8(chunk: bytes, lines: list[bytes]) -> list[tuple[int, str]]:
     found, pos, line_of, view = [], 0, _LineOf(chunk), memoryview(chunk)
-    while True:
+    for _ in range(8):  # sparse errors: one C-level decode of the rest of the chunk after each
         try:
             codecs.utf_8_decode(view[pos:], "strict", True)
             return found
         except UnicodeDecodeError as err:
-            bad = pos + err.start
-            index, column = line_of(bad)
-            found.append((index, f"invalid UTF-8 byte 0x{chunk[bad]:02x} at column {column}"))
-            pos = chunk.find(b"\n", bad) + 1
+            index, column = line_of(pos + err.start)
+            found.append((index, f"invalid UTF-8 byte 0x{chunk[pos + err.start]:02x} at column {column}"))
+            pos = chunk.find(b"\n", pos + err.start) + 1
             if pos == 0:
                 return found
+    for start in range(found[-1][0] + 1, len(lines), 1024):  # dense errors: blocks, then lines; linear
+        try:
+            b"\n".join(lines[start:start + 1024]).decode()
+            continue
+        except UnicodeDecodeError:
+            pass
+        for index in range(start, min(start + 1024, len(lines))):
+            try:
+                lines[index].decode()
+            except UnicodeDecodeError as err:
+                found.append((index, f"invalid UTF-8 byte 0x{lines[index][err.start]:02x} at column {err.start + 1}"))
+    return found
 
 
 def _control_chars(chunk: bytes) -> list[tuple[int, str]]:
@@ -267,24 +294,32 @@ def _control_chars(chunk: bytes) -> list[tuple[int, str]]:
     return found
 
 
-def _scan_chunk(chunk: bytes, tokenizer, slack: int | None, report: ScanReport, stats: FileStats) -> None:
+def _scan_chunk(chunk: bytes, tokenizer, bounds: TokenBounds | None, report: ScanReport, stats: FileStats) -> None:
     lines = chunk.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the chunk ended with a newline: no line after it
     base = stats.lines + 1
     found: list[tuple[int, str, str]] = []
-    invalid = _invalid_utf8(chunk)
+    invalid = _invalid_utf8(chunk, lines)
     found += [(i, "invalid_utf8", d) for i, d in invalid]
     found += [(i, "control_char", d) for i, d in _control_chars(chunk)]
 
     limit = min(report.max_tokens, report.context or report.max_tokens)
-    if slack is None:  # no proven bound: every non-empty line must be tokenized
+    if bounds is None:  # no proven bound: every non-empty line must be tokenized
         candidates = [i for i, ln in enumerate(lines) if ln and ln != b"\r"]
     else:
-        candidates = list(compress(count(), map((limit - slack).__lt__, map(len, lines))))
+        candidates = list(compress(count(), map((limit - bounds.slack).__lt__, map(len, lines))))
     skip = {i for i, _ in invalid}
-    candidates = [i for i in candidates if i not in skip]
-    for batch in _batches(candidates, lines):
+    to_encode = []
+    for i in candidates:
+        if i in skip:
+            continue
+        nbytes = len(lines[i].removesuffix(b"\r"))
+        if bounds and bounds.lower(nbytes) > report.max_tokens:  # certainly over: don't spend seconds on it
+            found.append((i, "too_long", f"at least {bounds.lower(nbytes):,} tokens ({nbytes:,} bytes) > limit {report.max_tokens:,}"))
+        else:
+            to_encode.append(i)
+    for batch in _batches(to_encode, lines):
         counts = _encode_batch(tokenizer, [lines[i].removesuffix(b"\r").decode() for i in batch])
         for i, n in zip(batch, counts):
             if hit := _token_findings(n, report.max_tokens, report.context):
@@ -332,14 +367,14 @@ def scan_files(paths: Iterable[Path], tokenizer, max_tokens_per_line: int = DEFA
     started = time.perf_counter()
     report = ScanReport(max_tokens_per_line, context, max_findings)
     tokenizer = _counting_tokenizer(tokenizer)
-    slack = byte_bound_slack(tokenizer)
-    report.token_bound = "none" if slack is None else f"tokens <= bytes + {slack}"
+    bounds = token_bounds(tokenizer)
+    report.token_bound = "none" if bounds is None else f"bytes/{bounds.longest} <= tokens <= bytes + {bounds.slack}"
     for path in paths:
         stats = FileStats(str(path))
         report.files.append(stats)
         with open(path, "rb") as fh:
             for chunk in _chunks(fh):
-                _scan_chunk(chunk, tokenizer, slack, report, stats)
+                _scan_chunk(chunk, tokenizer, bounds, report, stats)
     report.seconds = time.perf_counter() - started
     return report
 

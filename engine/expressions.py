@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import consume
 from pydantic import BaseModel
+
+from engine.direct_eval import direct_evaluator
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
@@ -73,8 +76,11 @@ def _check_names(tree: nodes.Node, source: str) -> None:
 class Expression:
     source: str
     _compiled: Any
+    _direct: Any = None   # the same computation without jinja's per-call set-up (engine/direct_eval.py)
 
     def evaluate(self, **context: Any) -> Any:
+        if self._direct is not None:
+            return self._direct(context)
         # What jinja2's TemplateExpression.__call__ does, except that it merges the template's
         # ChainMap of globals into every call's context, which costs more than most expressions.
         template = self._compiled._template
@@ -91,9 +97,10 @@ def compile_expression(source: str) -> Expression:
         tree = _ENV.parse("{{ " + text + " }}")
         _check_names(tree, text)
         compiled = _ENV.compile_expression(text, undefined_to_none=False)
+        direct = direct_evaluator(Parser(_ENV, text, state="variable").parse_expression(), _ENV, _GLOBALS)
     except TemplateSyntaxError as err:
         raise ExpressionError(f"'{text}': {err.message}") from None
-    return Expression(text, compiled)
+    return Expression(text, compiled, direct)
 
 
 def strip_braces(source: str) -> str:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from engine.clauses import MatchContext, TailIndex, tail_patterns
+from engine.clauses import MatchContext
 from engine.playbook import Playbook
+from engine.tail_index import TailIndex, tail_patterns
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
             previous = memory.streaks.get(playbook.name)
             streaks[playbook.name] = Streak(previous.count + 1, previous.since) if previous else Streak(1, now)
             matched.append(playbook)
+    if not matched:  # the healthy case, nearly every observation
+        return MatchOutcome(None, MatchMemory(streaks), ctx.errors)
     new_memory = MatchMemory(streaks)
     inhibited = {target for p in matched for target in p.inhibits}
     ready = [

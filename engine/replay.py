@@ -232,8 +232,11 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
     decision = outcome.decision
     if decision is not None:
         chosen = decision.playbook
+        # `attempt` as the supervisor counts it: earlier firings within the limits window, plus this one.
+        opened = _number(record.get("opened_at"), snapshot.time)
+        attempt = 1 + sum(1 for t in history.fired.get(chosen.name, ()) if opened - t < chosen.limits.window)
         now = Verdict(decision.kind, chosen.name, chosen.content_hash, decision.reason,
-                      _planned(plan(chosen, snapshot, config)))
+                      _planned(plan(chosen, snapshot, config, attempt)))
         if chosen.persist.observations > 1 or chosen.persist.seconds > 0:
             notes.append(f"assumed '{chosen.name}' matched for its whole `for:` ({chosen.persist.observations} "
                          f"observation(s), {chosen.persist.seconds:g} s); the record holds only the snapshot that fired")

@@ -86,6 +86,7 @@ class Supervisor:
         trainer = snapshot.trainer
         if not trainer.alive and trainer.exit_code == 0 and self._final_exists():
             self.refresh_verification(force=True)  # seal the checkpoints saved in the last moments
+            self._apply_retention()
             self._transition(RunState.COMPLETED, reason="trainer exited 0 and final/ exists")
             return
         outcome = decide(snapshot, self.loaded.config, self.playbooks, self.memory, self.history)
@@ -422,6 +423,14 @@ class Supervisor:
         if ckpt.path not in self._size_cache:
             self._size_cache[ckpt.path] = ckpt.size_bytes()
         return self._size_cache[ckpt.path]
+
+    def _apply_retention(self) -> None:
+        """keep_last_k + best, the run config's retention policy, once the run is over."""
+        try:
+            summary = EngineRuntime(self, {"id": "retention", "snapshot_model": None}).prune(None, True, False)
+            self.journal.append("retention", summary=summary)
+        except ValueError as error:  # a refusal to delete is reported, never forced
+            self.events("warning", text=f"retention skipped: {error}")
 
     def _attempt(self, playbook) -> int:
         """1 for the first firing within the playbook's limits window, 2 for the next..."""

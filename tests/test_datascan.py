@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,13 @@ from tokenizers import Tokenizer, normalizers
 
 from engine.datascan import (
     DataScanError,
-    byte_bound_slack,
     clean_dir_for,
     fix_folder,
     load_tokenizer,
     scan_files,
     scan_files_per_line,
     scan_folder,
+    token_bounds,
 )
 from runbook.config import compute_data_hash
 from runbook.default_data import make_tokenizer
@@ -92,7 +93,7 @@ def test_context_limit_flags_lines_over_the_model_context(tmp_path, tokenizer):
     assert [(f.line, f.kind) for f in report.findings] == [(10, "over_context")]
 
 
-def generated_file(path: Path, seed: int, lines: int = 30_000) -> None:
+def generated_file(path: Path, seed: int, lines: int = 15_000) -> None:
     rng = random.Random(seed)
     normal = python_lines(3000)
     bad = [b"\xff\xfe broken", b"tab\tis fine", b"nul\x00byte", b"lone\rcarriage", b"", b"\r", b"\xe2\x82",
@@ -113,19 +114,31 @@ def test_fast_scan_agrees_with_the_per_line_loop(tmp_path, tokenizer, context):
     assert [(s.lines, s.bytes, s.bad_lines) for s in fast.files] == [(s.lines, s.bytes, s.bad_lines) for s in slow.files]
 
 
-def test_a_byte_level_bpe_never_has_more_tokens_than_bytes(tokenizer):
-    assert byte_bound_slack(tokenizer) == 0
+def test_a_byte_level_bpe_has_between_bytes_over_longest_and_bytes_tokens(tokenizer):
+    bounds = token_bounds(tokenizer)
+    assert bounds is not None and bounds.slack == 0 and 2 <= bounds.longest <= 40
     rng = random.Random(1)
     samples = ["", " ", "<s></s><unk>", "é" * 50, "日本語のテキスト", "🙂" * 20, "\x00\x01\x7f"]
     samples += ["".join(chr(rng.randrange(0x20, 0x3000)) for _ in range(rng.randrange(1, 200))) for _ in range(300)]
+    samples += python_lines(500)
     for text in samples:
-        assert len(tokenizer.encode(text, add_special_tokens=False).ids) <= len(text.encode())
+        text = text.decode() if isinstance(text, bytes) else text
+        assert bounds.lower(len(text.encode())) <= len(tokenizer.encode(text, add_special_tokens=False).ids) <= len(text.encode())
+
+
+def test_a_line_certainly_over_the_limit_is_not_tokenized(tmp_path, tokenizer):
+    (tmp_path / "blob.txt").write_bytes(b"x = 1\n" + b"z" * 20_000_000)  # a 20 MB line: a minified blob
+    started = time.perf_counter()
+    report = scan_files([tmp_path / "blob.txt"], tokenizer, max_tokens_per_line=100_000)
+    assert time.perf_counter() - started < 3  # tokenizing it would take about half a minute
+    assert [(f.line, f.kind) for f in report.findings] == [(2, "too_long")]
+    assert report.findings[0].detail.startswith("at least ")
 
 
 def test_a_tokenizer_without_the_bound_is_tokenized_in_full(tmp_path, tokenizer):
     expanding = Tokenizer.from_str(tokenizer.to_str())
     expanding.normalizer = normalizers.NFKD()  # NFKD can turn one byte-short char into many tokens
-    assert byte_bound_slack(expanding) is None
+    assert token_bounds(expanding) is None
     (tmp_path / "a.txt").write_text("x = 1\n" + "\ufdfa" * 30 + "\n")  # 90 bytes, over 90 tokens after NFKD
     report = scan_files([tmp_path / "a.txt"], expanding, max_tokens_per_line=90)
     assert [(f.line, f.kind) for f in report.findings] == [(2, "too_long")]

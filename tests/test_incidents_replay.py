@@ -28,13 +28,71 @@ REPO = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 T0 = 1_800_000_000.0
 
+# The test's own playbooks (the repo's evolve): edits below change these texts.
+PLAYBOOKS = {
+    "preemption.yaml": """\
+name: preemption
+description: The trainer was terminated by SIGTERM (Spot reclaim, SLURM preemption, a manual kill).
+priority: 90
+lesson: A SIGTERM costs at most the steps since the last checkpoint.
+inhibits: [hang, unknown-crash]
+match:
+  exit:
+    signals: [SIGTERM]
+limits:
+  max_attempts: 5
+actions:
+  - verify_checkpoints: {}
+  - resume:
+      from: newest_verified
+  - record:
+      note: "preempted at step {{ state.metrics.step }}"
+""",
+    "hang.yaml": """\
+name: hang
+description: The trainer is alive but silent.
+priority: 60
+match:
+  stalled: {seconds: 60}
+limits:
+  max_attempts: 3
+  window: 1h
+actions:
+  - record:
+      note: "no progress for {{ state.seconds_since_progress | round(1) }} s"
+  - stop: {}
+  - set_env:
+      vars: {NCCL_DEBUG: INFO}
+    if: "attempt >= 2"
+  - resume:
+      from: newest_verified
+""",
+    "unknown_crash.yaml": """\
+name: unknown-crash
+description: The trainer exited with an error no more specific playbook recognised.
+severity: critical
+priority: 0
+match:
+  all:
+    - exit: {nonzero: true}
+    - not: {exit: {signals: [SIGTERM]}}
+limits:
+  max_attempts: 1
+actions:
+  - escalate:
+      reason: "no playbook knows this failure"
+""",
+}
+
 
 @pytest.fixture
 def project(tmp_path) -> Path:
     root = tmp_path / "project"
     (root / "configs").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
-    shutil.copytree(REPO / "playbooks", root / "playbooks")
+    (root / "playbooks").mkdir()
+    for name, text in PLAYBOOKS.items():
+        (root / "playbooks" / name).write_text(text)
     return root
 
 
@@ -61,17 +119,18 @@ def write_record(project: Path, snap: StateSnapshot, opened_at: float, outcome: 
                  history: AttemptHistory | None = None) -> dict:
     """What Supervisor.handle_incident and _close_incident write, field for field."""
     loaded = load_config(config_of(project))
-    outcome_now = decide(snap, loaded.config, load_playbooks(loaded.playbook_paths), MatchMemory(),
-                         history or AttemptHistory())
+    history = history or AttemptHistory()
+    outcome_now = decide(snap, loaded.config, load_playbooks(loaded.playbook_paths), MatchMemory(), history)
     decision = outcome_now.decision
     assert decision is not None and decision.kind in ("recover", "escalate")
     playbook = decision.playbook
-    steps = plan(playbook, snap, loaded.config)
+    attempt = 1 + sum(1 for t in history.fired.get(playbook.name, ()) if opened_at - t < playbook.limits.window)
+    steps = plan(playbook, snap, loaded.config, attempt)
     store = IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
     record = {
         "id": store.next_id(), "playbook": playbook.name, "playbook_hash": playbook.content_hash,
         "playbook_source": playbook.source, "severity": playbook.severity, "symptom": playbook.description,
-        "lesson": playbook.lesson, "decision": decision.kind, "decision_reason": decision.reason,
+        "lesson": playbook.lesson, "decision": decision.kind, "attempt": attempt, "decision_reason": decision.reason,
         "matched": list(decision.matched), "inhibited": list(decision.inhibited),
         "detected_at": snap.time, "opened_at": opened_at,
         "opened_at_iso": dt.datetime.fromtimestamp(opened_at, dt.timezone.utc).isoformat(timespec="seconds"),
@@ -142,6 +201,8 @@ def test_list_and_show_table_and_json(project, two_incidents, monkeypatch):
     assert "lr: 0.003 -> 0.0015" in text                                      # config changes
     assert "iter 124 step 31" in text                                         # log excerpt
     assert json.loads(run("incidents", "show", "incident-1", "--json").stdout) == pre
+    elsewhere = run("incidents", "--config", str(config_of(project)), "show", "incident-1", "--json")
+    assert json.loads(elsewhere.stdout) == pre
 
 
 def test_unknown_id_and_malformed_record_exit_9_and_change_nothing(project, two_incidents):
@@ -205,7 +266,7 @@ def test_edited_playbook_planning_another_action_exits_1_with_diff(project, two_
 
 def test_wording_only_edit_is_reported_but_exits_0(project, two_incidents):
     playbook = project / "playbooks" / "preemption.yaml"
-    playbook.write_text(playbook.read_text().replace("Spot reclaim", "Spot/preemptible reclaim"))
+    playbook.write_text(playbook.read_text().replace("a manual kill", "or a manual kill"))
     result = run("replay", "incident-1", "--config", str(config_of(project)))
     assert result.exit_code == 0, result.output
     assert "was edited since" in result.stdout
@@ -213,7 +274,7 @@ def test_wording_only_edit_is_reported_but_exits_0(project, two_incidents):
 
 def test_playbook_that_no_longer_matches_exits_1(project, two_incidents):
     playbook = project / "playbooks" / "hang.yaml"
-    playbook.write_text(playbook.read_text().replace("stalled: {}", "stalled: {seconds: 600}"))
+    playbook.write_text(playbook.read_text().replace("stalled: {seconds: 60}", "stalled: {seconds: 600}"))
     result = run("replay", "incident-2", "--config", str(config_of(project)))
     assert result.exit_code == 1, result.output
     assert "CHANGED: no playbook would fire now (then: 'hang')" in result.stdout
@@ -256,7 +317,11 @@ def test_attempt_history_is_rebuilt_from_earlier_records(project):
     playbook.write_text(playbook.read_text().replace("max_attempts: 3", "max_attempts: 2"))
     hung = dict(trainer={"alive": True, "exit_code": None, "signal": None}, seconds_since_progress=95.0)
     first = write_record(project, snapshot(**hung, time=T0), opened_at=T0 + 1)
-    second = write_record(project, snapshot(**hung, time=T0 + 100), opened_at=T0 + 101)
+    second = write_record(project, snapshot(**hung, time=T0 + 100), opened_at=T0 + 101,
+                          history=AttemptHistory({"hang": (T0 + 1,)}))
+    # `attempt` in guards: the second firing planned the `if: attempt >= 2` step, the first skipped it.
+    assert [s["skipped"] is None for s in first["plan"]] == [True, True, False, True]
+    assert [s["skipped"] is None for s in second["plan"]] == [True, True, True, True]
     history = AttemptHistory({"hang": (T0 + 1, T0 + 101)})
     third = write_record(project, snapshot(**hung, time=T0 + 200), opened_at=T0 + 201, outcome="escalated",
                          resumed_step=None, history=history)
@@ -265,7 +330,8 @@ def test_attempt_history_is_rebuilt_from_earlier_records(project):
     playbooks = load_playbooks(loaded.playbook_paths)
     everything = [first, second, third]
     assert replay_record(third, playbooks, loaded.config, earlier=everything).verdict == "unchanged"
-    assert replay_record(second, playbooks, loaded.config, earlier=everything).now.kind == "recover"
+    assert replay_record(first, playbooks, loaded.config, earlier=everything).verdict == "unchanged"
+    assert replay_record(second, playbooks, loaded.config, earlier=everything).verdict == "unchanged"
     # Without the earlier records the third would look like a fresh recovery: a changed decision.
     assert replay_record(third, playbooks, loaded.config, earlier=[]).verdict == "different-decision"
     result = run("replay", "--all", "--config", str(config_of(project)))

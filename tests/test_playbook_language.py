@@ -211,26 +211,43 @@ def _outcome(call):
     try:
         value = call()
     except Exception as err:  # noqa: BLE001 - the kind of failure is what is compared
-        return "error", type(err).__name__
-    return ("undefined", None) if isinstance(value, Undefined) else ("value", value)
+        return "error", type(err).__name__, str(err)
+    return ("undefined", str(value._undefined_hint)) if isinstance(value, Undefined) else ("value", value)
 
 
-@pytest.mark.parametrize("source", [
-    "state.metrics.loss is not none and state.metrics.loss > 2 * (state.metrics.loss_median or 1)",
-    "state.disk.free_percent < 30 and config.watch.max_recoveries_per_hour == 12",
-    "isnan(state.metrics.loss) or median(state.metrics.loss_history) > 1",
-    "state.metrics.loss_history", "state.metrics.los > 3", "state.new_lines.append('x')",
-    "state | attr('__class__')", "state.trainer", "config.micro_batch_size // 2", "state.metrics.loss * 10",
-])
-def test_fast_field_access_gives_what_jinja_gives(source):
-    state = snap(RUNNING, metrics={"loss_history": [1.0, 2.0, 4.0]}, disk={"free_bytes": 1, "total_bytes": 4})
+# (expression, evaluated without jinja's per-call set-up?) - both paths must give what plain jinja gives
+EXPRESSIONS = [
+    ("state.metrics.loss is not none and state.metrics.loss > 2 * (state.metrics.loss_median or 1)", True),
+    ("0 < state.metrics.loss < 5", True), ("5 < state.metrics.loss < 1 < missing", True),
+    ("state.trainer.exit_code in [137, 143, -9]", True), ("state.trainer.exit_code not in (1, 2)", True),
+    ("state.metrics.loss if state.metrics.loss is not none else -1", True), ("-state.metrics.loss + +1", True),
+    ("state.metrics.step // 3 % 2 ** 3 - 1 / 4", True), ("1 / 0", True), ("state.metrics.loss > 3", True),
+    ("state.tail[-1]", True), ("state['trainer']['alive']", True), ("config.trainer.env['X']", True),
+    ("missing_name", True), ("missing_name is defined", True), ("state.metrics.los > 3", True),
+    ("state.new_lines.append", True), ("attempt >= 2 and not state.trainer.alive", True),
+    ("state.metrics.val_loss is number", True), ("config.micro_batch_size // 2", True),
+    ("state.disk.free_percent < 30 and config.watch.max_recoveries_per_hour == 12", True),
+    ("state.metrics.loss_history", True), ("state.metrics.loss * 10", True), ("state.trainer", True),
+    ("isnan(state.metrics.loss) or median(state.metrics.loss_history) > 1", False),
+    ("state | attr('__class__')", False), ("state.new_lines.append('x')", False), ("state.tail[:2]", False),
+]
+STATES = [
+    snap(RUNNING, metrics={"loss_history": [1.0, 2.0, 4.0], "val_loss": 3.5}, disk={"free_bytes": 1, "total_bytes": 4},
+         tail=["a", "b", "c"]),
+    snap(trainer={"alive": False, "exit_code": 143}, disk={"free_bytes": 3, "total_bytes": 4}),
+]
+
+
+@pytest.mark.parametrize("source, direct", EXPRESSIONS, ids=[e[0] for e in EXPRESSIONS])
+def test_expressions_give_what_plain_jinja_gives(source, direct):
     expression = compile_expression(source)
-    ours = _outcome(lambda: expression.evaluate(state=state, config=CONFIG))
-    # plain jinja: its own sandbox (a check at every attribute access), its own TemplateExpression
-    plain = ImmutableSandboxedEnvironment(undefined=StrictUndefined)
+    assert (expression._direct is not None) is direct
+    plain = ImmutableSandboxedEnvironment(undefined=StrictUndefined)  # a check at every attribute access
     plain.globals.update(_ENV.globals)
     reference = plain.compile_expression(source, undefined_to_none=False)
-    assert ours == _outcome(lambda: reference(state=state, config=CONFIG))
+    for state in STATES:
+        names = {"state": state, "config": CONFIG, "attempt": 2}
+        assert _outcome(lambda: expression.evaluate(**names)) == _outcome(lambda: reference(**names))
 
 
 def test_sandbox_escapes_are_refused_at_load():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich import box
@@ -200,6 +200,7 @@ JsonOption = typer.Option(False, "--json", help="machine-readable output")
 def list_incidents(ctx: typer.Context, config: Path = ConfigOption, as_json: bool = JsonOption) -> None:
     """List the incident records of the run (id, when, playbook, outcome, step, lost compute)."""
     if ctx.invoked_subcommand is not None:
+        ctx.obj = {"config": config}  # `incidents --config X show ...` works too
         return
     try:
         _loaded, store = open_store(config)
@@ -218,9 +219,11 @@ def list_incidents(ctx: typer.Context, config: Path = ConfigOption, as_json: boo
 
 
 @incidents_app.command("show")
-def show_incident(incident_id: str = typer.Argument(..., help="incident-N"),
-                  config: Path = ConfigOption, as_json: bool = JsonOption) -> None:
+def show_incident(ctx: typer.Context, incident_id: str = typer.Argument(..., help="incident-N"),
+                  config: Optional[Path] = typer.Option(None, "--config", help=f"run config (YAML) [default: {DEFAULT_CONFIG}]"),
+                  as_json: bool = JsonOption) -> None:
     """Show one incident: summary, actions with results, config changes, log excerpt."""
+    config = config or (ctx.obj or {}).get("config") or DEFAULT_CONFIG
     try:
         _loaded, store = open_store(config)
         record = read_record(store, incident_id)
