@@ -201,6 +201,7 @@ def test_list_and_show_table_and_json(project, two_incidents, monkeypatch):
     assert "lr: 0.003 -> 0.0015" in text                                      # config changes
     assert "iter 124 step 31" in text                                         # log excerpt
     assert json.loads(run("incidents", "show", "incident-1", "--json").stdout) == pre
+    monkeypatch.chdir(project.parent)  # the group's --config reaches `show`
     elsewhere = run("incidents", "--config", str(config_of(project)), "show", "incident-1", "--json")
     assert json.loads(elsewhere.stdout) == pre
 
