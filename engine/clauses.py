@@ -130,7 +130,7 @@ def _regex(pattern: str, ignore_case: bool) -> re.Pattern:
 
 # --- metrics -------------------------------------------------------------------------------------
 MetricName = Literal["loss", "val_loss", "tokens_per_sec", "grad_norm", "lr", "step", "tokens"]
-MetricOp = Literal[">", "<", ">=", "<=", "==", "!=", "is_nan", "is_inf", "not_finite", "ratio_to_median_above", "ratio_to_median_below"]
+MetricOp = Literal[">", "<", ">=", "<=", "==", "!=", "is_nan", "is_inf", "not_finite", "ratio_to_median_above", "ratio_to_median_below", "ratio_to_best_above"]
 
 
 class MetricSpec(BaseModel):
@@ -161,6 +161,11 @@ class MetricClause(Clause):
         value = getattr(metrics, self.metric.name)
         if self.metric.min_step and (metrics.step or 0) < self.metric.min_step:
             return None
+        if self.metric.op == "ratio_to_best_above":
+            best = metrics.loss_best_median if self.metric.name == "loss" else None
+            if value is None or not best:
+                return None
+            return value / best
         if self.metric.op.startswith("ratio_to_median"):
             median = metrics.loss_median if self.metric.name == "loss" else None
             if value is None or not median:
@@ -178,7 +183,7 @@ class MetricClause(Clause):
             return math.isinf(actual)
         if op == "not_finite":
             return not math.isfinite(actual)
-        if op == "ratio_to_median_above":
+        if op in ("ratio_to_median_above", "ratio_to_best_above"):
             return actual > threshold
         if op == "ratio_to_median_below":
             return actual < threshold
@@ -189,6 +194,8 @@ class MetricClause(Clause):
         warm = f" (from step {m.min_step})" if m.min_step else ""
         if m.op in ("is_nan", "is_inf", "not_finite"):
             return f"{m.name} {m.op}{warm}"
+        if m.op == "ratio_to_best_above":
+            return f"{m.name} / lowest rolling median so far > {m.value}{warm}"
         if m.op.startswith("ratio_to_median"):
             side = ">" if m.op.endswith("above") else "<"
             return f"{m.name} / rolling median {side} {m.value}{warm}"

@@ -40,6 +40,7 @@ LONE_CR = re.compile(rb"\r(?!\n)")
 _NOT_CONTROL = bytes(b for b in range(256) if not (b < 32 or b == 127))
 # Pre-tokenizers that only split the text (never add characters) when combined with ByteLevel.
 _SPLITTERS = frozenset({"Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit", "CharDelimiterSplit"})
+_LOSSLESS = frozenset({"ByteLevel", "Split", "Digits", "Punctuation"})  # keep every byte (Split unless "Removed")
 
 
 class DataScanError(Exception):
@@ -158,23 +159,23 @@ def _counting_tokenizer(tokenizer):
 
 @dataclass(frozen=True)
 class TokenBounds:
-    """bytes // longest <= tokens(line) <= bytes + slack, for every line of `bytes` UTF-8 bytes."""
+    """bytes / longest <= tokens(line) <= bytes + slack for a line of `bytes` UTF-8 bytes."""
 
     slack: int
-    longest: int  # bytes of the longest token
+    longest: int | None  # bytes of the longest token; None when tokens may drop bytes (no lower bound)
 
     def lower(self, nbytes: int) -> int:
-        return -(-nbytes // self.longest)
+        return -(-nbytes // self.longest) if self.longest else 0
 
 
 def token_bounds(tokenizer) -> TokenBounds | None:
     """Bounds on a line's token count from its byte length, or None when the spec doesn't show them.
 
-    They hold for BPE over a ByteLevel pre-tokenizer with no normalizer: ByteLevel maps each byte to
-    one symbol, the other allowed pre-tokenizers only split, BPE merges only shrink, and an added
-    token replaces at least one byte; the tokens partition the bytes, so there are at least
-    bytes / longest of them. `add_prefix_space` adds one symbol. Special tokens are not added (the
-    scan encodes with add_special_tokens=False), so the post-processor does not matter.
+    Upper: BPE over a ByteLevel pre-tokenizer with no normalizer. ByteLevel maps each byte to one
+    symbol, the other allowed pre-tokenizers only split (or drop whitespace), BPE merges only shrink,
+    and an added token replaces at least one byte; `add_prefix_space` adds one symbol. Special
+    tokens are not added (the scan encodes with add_special_tokens=False). Lower: when nothing drops
+    bytes or fuses unknowns, the tokens partition the bytes, so there are at least bytes / longest.
     """
     try:
         spec = json.loads(tokenizer.to_str())
@@ -189,8 +190,10 @@ def token_bounds(tokenizer) -> TokenBounds | None:
     if "ByteLevel" not in types or any(t not in _SPLITTERS | {"ByteLevel"} for t in types):
         return None
     slack = sum(1 for s in steps if s.get("type") == "ByteLevel" and s.get("add_prefix_space"))
+    lossless = not model.get("fuse_unk") and all(
+        s.get("type") in _LOSSLESS and str(s.get("behavior", "")).lower() != "removed" for s in steps)
     longest = max([len(t) for t in model["vocab"]] + [len(t["content"].encode()) for t in spec.get("added_tokens", [])])
-    return TokenBounds(slack, longest)
+    return TokenBounds(slack, longest if lossless else None)
 
 
 def _encode_batch(tokenizer, texts: list[str]) -> list[int | Exception]:
@@ -368,7 +371,7 @@ def scan_files(paths: Iterable[Path], tokenizer, max_tokens_per_line: int = DEFA
     report = ScanReport(max_tokens_per_line, context, max_findings)
     tokenizer = _counting_tokenizer(tokenizer)
     bounds = token_bounds(tokenizer)
-    report.token_bound = "none" if bounds is None else f"bytes/{bounds.longest} <= tokens <= bytes + {bounds.slack}"
+    report.token_bound = "none" if bounds is None else f"bytes/{bounds.longest or 'inf'} <= tokens <= bytes + {bounds.slack}"
     for path in paths:
         stats = FileStats(str(path))
         report.files.append(stats)

@@ -15,6 +15,8 @@ from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateS
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
 BASELINE_SAMPLES = 20
+HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling median counts as healthy
+BEST_MEDIAN_WINDOW = 8       # iterations in the rolling median whose minimum is the spike baseline
 
 
 class LogTail:
@@ -46,6 +48,8 @@ class MetricTracker:
     iter_times: deque = field(default_factory=lambda: deque(maxlen=10))
     baseline_samples: list = field(default_factory=list)
     baseline: float | None = None
+    best_median: float | None = None
+    last_healthy_step: int | None = None
     progress_since_launch: int = 0
     step: int | None = None
     iter_num: int | None = None
@@ -69,15 +73,18 @@ class MetricTracker:
         if isinstance(event, Progress):
             self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
             self.losses.append(event.loss)
+            self._update_best_median()
+            if self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median):
+                self.last_healthy_step = event.step
             self.progress_since_launch += 1
             if self.last_progress_time is not None:
                 gap = now - self.last_progress_time
                 self.longest_gap_s = gap if self.longest_gap_s is None else max(self.longest_gap_s, gap)
             self.last_progress_time = now
             if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
-                self.iter_times.append(event.iter_time_ms)
+                self.iter_times.append(max(event.iter_time_ms, 1e-3))
             if self.baseline is None and self.progress_since_launch > WARMUP_PROGRESS_LINES:
-                self.baseline_samples.append(self.tokens_per_iter / (event.iter_time_ms / 1000))
+                self.baseline_samples.append(self.throughput())
                 if len(self.baseline_samples) >= BASELINE_SAMPLES:
                     self.baseline = statistics.median(self.baseline_samples)
         elif isinstance(event, Validation):
@@ -89,16 +96,29 @@ class MetricTracker:
         elif isinstance(event, FinalValidation):
             self.final_val_loss = event.val_loss
 
+    def _update_best_median(self) -> None:
+        recent = [x for x in list(self.losses)[-BEST_MEDIAN_WINDOW:] if math.isfinite(x)]
+        if len(recent) == BEST_MEDIAN_WINDOW:
+            median = statistics.median(recent)
+            self.best_median = median if self.best_median is None else min(self.best_median, median)
+
+    def throughput(self) -> float | None:
+        """Tokens/s over the recent iterations: total tokens / total wall time, so a process that is
+        stopped now and then shows up (a median of iteration times would hide it)."""
+        if not self.iter_times:
+            return None
+        return self.tokens_per_iter * len(self.iter_times) / (sum(self.iter_times) / 1000)
+
     def metrics(self) -> Metrics:
         finite = [x for x in self.losses if math.isfinite(x)]
-        tps = None
-        if self.iter_times:
-            tps = self.tokens_per_iter / (statistics.median(self.iter_times) / 1000)
+        tps = self.throughput()
         tokens = self.iter_num * self.tokens_per_iter if self.iter_num is not None else None
         return Metrics(
             step=self.step, iter_num=self.iter_num, tokens=tokens, loss=self.loss, val_loss=self.val_loss,
             best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
-            loss_median=statistics.median(finite) if finite else None, loss_history=list(self.losses),
+            loss_median=statistics.median(finite) if finite else None, loss_best_median=self.best_median,
+            last_healthy_step=self.last_healthy_step,
+            loss_history=list(self.losses),
             tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,
         )
 

@@ -155,6 +155,19 @@ class EngineRuntime:
         self.incident["data_scan"] = report
         return report["summary"]
 
+    def wait_for(self, condition, timeout: float) -> tuple[bool, float]:
+        """Keep observing (lines, metrics, checkpoints) until the condition holds or time runs out."""
+        from engine.expressions import evaluate_condition
+
+        started = time.time()
+        while True:
+            snapshot = self.sup.observe()
+            held, _error = evaluate_condition(condition, {"state": snapshot, "config": self.loaded.config})
+            waited = time.time() - started
+            if held or waited >= timeout or not snapshot.trainer.alive:
+                return held, waited
+            time.sleep(self.loaded.config.watch.poll_interval_s)
+
     # --- configuration and people --------------------------------------------------------------
     def update_config(self, updates: dict) -> str:
         before = {k: getattr(self.loaded.config, k) for k in updates}

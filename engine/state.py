@@ -47,6 +47,8 @@ class Metrics(Frozen):
     best_val_loss: float | None = None
     best_val_step: int | None = None
     loss_median: float | None = None    # rolling median of recent train losses
+    loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
+    last_healthy_step: int | None = None   # last step whose loss was <= 1.5 x that baseline (where a spike began)
     loss_history: list[float] = Field(default_factory=list)
     tokens_per_sec: float | None = None
     baseline_tokens_per_sec: float | None = None

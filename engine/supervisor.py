@@ -75,7 +75,8 @@ class Supervisor:
             self.notifier.close()
             self.lock.release()
 
-    def tick(self) -> None:
+    def observe(self):
+        """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot."""
         now = time.time()
         new_lines = self.observer.read_lines(now)
         self.refresh_verification(quarantine_corrupt=False)
@@ -83,6 +84,10 @@ class Supervisor:
                                           self.loaded.config.watch)
         self.last_snapshot = snapshot
         self.events("observation", snapshot=snapshot, lines=new_lines)
+        return snapshot
+
+    def tick(self) -> None:
+        snapshot = self.observe()
         trainer = snapshot.trainer
         if not trainer.alive and trainer.exit_code == 0 and self._final_exists():
             self.refresh_verification(force=True)  # seal the checkpoints saved in the last moments

@@ -3,7 +3,7 @@ finished trainer logs, and an optional daily digest to Slack. APScheduler 3.x Ba
 
 Wiring (the supervisor's side):
 
-    upkeep = Upkeep(config.upkeep, context=supervisor_view, recovery_lock=supervisor.recovery_lock,
+    upkeep = Upkeep(config.upkeep, SupervisorContext(supervisor), recovery_lock=supervisor.recovery_lock,
                     events=supervisor.events)
     upkeep.start()            # after the trainer is launched or re-attached
     ...                       # hold recovery_lock around each incident (and ideally each tick)
@@ -76,6 +76,52 @@ class UpkeepContext(Protocol):
     def trainer_alive(self) -> bool: ...
     def current_log(self) -> Path | None: ...   # the log the live trainer writes
     def status(self) -> dict: ...               # "step", "tokens", "tokens_per_sec", "run_state" (all optional)
+
+
+class SupervisorContext:
+    """UpkeepContext over a running engine.supervisor.Supervisor. Reads only values that are safe
+    from another thread: the last (frozen) snapshot, a copy of the verified set, the trainer handle."""
+
+    def __init__(self, supervisor):
+        self.sup = supervisor
+
+    @property
+    def run_dir(self) -> Path:
+        return self.sup.loaded.run_dir
+
+    @property
+    def out_dir(self) -> Path:
+        return self.sup.loaded.out_dir
+
+    @property
+    def keep_last_k(self) -> int:
+        return self.sup.loaded.config.keep_last_k   # a recovery may have rewritten the config
+
+    @property
+    def notifier(self):
+        return self.sup.notifier
+
+    def verified_steps(self) -> set[int]:
+        return set(self.sup.verified)               # one C-level copy under the GIL
+
+    def best_step(self) -> int | None:
+        snap = self.sup.last_snapshot
+        return snap.metrics.best_val_step if snap is not None else None
+
+    def trainer_alive(self) -> bool:
+        trainer = self.sup.trainer
+        return trainer is not None and trainer.alive
+
+    def current_log(self) -> Path | None:
+        trainer = self.sup.trainer
+        return trainer.log_path if trainer is not None else None
+
+    def status(self) -> dict:
+        snap = self.sup.last_snapshot
+        metrics = snap.metrics if snap is not None else None
+        return {"run_state": self.sup.state.value, "launches": self.sup.launch_count,
+                "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
+                "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,9 @@ CLAUSES: dict[str, tuple[str, str]] = {
                "metric:\n  name: loss\n  op: ratio_to_median_above\n  value: 3\n  min_step: 50"),
     "exit": ("The trainer process has exited with one of these codes or signals, or with any non-zero code.",
              "exit:\n  signals: [SIGTERM]\n  codes: [143]"),
-    "stalled": ("The trainer is alive but printed no progress line for this long "
-                "(default `watch.hang_timeout_s` of the run config).",
+    "stalled": ("The trainer is alive but printed no progress line for `seconds`, by default for the run's "
+                "own hang timeout `state.hang_timeout_s` (a multiple of the longest gap between progress lines "
+                "seen, between `watch.hang_floor_s` and `watch.hang_timeout_s` of the run config).",
                 "stalled:\n  seconds: 300"),
     "disk": ("Free space on the checkpoint filesystem is below a number of bytes, a percentage, or a multiple "
              "of the last checkpoint's size. Give exactly one.",
@@ -193,7 +194,8 @@ def _actions() -> str:
     out = []
     for verb, definition in REGISTRY.items():
         step = ActionStep.model_validate(definition.example)  # validates the example's params
-        assert step.verb == verb, f"the example of '{verb}' is for '{step.verb}'"
+        if step.verb != verb:
+            raise ValueError(f"the example of action '{verb}' is for '{step.verb}'")
         out.append(f"### `{verb}`\n\n{definition.doc}\n")
         if definition.params.model_fields:
             durations = {field for name, field in DURATION_PARAMS if name == verb}
@@ -288,7 +290,8 @@ def render_playbook_reference() -> str:
         "firings in the window (the decision is `wait` meanwhile). When `max_attempts` is used up the "
         "decision is `escalate`: no automatic action for that symptom any more, a human is notified, and "
         "`watch` exits with the code *escalated* when nothing else can proceed. A global circuit breaker, "
-        "`watch.max_recoveries_per_hour` of the run config, caps recoveries of all playbooks together. "
+        "`watch.max_recoveries_per_hour` of the run config, caps recoveries of all playbooks together "
+        "(except those with `counts_toward_breaker: false`, such as routine pruning). "
         "Firing times are kept in the run's journal, so the counts survive a watcher restart.",
         _table(Limits), _fence("limits:\n  max_attempts: 3\n  window: 1h\n  cooldown: 2m\n  backoff: 2"),
         "## Priority and inhibition",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -13,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, normalizers
+from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
 from engine.datascan import (
     DataScanError,
+    TokenBounds,
     clean_dir_for,
     fix_folder,
     load_tokenizer,
@@ -93,7 +95,7 @@ def test_context_limit_flags_lines_over_the_model_context(tmp_path, tokenizer):
     assert [(f.line, f.kind) for f in report.findings] == [(10, "over_context")]
 
 
-def generated_file(path: Path, seed: int, lines: int = 15_000) -> None:
+def generated_file(path: Path, seed: int, lines: int = 10_000) -> None:
     rng = random.Random(seed)
     normal = python_lines(3000)
     bad = [b"\xff\xfe broken", b"tab\tis fine", b"nul\x00byte", b"lone\rcarriage", b"", b"\r", b"\xe2\x82",
@@ -133,6 +135,14 @@ def test_a_line_certainly_over_the_limit_is_not_tokenized(tmp_path, tokenizer):
     assert time.perf_counter() - started < 3  # tokenizing it would take about half a minute
     assert [(f.line, f.kind) for f in report.findings] == [(2, "too_long")]
     assert report.findings[0].detail.startswith("at least ")
+
+
+def test_no_lower_bound_when_the_pre_tokenizer_drops_bytes(tmp_path, tokenizer):
+    dropping = Tokenizer.from_str(tokenizer.to_str())
+    dropping.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    assert token_bounds(dropping) == TokenBounds(slack=0, longest=None)
+    (tmp_path / "a.txt").write_bytes(b" " * 300_000 + b"x\n")  # 300 kB but one token: not over 100,000
+    assert scan_files([tmp_path / "a.txt"], dropping).clean
 
 
 def test_a_tokenizer_without_the_bound_is_tokenized_in_full(tmp_path, tokenizer):
@@ -194,12 +204,16 @@ def test_fix_folder_never_reuses_a_folder(tmp_path, tokenizer):
 
 # --- the command ------------------------------------------------------------------------------------
 
-@pytest.fixture
-def project(tmp_path, tokenizer_dir) -> Path:
-    root = tmp_path / "project"
+def make_project(root: Path, tokenizer_dir: Path, linked_data: bool = False) -> Path:
+    """A scratch project laid out like the repo; `linked_data`: data/stdlib is a symlink, as in conftest."""
     (root / "configs").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
-    train, val = root / "data" / "stdlib" / "train", root / "data" / "stdlib" / "val"
+    stdlib = root / "data" / "stdlib"
+    if linked_data:
+        (root.parent / "shared-stdlib").mkdir()
+        stdlib.parent.mkdir()
+        stdlib.symlink_to(root.parent / "shared-stdlib")
+    train, val = stdlib / "train", stdlib / "val"
     train.mkdir(parents=True)
     val.mkdir()
     planted_corpus(train / "shard-000.txt")
@@ -209,20 +223,41 @@ def project(tmp_path, tokenizer_dir) -> Path:
     return root
 
 
+@pytest.fixture
+def project(tmp_path, tokenizer_dir) -> Path:
+    return make_project(tmp_path / "project", tokenizer_dir)
+
+
 def runbook(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([RUNBOOK, "scan-data", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
+def scan_data_in_process(*args: str, cwd: Path):
+    """The real command through typer's CliRunner: cheaper than a process where only output matters."""
+    from typer.testing import CliRunner
+
+    from runbook.cli import app
+
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, ["scan-data", *args])
+    finally:
+        os.chdir(here)
+
+
 def test_scan_data_exits_10_with_a_table_of_bad_lines(project):
-    result = runbook("--max-tokens", "1000", cwd=project)
-    assert result.returncode == 10, result.stderr
+    result = scan_data_in_process("--max-tokens", "1000", cwd=project)
+    assert result.exit_code == 10, result.output
     for fragment in ("shard-000.txt:5", "invalid_utf8", "shard-000.txt:12", "too_long", "shard-000.txt:30", "3 bad line(s)"):
         assert fragment in result.stdout
-    clean = runbook("data/stdlib/val", "--json", cwd=project)
-    assert clean.returncode == 0 and json.loads(clean.stdout)["scan"]["clean"]
+    clean = scan_data_in_process("data/stdlib/val", "--json", cwd=project)
+    assert clean.exit_code == 0 and json.loads(clean.stdout)["scan"]["clean"]
 
 
-def test_scan_data_fix_writes_clean_data_and_repoints_the_config(project):
+@pytest.mark.parametrize("linked_data", [False, True], ids=["plain", "symlinked-data"])
+def test_scan_data_fix_writes_clean_data_and_repoints_the_config(tmp_path, tokenizer_dir, linked_data):
+    project = make_project(tmp_path / "project", tokenizer_dir, linked_data)
     config = project / "configs" / "run_config.yaml"
     train = project / "data" / "stdlib" / "train"
     original = {p.name: p.read_bytes() for p in train.iterdir()}
@@ -251,10 +286,10 @@ def test_scan_data_fix_writes_clean_data_and_repoints_the_config(project):
 
 
 def test_scan_data_refuses_missing_data_or_tokenizer_with_exit_3(project):
-    missing = runbook("data/nowhere", cwd=project)
-    assert missing.returncode == 3 and "does not exist" in missing.stderr
+    missing = scan_data_in_process("data/nowhere", cwd=project)
+    assert missing.exit_code == 3 and "does not exist" in missing.stderr
     shutil.rmtree(project / "data" / "tokenizer")
-    no_tok = runbook(cwd=project)
-    assert no_tok.returncode == 3 and "no tokenizer.json" in no_tok.stderr
-    no_config = runbook(cwd=project / "data")
-    assert no_config.returncode == 3 and "not found" in no_config.stderr
+    no_tok = scan_data_in_process(cwd=project)
+    assert no_tok.exit_code == 3 and "no tokenizer.json" in no_tok.stderr
+    no_config = scan_data_in_process(cwd=project / "data")
+    assert no_config.exit_code == 3 and "not found" in no_config.stderr

@@ -337,3 +337,48 @@ def test_attempt_history_is_rebuilt_from_earlier_records(project):
     assert replay_record(third, playbooks, loaded.config, earlier=[]).verdict == "different-decision"
     result = run("replay", "--all", "--config", str(config_of(project)))
     assert result.exit_code == 0, result.output
+
+
+# --- --execute: preparation (the full run is in tests/test_replay_execute.py) ------------------------
+def test_execute_refuses_when_the_checkpoint_is_gone_and_creates_nothing(project, two_incidents):
+    before = tree_digest(project)
+    result = run("replay", "incident-1", "--execute", "--config", str(config_of(project)))
+    assert result.exit_code == 9, result.output
+    assert "step 30) is no longer in" in result.stderr.replace("\n", "")
+    assert tree_digest(project) == before  # no replay folder either
+
+
+def test_prepare_replay_run_copies_relocates_and_leaves_the_original_alone(project, two_incidents):
+    import torch
+
+    from engine.checkpoints import list_checkpoints, read_progress, seal_checkpoint, verify_checkpoint
+    from runbook.commands.replay_execute import prepare_replay_run
+    from tests.test_checkpoints import make_ckpt
+
+    _pre, hang = two_incidents  # resumed from step 30; config_after halved lr
+    loaded = load_config(config_of(project))
+    ckpt = make_ckpt(loaded.out_dir, 30, side_files=("model_config.yaml", "hyperparameters.yaml"))
+    state = torch.load(ckpt.pth, weights_only=True)
+    cache = str(loaded.run_dir / "data" / "95d66cac0314a992" / "train" / "train")
+    state["train_dataloader"]["dataset"]["input_dir_path"] = cache  # what litdata stores
+    torch.save(state, ckpt.pth)
+    assert seal_checkpoint(ckpt).ok
+    before = tree_digest(project / "runs" / "pretrain") + tree_digest(loaded.out_dir) + tree_digest(project / "configs")
+
+    when = dt.datetime(2027, 1, 15, 8, 0, tzinfo=dt.timezone.utc)
+    config_path = prepare_replay_run(hang, loaded, loaded.playbook_paths, now=when)
+    folder = project / "runs" / "replay-incident-2-20270115T080000Z"
+    assert config_path == folder / "configs" / "run_config.yaml"
+    replayed = load_config(config_path)
+    assert (replayed.run_dir, replayed.out_dir) == (folder / "run", folder / "checkpoints")
+    assert replayed.config.lr == 0.0015 and replayed.playbook_paths == loaded.playbook_paths
+    assert replayed.data_path("train_dir") == loaded.data_path("train_dir")
+    [copy] = list_checkpoints(replayed.out_dir)
+    assert copy.step == 30 and verify_checkpoint(copy).ok and read_progress(copy.pth)["step_count"] == 30
+    moved = torch.load(copy.pth, weights_only=True)["train_dataloader"]["dataset"]["input_dir_path"]
+    assert moved == str(folder / "run" / "data" / "95d66cac0314a992" / "train" / "train")
+    assert json.loads((folder / "replay-origin.json").read_text())["loader_paths_relocated"] == 1
+    after = tree_digest(project / "runs" / "pretrain") + tree_digest(loaded.out_dir) + tree_digest(project / "configs")
+    assert after == before
+    # A second replay in the same second gets its own folder.
+    assert prepare_replay_run(hang, loaded, loaded.playbook_paths, now=when).parent.parent.name.endswith("Z-1")

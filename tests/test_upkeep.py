@@ -256,3 +256,30 @@ def test_start_runs_heartbeat_at_once_and_shutdown_is_clean_and_idempotent(watch
     upkeep.start()     # never restarted after shutdown
     assert not upkeep.running
     assert not [t for t in threading.enumerate() if t.name.startswith("APScheduler")]
+
+
+def test_supervisor_context_reads_a_real_supervisor(tmp_path):
+    import shutil
+
+    from engine.supervisor import Supervisor
+    from engine.upkeep import SupervisorContext
+    from runbook.config import load_config
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "configs").mkdir()
+    shutil.copy(repo / "configs" / "run_config.yaml", tmp_path / "configs" / "run_config.yaml")
+    loaded = load_config(tmp_path / "configs" / "run_config.yaml")
+    supervisor = Supervisor(loaded, [], RecordingNotifier(), "sha256:test")
+    context = SupervisorContext(supervisor)
+    assert (context.run_dir, context.out_dir) == (loaded.run_dir, loaded.out_dir)
+    assert context.keep_last_k == loaded.config.keep_last_k == 3
+    assert not context.trainer_alive() and context.current_log() is None and context.best_step() is None
+    assert context.status() == {"run_state": "starting", "launches": 0, "step": None, "tokens": None,
+                                "tokens_per_sec": None}
+    for step in (10, 20, 30, 40, 50):
+        make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml"))
+    supervisor.refresh_verification(force=True)  # seals them, as the watcher does
+    assert context.verified_steps() == {10, 20, 30, 40, 50}
+    upkeep = Upkeep(UpkeepSettings(), context)
+    assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir)] == [30, 40, 50]
+    assert upkeep.heartbeat().status == "ok" and (loaded.run_dir / HEARTBEAT_NAME).is_file()

@@ -6,6 +6,7 @@ from typing import Any
 
 from engine.actions import (
     compress_logs,
+    diagnose_slowness,
     escalate,
     notify,
     prune_checkpoints,
@@ -19,6 +20,7 @@ from engine.actions import (
     stop,
     verify_checkpoints,
     wait,
+    wait_for,
 )
 from engine.actions.base import ActionDef, ActionFailed, ActionResult, Params, Runtime
 from engine.expressions import compile_expression, is_expression
@@ -27,7 +29,7 @@ REGISTRY: dict[str, ActionDef] = {
     module.ACTION.name: module.ACTION
     for module in (
         resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data,
-        verify_checkpoints, notify, record, stop, wait, escalate, run,
+        verify_checkpoints, notify, record, stop, wait, wait_for, escalate, run, diagnose_slowness,
     )
 }
 

@@ -36,8 +36,11 @@ class ExecuteRefused(Exception):
         super().__init__(message)
 
 
-def replay_folder(project_dir: Path, incident_id: str, now: dt.datetime) -> Path:
-    base = project_dir / "runs" / f"replay-{incident_id}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+def replay_folder(loaded, incident_id: str, now: dt.datetime) -> Path:
+    parent = loaded.project_dir / "runs"
+    if any(parent.resolve().is_relative_to(d) for d in (loaded.run_dir, loaded.out_dir)):
+        parent = loaded.project_dir / "replays"  # runs/ IS (inside) the original run: stay out of it
+    base = parent / f"replay-{incident_id}-{now.strftime('%Y%m%dT%H%M%SZ')}"
     folder, n = base, 1
     while folder.exists():
         folder, n = base.with_name(f"{base.name}-{n}"), n + 1
@@ -154,11 +157,13 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     tree = replay_config(loaded, record, playbook_paths)          # refuse before creating anything
     source = source_checkpoint(record, loaded.out_dir)
     now = now or dt.datetime.now(dt.timezone.utc)
-    folder = replay_folder(loaded.project_dir, incident_id, now)
+    folder = replay_folder(loaded, incident_id, now)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir()  # raises if a concurrent replay took the name: then the folder is not ours to clean
     relocated = 0
     try:
         config_path = folder / "configs" / "run_config.yaml"
-        config_path.parent.mkdir(parents=True)
+        config_path.parent.mkdir()
         out_dir = folder / "checkpoints"
         out_dir.mkdir()
         if source is not None:

@@ -95,7 +95,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 def _configured_train_files(loaded) -> list[Path]:
     from engine.datascan import DataScanError, text_files
 
-    train_dir = loaded.data_path("train_dir")
+    train_dir = _configured_dir(loaded, "train_dir")
     if not train_dir.is_dir():
         raise DataScanError(f"data.train_dir: folder {train_dir} does not exist ({loaded.path})")
     if not (files := text_files(train_dir)):
@@ -109,7 +109,7 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
     from runbook.config import compute_data_hash
 
     folders = sorted({Path(os.path.abspath(f)).parent for f in files if report.bad_lines_of(f)})
-    configured = {key: Path(os.path.abspath(loaded.data_path(key))) for key in ("train_dir", "val_dir")} if loaded else {}
+    configured = {key: _configured_dir(loaded, key) for key in ("train_dir", "val_dir")} if loaded else {}
     messages, repoint, written = [], {}, []
     for folder in folders:
         target = fix_folder(folder, report, extra_files=files)
@@ -117,7 +117,7 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
         written.append(str(target))
         messages.append(f"wrote {target} ({dropped:,} bad line(s) dropped); the original {folder} is untouched")
         for key, configured_dir in configured.items():
-            if configured_dir == folder:
+            if configured_dir.resolve() == folder.resolve():
                 repoint[key] = target
     rescan = scan_files([p for t in written for p in text_files(Path(t))], tok, max_tokens, context)
     if repoint:
@@ -127,7 +127,7 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
         _set_data_dirs(loaded, repoint)
         loaded.reload().write_back({"data_hash": data_hash})
         for key, target in repoint.items():
-            messages.append(f"{loaded.path}: data.{key} -> {_config_value(loaded, target)}")
+            messages.append(f"{loaded.path}: data.{key} -> {_config_value(loaded, key, target)}")
         messages.append(f"{loaded.path}: data_hash -> {data_hash} (the trainer's data cache is rebuilt on the next launch)")
     else:
         messages.append("no run config trains on these folders; no config was changed")
@@ -136,12 +136,15 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
             "clean": rescan.clean, "messages": messages}
 
 
-def _config_value(loaded, folder: Path) -> str:
-    """Relative to the project folder when inside it, as the user writes paths in the config."""
-    try:
-        return str(folder.relative_to(loaded.project_dir))
-    except ValueError:
-        return str(folder)
+def _configured_dir(loaded, key: str) -> Path:
+    """data.<key> made absolute without resolving symlinks: the clean copy goes beside the folder as named."""
+    return Path(os.path.abspath(loaded.project_dir / getattr(loaded.config.data, key)))
+
+
+def _config_value(loaded, key: str, target: Path) -> str:
+    """The new data.<key>: the old value with its last part renamed (kept relative) when that names target."""
+    sibling = Path(getattr(loaded.config.data, key)).with_name(target.name)
+    return str(sibling) if loaded.resolve(sibling) == target.resolve() else str(target)
 
 
 def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
@@ -149,7 +152,7 @@ def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
     from runbook.config import RunConfig
     from runbook.yaml_source import atomic_write_text, round_trip_yaml
 
-    values = {key: _config_value(loaded, target) for key, target in repoint.items()}
+    values = {key: _config_value(loaded, key, target) for key, target in repoint.items()}
     data = {**loaded.config.data.model_dump(), **values}
     RunConfig.model_validate({**loaded.config.model_dump(), "data": data})  # refuse invalid values first
     yaml = round_trip_yaml()
