@@ -141,8 +141,8 @@ def main() -> int:
     body = f"""
 Command: `python benchmarks/bench_datascan.py --size-mb {args.size_mb:g}{context}` (run {time.strftime('%Y-%m-%d')}).
 
-Machine: {machine()}; load average {os.getloadavg()[0]:.1f} at the end of the run (other jobs share
-the machine, so the figures vary by about 2x between runs; the ratio stayed above 35x).
+Machine: {machine()}. Load average {os.getloadavg()[0]:.1f} at the end of the run: other jobs
+share the machine, so the seconds vary by about 2x between runs (the ratio stayed above 35x).
 
 A {size_mb:.1f} MB file of Python stdlib source with {len(planted)} planted bad lines (invalid UTF-8,
 control characters, lines over {DEFAULT_MAX_TOKENS:,} tokens), the repo's byte-level BPE tokenizer

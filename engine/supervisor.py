@@ -89,7 +89,8 @@ class Supervisor:
     def tick(self) -> None:
         snapshot = self.observe()
         trainer = snapshot.trainer
-        if not trainer.alive and trainer.exit_code == 0 and self._final_exists():
+        # exit_code is None when the trainer was re-attached after a watcher restart (not our child).
+        if not trainer.alive and trainer.exit_code in (0, None) and self._final_exists():
             self.refresh_verification(force=True)  # seal the checkpoints saved in the last moments
             self._apply_retention()
             self._transition(RunState.COMPLETED, reason="trainer exited 0 and final/ exists")

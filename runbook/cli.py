@@ -12,7 +12,7 @@ from runbook.exit_codes import ExitCode
 from runbook.yaml_source import SourceError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 
 

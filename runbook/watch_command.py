@@ -10,7 +10,7 @@ from rich.console import Console
 from runbook.exit_codes import ExitCode
 from runbook.yaml_source import SourceError
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Refusal(Exception):

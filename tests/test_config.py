@@ -1,0 +1,103 @@
+"""The run config: validation with file:line, path resolution, write-back with comments, data hash."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runbook.config import compute_data_hash, load_config
+from runbook.yaml_source import SourceError
+from tests.conftest import REPO, RUNBOOK
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "proj" / "configs" / "run_config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
+
+
+def test_shipped_config_is_valid_and_paths_resolve_against_the_project_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the current directory must not matter
+    loaded = load_config(REPO / "configs" / "run_config.yaml")
+    assert loaded.out_dir == REPO / "checkpoints" / "pretrain"
+    assert loaded.run_log == REPO / "docs" / "run-log.md"
+    assert loaded.config.batch_size % loaded.config.micro_batch_size == 0
+
+
+def test_unknown_key_is_reported_with_file_line_and_key(tmp_path):
+    path = write(tmp_path, "micro_batch_size: 4\nbatch_size: 16\nwatch:\n  poll_interval_s: 0.2\n  hang_timout_s: 5\n")
+    with pytest.raises(SourceError) as err:
+        load_config(path)
+    assert f"{path}:5:3: watch.hang_timout_s: unknown key" in str(err.value)
+
+
+def test_wrong_type_and_bad_yaml_are_reported_with_lines(tmp_path):
+    path = write(tmp_path, "micro_batch_size: four\n")
+    with pytest.raises(SourceError) as err:
+        load_config(path)
+    assert f"{path}:1:1: micro_batch_size:" in str(err.value)
+    broken = tmp_path / "proj" / "configs" / "broken.yaml"
+    broken.write_text("lr: 0.1\nmodel: [\n")
+    with pytest.raises(SourceError) as err:
+        load_config(broken)
+    assert f"{broken}:3:" in str(err.value) and "invalid YAML" in str(err.value)
+
+
+def test_batch_size_must_be_a_multiple_of_micro_batch(tmp_path):
+    path = write(tmp_path, "micro_batch_size: 3\nbatch_size: 16\n")
+    with pytest.raises(SourceError, match="multiple of micro_batch_size"):
+        load_config(path)
+
+
+def test_write_back_keeps_comments_and_order(tmp_path):
+    path = write(tmp_path, (REPO / "configs" / "run_config.yaml").read_text())
+    before = path.read_text()
+    loaded = load_config(path).write_back({"lr": 0.0015, "micro_batch_size": 2})
+    after = path.read_text()
+    assert loaded.config.lr == 0.0015 and loaded.config.micro_batch_size == 2
+    assert any(l.startswith("lr: 0.0015 ") and "# peak learning rate" in l for l in after.splitlines())
+    assert [l.split(":")[0] for l in before.splitlines()] == [l.split(":")[0] for l in after.splitlines()]
+    with pytest.raises(Exception):
+        load_config(path).write_back({"micro_batch_size": 3})  # invalid: refused, file unchanged
+    assert path.read_text() == after
+
+
+def test_bad_config_exits_3_with_file_line(tmp_path):
+    path = write(tmp_path, "micro_batch_size: 4\nbatch_size: 16\nlr_typo: 1\n")
+    result = subprocess.run([RUNBOOK, "watch", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert f"{path}:3:1: lr_typo: unknown key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_folder_exits_3_with_one_sentence(project):
+    project.set(data={"train_dir": "data/nowhere", "make_default": False})
+    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "data.train_dir" in result.stderr and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_data_hash_is_written_when_empty_and_changed_data_refuses_to_resume(project, shared_data, tmp_path):
+    from runbook.watch_command import Refusal, prepare_data
+
+    # A private copy of the data we can change.
+    data = tmp_path / "data-copy"
+    import shutil
+
+    shutil.copytree(shared_data / "stdlib", data, symlinks=False)
+    project.set(data={"train_dir": str(data / "train"), "val_dir": str(data / "val"), "make_default": False})
+    loaded = load_config(project.config)
+    first = prepare_data(loaded, accept_data_change=False)
+    assert first == compute_data_hash(data / "train", data / "val")
+    assert first in project.config.read_text() and load_config(project.config).config.data_hash == first
+
+    (project.step_dir(10)).mkdir(parents=True)  # there is something to resume from
+    (data / "train" / "extra.txt").write_text("new text\n")
+    with pytest.raises(Refusal, match="training data changed"):
+        prepare_data(load_config(project.config), accept_data_change=False)
+    second = prepare_data(load_config(project.config), accept_data_change=True)
+    assert second != first and load_config(project.config).config.data_hash == second

@@ -1,0 +1,103 @@
+"""Training-dynamics failures on real tiny litgpt runs: NaN, a loss spike, slow training."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import threading
+import time
+
+from engine.checkpoints import find_nonfinite_tensors, list_checkpoints
+from tests.conftest import stop_process, wait_for
+
+
+def final_val_loss(project) -> float:
+    logs = sorted((project.run_dir / "logs").glob("trainer-*.log"))
+    found = re.findall(r"Final evaluation \| val loss: (\S+) \|", logs[-1].read_text())
+    assert found, f"no final evaluation in {logs[-1]}"
+    return float(found[-1])
+
+
+def finish(watcher, timeout=600) -> int:
+    try:
+        return watcher.wait(timeout=timeout)
+    finally:
+        stop_process(watcher)
+
+
+def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project):
+    project.set(lr=10.0)  # measured: the tiny model's gradients go non-finite around step 11 at lr 10
+    assert finish(project.watch()) == 0, project.watch_output()
+
+    incidents = project.incidents()
+    assert incidents[0]["playbook"] == "nan"
+    assert incidents[0]["config_changes"]["lr"] == [10.0, 5.0]
+    text = project.config.read_text()
+    lr = float(re.search(r"^lr: (\S+)", text, re.M).group(1))
+    assert lr <= 5.0
+    assert "# peak learning rate (cosine schedule with warm-up)" in text  # comments kept
+    assert math.isfinite(final_val_loss(project))
+    # Quarantined checkpoints are out of litgpt's resume path, and nothing left there holds NaN/Inf.
+    for ckpt in list_checkpoints(project.out_dir):
+        assert find_nonfinite_tensors(ckpt.pth) == []
+    quarantine = project.run_dir / "quarantine"
+    assert not list(project.out_dir.rglob("QUARANTINE_REASON.txt"))
+    if incidents[0].get("resumed_step"):
+        assert quarantine.exists()
+
+
+def test_loss_spike_rolls_back_lowers_lr_and_ends_near_the_normal_run(project, reference_run):
+    project.set(lr=1.0)  # measured: diverges to ~17 and comes back, without crashing
+    assert finish(project.watch()) == 0, project.watch_output()
+
+    spikes = [i for i in project.incidents() if i["playbook"] == "loss-spike"]
+    assert spikes, [i["playbook"] for i in project.incidents()]
+    first = spikes[0]
+    assert first["config_changes"]["lr"][1] < 1.0
+    assert any("spike began after step" in n for n in first["notes"])
+    reference = final_val_loss(reference_run["project"])
+    assert abs(final_val_loss(project) - reference) <= 0.10 * reference, (final_val_loss(project), reference)
+
+
+def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_closes_it(project):
+    project.set(max_tokens=409600, save_interval=100, trainer={"eval_interval": 100})
+    watcher = project.watch()
+    try:
+        # Wait until the run has a throughput baseline (30 iterations after start), then throttle it.
+        wait_for(lambda: _progress_lines(project) >= 60, 240, what="baseline")
+        pid = project.trainer_pid()
+        stop_throttle = threading.Event()
+
+        def duty_cycle():  # 75% stopped: a noisy neighbour or a cgroup freezer, from outside
+            while not stop_throttle.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.15)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(0.05)
+
+        throttle = threading.Thread(target=duty_cycle, daemon=True)
+        throttle.start()
+        try:
+            wait_for(lambda: any(i["playbook"] == "slow-training" for i in project.incidents()), 90, what="slow incident")
+            time.sleep(3)  # let the diagnosis sample the throttled process
+        finally:
+            stop_throttle.set()
+            throttle.join()
+            os.kill(pid, signal.SIGCONT)
+        assert watcher.wait(timeout=600) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+
+    slow = next(i for i in project.incidents() if i["playbook"] == "slow-training")
+    assert slow["outcome"] == "recovered"
+    assert "stopped from outside" in slow["diagnosis"]["verdict"], slow["diagnosis"]
+    assert slow["diagnosis"]["evidence"]["stopped_fraction"] >= 0.1
+    wait_step = next(a for a in slow["actions"] if a["verb"] == "wait_for")
+    assert wait_step["ok"], wait_step
+
+
+def _progress_lines(project) -> int:
+    logs = sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
+    return sum(1 for log in logs for line in log.read_text(errors="replace").splitlines() if line.startswith("Epoch "))

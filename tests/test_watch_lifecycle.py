@@ -1,0 +1,65 @@
+"""The watcher's own life: one watcher per run, clean stop on SIGTERM, restart after its own crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import psutil
+
+from tests.conftest import RUNBOOK, stop_process, wait_for
+
+
+def journal(project) -> list[dict]:
+    return [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def test_second_watcher_refuses_sigterm_stops_cleanly_and_a_new_watcher_resumes(project, reference_run):
+    first = project.watch()
+    try:
+        wait_for(lambda: (project.step_dir(10) / "model_config.yaml").exists(), 240, what="checkpoint 10")
+        second = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 5, second.stderr
+        assert "another runbook watcher" in second.stderr and str(first.pid) in second.stderr
+
+        trainer_pid = project.trainer_pid()
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 7, project.watch_output()
+        assert not psutil.pid_exists(trainer_pid) or psutil.Process(trainer_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        stop_process(first)
+    assert journal(project)[-1]["to"] == "stopped"
+
+    resumed = project.watch()
+    assert resumed.wait(timeout=300) == 0, project.watch_output()
+    launches = [e for e in journal(project) if e["kind"] == "launch"]
+    assert len(launches) == 2 and launches[1]["resume_from"].endswith("lit_model.pth")
+    assert project.incidents() == []  # a deliberate stop is not an incident
+    assert project.final_progress() == reference_run["progress"]
+
+
+def test_watcher_killed_mid_run_is_restarted_and_reattaches_without_a_second_launch(project, reference_run):
+    first = project.watch()
+    wait_for(lambda: (project.step_dir(10) / "model_config.yaml").exists(), 240, what="checkpoint 10")
+    trainer_pid = project.trainer_pid()
+    first.send_signal(signal.SIGKILL)  # the watcher crashes; the trainer (own session) keeps training
+    first.wait(timeout=30)
+    assert psutil.pid_exists(trainer_pid)
+
+    second = project.watch()
+    assert second.wait(timeout=300) == 0, project.watch_output()
+    entries = journal(project)
+    assert [e["kind"] for e in entries].count("launch") == 1
+    assert any("re-attached to trainer pid" in e.get("reason", "") for e in entries)
+    assert entries[-1]["to"] == "completed"
+    assert project.incidents() == []
+    assert project.final_progress() == reference_run["progress"]
+
+
+def test_a_finished_run_is_not_trained_again(project, reference_run):
+    done = reference_run["project"]
+    result = subprocess.run([RUNBOOK, "watch", str(done.config)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "already completed" in result.stderr
