@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--no-docs", action="store_true", help="print only, do not update docs/benchmarks.md")
     args = parser.parse_args()
     seconds, n_lines = (0.5, 100_000) if args.quick else (3.0, 1_000_000)
+    load = os.getloadavg()[0]  # CPU time still suffers when other processes share the cores
 
     config = RunConfig()
     shipped = load_playbooks([ROOT / "playbooks"])
@@ -220,7 +221,8 @@ def main() -> None:
     rows.append((f"replay {n_lines:,} log lines, shipped playbooks, 1 observation / {REPLAY_BATCH} lines",
                  f"{elapsed:.1f} s ({n_lines / elapsed:,.0f} lines/s, {observations / elapsed:,.0f} obs/s)"))
 
-    machine = f"{platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}, {platform.system()}"
+    machine = (f"{platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}, "
+               f"{platform.system()}, load average {load:.1f} at the start")
     width = max(len(r[0]) for r in rows)
     table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
     print(f"machine: {machine}\n{table}")

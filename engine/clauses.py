@@ -36,6 +36,7 @@ class MatchContext:
     config: Any
     errors: list[str] = field(default_factory=list)
     tail_index: Any = None   # engine.tail_index.TailIndex of the matcher's playbook set
+    expr_results: dict = field(default_factory=dict)   # condition -> (value, error), this observation
     _expr_context: dict | None = None
     _tail_first: dict | None = None
 
@@ -139,11 +140,14 @@ class MetricSpec(BaseModel):
     op: MetricOp
     value: float | None = Field(None, description="threshold (or ratio for ratio_to_median_*)")
     min_step: int = Field(0, ge=0, description="ignore observations before this optimizer step (warm-up)")
+    consecutive: int = Field(1, ge=1, le=20, description="loss only: the last N logged values must all satisfy it")
 
     @model_validator(mode="after")
     def _needs_value(self):
         if self.op not in ("is_nan", "is_inf", "not_finite") and self.value is None:
             raise ValueError(f"op '{self.op}' needs a value")
+        if self.consecutive > 1 and self.name != "loss":
+            raise ValueError("consecutive applies to loss only (the one metric with a logged history)")
         return self
 
 
@@ -158,22 +162,32 @@ class MetricClause(Clause):
 
     def _observe(self, ctx):
         metrics = ctx.state.metrics
-        value = getattr(metrics, self.metric.name)
         if self.metric.min_step and (metrics.step or 0) < self.metric.min_step:
             return None
-        if self.metric.op == "ratio_to_best_above":
-            best = metrics.loss_best_median if self.metric.name == "loss" else None
-            if value is None or not best:
+        n = self.metric.consecutive
+        if n > 1:
+            history = metrics.loss_history[-n:]
+            if len(history) < n:
                 return None
-            return value / best
-        if self.metric.op.startswith("ratio_to_median"):
-            median = metrics.loss_median if self.metric.name == "loss" else None
-            if value is None or not median:
-                return None
-            return value / median
-        return value
+            values = [self._relative(v, metrics) for v in history]
+            return None if any(v is None for v in values) else values
+        return self._relative(getattr(metrics, self.metric.name), metrics)
+
+    def _relative(self, value, metrics):
+        """The value itself, or its ratio to the baseline the op names."""
+        if value is None or not self.metric.op.startswith("ratio_to"):
+            return value
+        base = None
+        if self.metric.name == "loss":
+            base = metrics.loss_best_median if self.metric.op == "ratio_to_best_above" else metrics.loss_median
+        return value / base if base else None
 
     def _holds(self, actual):
+        if isinstance(actual, list):
+            return all(self._holds_one(v) for v in actual)
+        return self._holds_one(actual)
+
+    def _holds_one(self, actual):
         op, threshold = self.metric.op, self.metric.value
         if actual is None:
             return False
@@ -192,6 +206,8 @@ class MetricClause(Clause):
     def expected(self):
         m = self.metric
         warm = f" (from step {m.min_step})" if m.min_step else ""
+        if m.consecutive > 1:
+            warm += f", for the last {m.consecutive} logged values"
         if m.op in ("is_nan", "is_inf", "not_finite"):
             return f"{m.name} {m.op}{warm}"
         if m.op == "ratio_to_best_above":
@@ -366,7 +382,11 @@ class ExprClause(Clause):
         return _compiled(self.expr)
 
     def check(self, ctx):
-        value, error = evaluate_condition(self.compiled, ctx.expr_context)
+        # One condition often guards several playbooks ("state.trainer.alive"): evaluate it once.
+        outcome = ctx.expr_results.get(self.expr)
+        if outcome is None:
+            outcome = ctx.expr_results[self.expr] = evaluate_condition(self.compiled, ctx.expr_context)
+        value, error = outcome
         if error:
             ctx.errors.append(error)
         return value

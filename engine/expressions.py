@@ -115,6 +115,29 @@ def is_expression(value: Any) -> bool:
     return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
 
 
+def is_template(value: Any) -> bool:
+    """A string with "{{ }}" inside longer text is rendered to text (a message, a note, a reason)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value) and not is_expression(value)
+
+
+_TEMPLATE_CACHE: dict[str, Any] = {}
+
+
+def compile_template(source: str):
+    if source not in _TEMPLATE_CACHE:
+        try:
+            tree = _ENV.parse(source)
+            _check_names(tree, source)
+            _TEMPLATE_CACHE[source] = _ENV.from_string(source)
+        except TemplateSyntaxError as err:
+            raise ExpressionError(f"'{source}': {err.message}") from None
+    return _TEMPLATE_CACHE[source]
+
+
+def render_template(source: str, context: dict) -> str:
+    return compile_template(source).render(**context)
+
+
 def evaluate_condition(expr: Expression, context: dict) -> tuple[bool, str | None]:
     """(value, error). Fails closed: an error or a non-bool gives False with the reason."""
     try:

@@ -16,7 +16,7 @@ from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateS
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
 BASELINE_SAMPLES = 20
 HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling median counts as healthy
-BEST_MEDIAN_WINDOW = 8       # iterations in the rolling median whose minimum is the spike baseline
+BEST_MEDIAN_WINDOW = 3       # logged losses in the rolling median whose minimum is the spike baseline
 
 
 class LogTail:
@@ -68,6 +68,10 @@ class MetricTracker:
         self.iter_times.clear()
         self.longest_gap_s = None
         self.last_progress_time = None
+        # A relaunch may resume from an earlier step (a rollback): the spike baseline starts afresh.
+        self.losses.clear()
+        self.best_median = None
+        self.last_healthy_step = None
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.actions import REGISTRY
-from engine.expressions import compile_expression, evaluate_condition, is_expression
+from engine.expressions import compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.playbook import Playbook
 
 
@@ -36,7 +36,12 @@ class PlannedStep:
 def _evaluate_params(raw: dict, context: dict) -> dict:
     values = {}
     for key, value in raw.items():
-        values[key] = compile_expression(value).evaluate(**context) if is_expression(value) else value
+        if is_expression(value):
+            values[key] = compile_expression(value).evaluate(**context)
+        elif is_template(value):
+            values[key] = render_template(value, context)
+        else:
+            values[key] = value
     return values
 
 

@@ -26,7 +26,7 @@ from engine.expressions import _ENV
 from engine.playbook import ActionStep, Limits, Persistence, Playbook, PlaybookTest
 from engine.state import StateSnapshot
 from runbook.config import RunConfig, WatchSettings
-from runbook.playbook_schema import DURATION_FIELDS, DURATION_PARAMS
+from runbook.playbook_schema import duration_fields
 
 DOC_PATH = "docs/playbooks.md"
 
@@ -161,9 +161,9 @@ def _default(info) -> str:
     return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
 
 
-def _table(model: type[BaseModel], notes: dict[str, str] | None = None, durations: set[str] = frozenset()) -> str:
+def _table(model: type[BaseModel], notes: dict[str, str] | None = None) -> str:
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    durations = durations | {field for name, field in DURATION_FIELDS if name == model.__name__}
+    durations = duration_fields(model)
     for name, info in model.model_fields.items():
         key = info.alias or name
         meaning = info.description or (notes or {}).get(key, "")
@@ -198,8 +198,7 @@ def _actions() -> str:
             raise ValueError(f"the example of action '{verb}' is for '{step.verb}'")
         out.append(f"### `{verb}`\n\n{definition.doc}\n")
         if definition.params.model_fields:
-            durations = {field for name, field in DURATION_PARAMS if name == verb}
-            out.append(_table(definition.params, durations=durations) + "\n")
+            out.append(_table(definition.params) + "\n")
         else:
             out.append("No parameters.\n")
         out.append(_fence(_yaml_dump({"actions": [definition.example]})) + "\n")

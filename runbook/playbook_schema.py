@@ -8,17 +8,38 @@ engine.actions.REGISTRY), and some values may be given in another spelling (a du
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from engine.actions import REGISTRY
-from engine.playbook import Playbook
+from engine.playbook import Limits, Persistence, Playbook
 
 EXPRESSION = {"type": "string", "pattern": r"^\s*\{\{.*\}\}\s*$", "description": "a value computed by an expression"}
 DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$", "description": "a duration: 30s, 5m, 1h"}
-# Fields whose validators accept a duration string (engine.playbook.parse_duration); a test checks them.
-DURATION_FIELDS = {("Persistence", "seconds"), ("Limits", "window"), ("Limits", "cooldown")}
-DURATION_PARAMS = {("wait", "seconds")}
 _HOISTED = ("title", "description", "default")
+
+
+def duration_fields(model: type[BaseModel]) -> set[str]:
+    """Numeric fields (by YAML key) whose validator also takes a duration such as "5m".
+
+    Found by asking the model itself (engine.playbook.parse_duration is called by a before-validator,
+    which the JSON Schema pydantic writes cannot show), so a new action's durations are never missed.
+    """
+    found = set()
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        kinds = set(typing.get_args(info.annotation)) - {type(None)} or {info.annotation}
+        if not kinds <= {int, float}:
+            continue
+        try:
+            model.model_validate({key: "5m"})
+        except ValidationError as err:
+            if any(e["loc"][:1] == (key,) for e in err.errors()):
+                continue
+        found.add(key)
+    return found
 
 
 def _either(prop: dict, *alternatives: dict) -> dict:
@@ -32,8 +53,9 @@ def _verb_schema(verb: str, defs: dict) -> dict:
     definition = REGISTRY[verb]
     params = definition.params.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
     defs.update(params.pop("$defs", {}))
+    durations = duration_fields(definition.params)
     params["properties"] = {
-        key: _either(prop, EXPRESSION, *([DURATION] if (verb, key) in DURATION_PARAMS else []))
+        key: _either(prop, EXPRESSION, *([DURATION] if key in durations else []))
         for key, prop in params.get("properties", {}).items()
     }
     params.pop("title", None)
@@ -64,7 +86,8 @@ def playbook_schema() -> dict[str, Any]:
         "description": "one action: `- <verb>: {params}` with optional `if:` and `on_failure:`",
         "oneOf": [{"$ref": f"#/$defs/action_{verb}"} for verb in sorted(REGISTRY)],
     }
-    for name, prop in DURATION_FIELDS:
-        properties = defs[name]["properties"]
-        properties[prop] = _either(properties[prop], DURATION)
+    for model in (Persistence, Limits):
+        properties = defs[model.__name__]["properties"]
+        for key in duration_fields(model):
+            properties[key] = _either(properties[key], DURATION)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -16,7 +16,7 @@ from engine.playbook_loader import load_playbook_file, load_playbooks
 from runbook.cli import app
 from runbook.docs_gen import CLAUSES, DOC_PATH, render_playbook_reference
 from runbook.exit_codes import ExitCode
-from runbook.playbook_schema import DURATION_FIELDS, playbook_schema
+from runbook.playbook_schema import duration_fields, playbook_schema
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "playbooks"
@@ -222,12 +222,16 @@ def test_schema_rejects_what_the_loader_rejects(change: dict):
     assert _errors({**valid, **change}, schema, schema) != []
 
 
-def test_duration_fields_of_the_schema_accept_durations():
+def test_durations_are_found_in_the_models():
     from engine.playbook import Limits, Persistence
 
-    models = {"Limits": Limits, "Persistence": Persistence}
-    for model, field in DURATION_FIELDS:
-        assert getattr(models[model].model_validate({field: "5m"}), field) == 300
+    assert duration_fields(Persistence) == {"seconds"}
+    assert duration_fields(Limits) == {"window", "cooldown"}  # not max_attempts, not backoff
+    assert duration_fields(REGISTRY["wait"].params) == {"seconds"}
+    assert duration_fields(REGISTRY["run"].params) == set()  # a plain number of seconds
+    schema = playbook_schema()
+    window = schema["$defs"]["Limits"]["properties"]["window"]
+    assert _errors("5m", window, schema) == [] and _errors("soon", window, schema) != []
 
 
 # --- docs -----------------------------------------------------------------------------------------

@@ -33,8 +33,9 @@ def test_execute_performs_the_recovery_again_in_a_new_run_folder(project, refere
         assert watcher.wait(timeout=300) == 0, project.watch_output()
     finally:
         stop_process(watcher)
-    [incident] = project.incidents()
-    assert incident["playbook"] == "preemption" and incident["resumed_step"] >= 20
+    # Other playbooks (e.g. slow-training on a busy machine) may add incidents: pick the preemption.
+    incident = next(i for i in project.incidents() if i["playbook"] == "preemption")
+    assert incident["resumed_step"] >= 20
     original = (project.run_dir, project.out_dir, project.config, project.run_log)
     before = digest(*original)
 

@@ -23,7 +23,7 @@ from engine.actions import (
     wait_for,
 )
 from engine.actions.base import ActionDef, ActionFailed, ActionResult, Params, Runtime
-from engine.expressions import compile_expression, is_expression
+from engine.expressions import compile_expression, compile_template, is_expression, is_template
 
 REGISTRY: dict[str, ActionDef] = {
     module.ACTION.name: module.ACTION
@@ -48,6 +48,8 @@ def validate_params(verb: str, params: dict[str, Any]) -> None:
             if key not in model.model_fields and not any(f.alias == key for f in model.model_fields.values()):
                 raise ValueError(f"{verb}: unknown parameter '{key}'")
         else:
+            if is_template(value):
+                compile_template(value)  # syntax and sandbox rules now; rendered at plan time
             literal[key] = value
     partial = model.model_validate
     try:
