@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -57,21 +58,28 @@ class Supervisor:
         self.stop_requested: str | None = None
         self.escalation: str | None = None
         self.last_snapshot = None
+        self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
+        self.upkeep = None
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> RunState:
         self.lock.acquire()
         try:
             self._install_signal_handlers()
-            self._start_or_continue()
+            with self.recovery_lock:
+                self._start_or_continue()
+            self._start_upkeep()
             while self.state not in TERMINAL_STATES:
                 if self.stop_requested:
                     self._stop_watching(self.stop_requested)
                     break
-                self.tick()
+                with self.recovery_lock:
+                    self.tick()
                 time.sleep(self.loaded.config.watch.poll_interval_s)
             return self.state
         finally:
+            if self.upkeep is not None:
+                self.upkeep.shutdown()
             self.notifier.close()
             self.lock.release()
 
@@ -107,6 +115,15 @@ class Supervisor:
             self.dead_observations += 1
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self._escalate_unclaimed(snapshot)
+
+    def _start_upkeep(self) -> None:
+        if self.dry_run or self.state in TERMINAL_STATES:
+            return
+        from engine.upkeep import SupervisorContext, Upkeep
+
+        self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self), recovery_lock=self.recovery_lock,
+                             events=self.events)
+        self.upkeep.start()
 
     # --- start-up and re-attach ----------------------------------------------------------------
     def _start_or_continue(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from engine.upkeep import UpkeepSettings
 from runbook.slack import SlackSettings
 from runbook.yaml_source import SourceError, describe_validation_error, load_yaml, plain, update_yaml_values
 
@@ -95,6 +96,7 @@ class RunConfig(Strict):
     playbooks: PlaybookSettings = Field(default_factory=PlaybookSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
     notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+    upkeep: UpkeepSettings = Field(default_factory=UpkeepSettings)
 
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":
