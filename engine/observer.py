@@ -60,6 +60,10 @@ class MetricTracker:
     final_val_loss: float | None = None
     last_progress_time: float | None = None
     longest_gap_s: float | None = None     # between two progress lines of this launch (covers eval + save)
+    save_started: float | None = None
+    save_seconds: deque = field(default_factory=lambda: deque(maxlen=10))
+    step_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
+    progress_lines_since_launch_at: float | None = None
     saving: list[str] = field(default_factory=list)
 
     def new_launch(self, tokens_per_iter: int) -> None:
@@ -84,6 +88,11 @@ class MetricTracker:
             if self.last_progress_time is not None:
                 gap = now - self.last_progress_time
                 self.longest_gap_s = gap if self.longest_gap_s is None else max(self.longest_gap_s, gap)
+                if self.save_started is None:
+                    self.step_seconds.append(gap)
+            if self.save_started is not None:  # the save (and eval) ended when progress resumed
+                self.save_seconds.append(now - self.save_started)
+                self.save_started = None
             self.last_progress_time = now
             if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
                 self.iter_times.append(max(event.iter_time_ms, 1e-3))
@@ -97,6 +106,7 @@ class MetricTracker:
                 self.best_val_loss, self.best_val_step = event.val_loss, self.step
         elif isinstance(event, CheckpointSaving):
             self.saving.append(event.path)
+            self.save_started = now
         elif isinstance(event, FinalValidation):
             self.final_val_loss = event.val_loss
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import statistics
 import signal
 import threading
 import time
@@ -58,6 +59,7 @@ class Supervisor:
         self.stop_requested: str | None = None
         self.escalation: str | None = None
         self.last_snapshot = None
+        self.awaiting_progress: dict | None = None   # a recovered incident waiting for the first new progress
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
 
@@ -78,6 +80,7 @@ class Supervisor:
                 time.sleep(self.loaded.config.watch.poll_interval_s)
             return self.state
         finally:
+            self._flush_awaiting("the watcher ended before the trainer made progress")
             if self.upkeep is not None:
                 self.upkeep.shutdown()
             self.notifier.close()
@@ -96,6 +99,7 @@ class Supervisor:
 
     def tick(self) -> None:
         snapshot = self.observe()
+        self._check_recovery_progress()
         trainer = snapshot.trainer
         # exit_code is None when the trainer was re-attached after a watcher restart (not our child).
         if not trainer.alive and trainer.exit_code in (0, None) and self._final_exists():
@@ -181,6 +185,7 @@ class Supervisor:
             self.events("dry_run_plan", decision=decision, steps=steps)
             self._transition(RunState.ESCALATED, reason="dry-run: a recovery would start here", journal=False)
             return
+        self._flush_awaiting("the trainer failed again before making progress")
         incident_id = self.incidents.next_id()
         record = {
             "id": incident_id,
@@ -280,7 +285,9 @@ class Supervisor:
         for key, default in (("config_changes", {}), ("resumed_from", None), ("resumed_step", None), ("notes", [])):
             record.setdefault(key, default)
         record["closed_at"] = time.time()
-        record["recovery_seconds"] = round(record["closed_at"] - record["detected_at"], 3)
+        # runbook's own share: detection -> the trainer relaunched (or the decision to stop)
+        record["runbook_seconds"] = round(record["closed_at"] - record["detected_at"], 3)
+        record["recovery_seconds"] = record["runbook_seconds"]
         record["config_after"] = self.loaded.config.model_dump(mode="json")
         if self.escalation and outcome != "recovered":
             record["escalation_reason"] = self.escalation
@@ -293,15 +300,45 @@ class Supervisor:
             record["steps_lost"] = record.get("steps_lost")
             record["tokens_lost"] = record.get("tokens_lost")
         self.incidents.write(_persistable(record))
-        self._append_run_log(record)
         self.journal.append("incident_closed", incident=record["id"], outcome=outcome)
         self.history = self.journal.replay().history
-        self.notifier.incident_closed(record["id"], outcome, _closing_summary(record), escalate=outcome != "recovered")
-        self.events("incident_closed", record=record)
         if outcome == "recovered":
             self._transition(RunState.RUNNING, reason=f"{record['id']} recovered")
         else:
             self._transition(RunState.ESCALATED, reason=self.escalation or outcome)
+        if outcome == "recovered" and runtime.resumed:
+            # The recovery is over when the trainer makes progress again: report it then.
+            self.awaiting_progress = record
+        else:
+            self._report_incident(record)
+
+    def _report_incident(self, record: dict, note: str | None = None) -> None:
+        """The run-log entry, the Slack close and the console line, once the outcome is known."""
+        if note:
+            record.setdefault("notes", []).append(note)
+            self.incidents.write(_persistable(record))
+        self._append_run_log(record)
+        self.notifier.incident_closed(record["id"], record["outcome"], _closing_summary(record),
+                                      escalate=record["outcome"] != "recovered")
+        self.events("incident_closed", record=record)
+
+    def _check_recovery_progress(self) -> None:
+        record = self.awaiting_progress
+        if record is None:
+            return
+        tracker = self.observer.tracker
+        if tracker.progress_since_launch > 0 and tracker.last_progress_time is not None:
+            record["first_progress_at"] = tracker.last_progress_time
+            record["recovery_seconds"] = round(tracker.last_progress_time - record["detected_at"], 3)
+            record["trainer_restart_seconds"] = round(tracker.last_progress_time - record["closed_at"], 3)
+            self.incidents.write(_persistable(record))
+            self.awaiting_progress = None
+            self._report_incident(record)
+
+    def _flush_awaiting(self, why: str) -> None:
+        if self.awaiting_progress is not None:
+            record, self.awaiting_progress = self.awaiting_progress, None
+            self._report_incident(record, note=why)
 
     def _append_run_log(self, record: dict) -> None:
         from runbook.run_log import append_entry
@@ -446,6 +483,17 @@ class Supervisor:
         if ckpt.path not in self._size_cache:
             self._size_cache[ckpt.path] = ckpt.size_bytes()
         return self._size_cache[ckpt.path]
+
+    def save_interval_advice(self) -> str | None:
+        from engine.advice import save_interval_advice
+
+        tracker = self.observer.tracker
+        save_cost = statistics.median(tracker.save_seconds) if tracker.save_seconds else None
+        step_time = statistics.median(tracker.step_seconds) if tracker.step_seconds else None
+        failures = self.history.all_fired()
+        started = self.journal.entries()[0]["time"] if self.journal.path.exists() else None
+        mtbf = (time.time() - started) / max(1, len(failures)) if started else None
+        return save_interval_advice(save_cost, mtbf, step_time, self.loaded.config.save_interval)
 
     def _apply_retention(self) -> None:
         """keep_last_k + best, the run config's retention policy, once the run is over."""

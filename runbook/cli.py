@@ -43,16 +43,20 @@ def watch(
     raise typer.Exit(int(code))
 
 
-# --- command groups and commands from their own modules (one line each) ---
-# (register with app.add_typer(...) or app.command(...)(function) here)
-from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
-app.add_typer(playbooks_app, name="playbooks")
+# --- commands that live in their own modules: an explicit table (tests/test_cli.py keeps it in sync) ---
+from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
+from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
+from runbook.commands.scan_data_cmd import scan_data as scan_data_command  # noqa: E402
+from runbook.commands.verify_cmd import verify as verify_command  # noqa: E402
 
+app.add_typer(playbooks_app, name="playbooks")
 app.add_typer(incidents_app, name="incidents")
 app.command("replay")(replay_command)
-from runbook.commands.scan_data_cmd import scan_data as scan_data_command; app.command("scan-data")(scan_data_command)  # noqa: E402,E702
+app.command("scan-data")(scan_data_command)
+app.command("verify")(verify_command)
+app.command("drill")(drill_command)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ DEFAULT_TEMPLATE = """
 - **Symptom:** {{ incident.symptom }}
 - **What was done:** {% for a in incident.actions %}{{ a.verb }} ({{ "ok" if a.ok else "failed" }}: {{ a.summary }}){% if not loop.last %}; {% endif %}{% else %}nothing{% endfor %}
 - **Outcome:** {{ incident.outcome }}{% if incident.resumed_from %}, resumed from step {{ incident.resumed_step }}{% endif %}{% if incident.config_changes %}; config changed: {{ incident.config_changes }}{% endif %}
-- **Lost compute:** {{ incident.steps_lost if incident.steps_lost is not none else "?" }} optimizer steps, {{ incident.tokens_lost if incident.tokens_lost is not none else "?" }} tokens, {{ "%.1f" | format(incident.recovery_seconds or 0) }} s to recover
+- **Lost compute:** {{ incident.steps_lost if incident.steps_lost is not none else "?" }} optimizer steps, {{ incident.tokens_lost if incident.tokens_lost is not none else "?" }} tokens, {{ "%.1f" | format(incident.recovery_seconds or 0) }} s from detection to {{ "training again" if incident.first_progress_at is defined else "the end of the recovery" }}{% if incident.trainer_restart_seconds is defined %} (runbook {{ "%.1f" | format(incident.runbook_seconds) }} s, trainer restart {{ "%.1f" | format(incident.trainer_restart_seconds) }} s){% endif %}
 {%- if incident.lesson %}
 - **Lesson:** {{ incident.lesson }}
 {%- endif %}

@@ -19,8 +19,10 @@ class Refusal(Exception):
         super().__init__(message)
 
 
-def prepare_data(loaded, accept_data_change: bool) -> str:
-    """Make the embedded default if asked, check the data, and settle `data_hash`. Returns the hash."""
+def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True) -> str:
+    """Make the embedded default if asked, check the data, and settle `data_hash`. Returns the hash.
+
+    With record_hash=False (drills) the config is only read, never written."""
     from engine import checkpoints as ckpts
     from runbook.config import compute_data_hash
     from runbook.default_data import ensure_default_assets
@@ -40,6 +42,8 @@ def prepare_data(loaded, accept_data_change: bool) -> str:
     if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer.model").is_file():
         raise Refusal(ExitCode.BAD_CONFIG, f"data.tokenizer_dir: no tokenizer.json in {tok_dir}")
     data_hash = compute_data_hash(train_dir, val_dir)
+    if not record_hash:
+        return data_hash
     if not cfg.data_hash:
         loaded.write_back({"data_hash": data_hash})
     elif cfg.data_hash != data_hash:

@@ -6,10 +6,17 @@ import os
 import signal
 
 from tests.conftest import stop_process, wait_for
+from tests.fake_slack import FakeSlack
+
+TOKEN = "xoxb-test-secret-token-123"
 
 
 def test_sigterm_after_second_checkpoint_is_resumed_to_the_same_steps_and_tokens(project, reference_run):
-    watcher = project.watch()
+    slack = FakeSlack()
+    slack.start()
+    project.set(notifications={"slack": {"enabled": True, "base_url": slack.api_base, "channel": "#training",
+                                         "bot_token_env": "RB_TEST_TOKEN"}})
+    watcher = project.watch(env={"RB_TEST_TOKEN": TOKEN})
     try:
         wait_for(lambda: (project.step_dir(20) / "lit_model.pth").exists(), 240, what="second checkpoint")
         wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 30, what="save finished")
@@ -18,6 +25,7 @@ def test_sigterm_after_second_checkpoint_is_resumed_to_the_same_steps_and_tokens
         assert watcher.wait(timeout=300) == 0, project.watch_output()
     finally:
         stop_process(watcher)
+        slack.stop()
 
     incidents = project.incidents()
     assert len(incidents) == 1, [i["playbook"] for i in incidents]
@@ -39,3 +47,16 @@ def test_sigterm_after_second_checkpoint_is_resumed_to_the_same_steps_and_tokens
     assert incident["id"] in run_log and "preemption" in run_log
     # `last` points at the newest verified checkpoint.
     assert os.readlink(project.out_dir / "last") == "step-00000040"
+
+    # Slack: one thread per incident (opened -> each action -> recovered), the token only in the header.
+    posts = [r for r in slack.delivered("chat.postMessage")]
+    assert len(posts) >= 3, posts
+    parent, replies = posts[0], posts[1:]
+    assert "thread_ts" not in parent.body and incident["id"] in str(parent.body)
+    parent_ts = parent.response["ts"]
+    assert all(r.body.get("thread_ts") == parent_ts for r in replies)
+    assert "recovered" in str(replies[-1].body)
+    assert all(r.headers.get("Authorization") == f"Bearer {TOKEN}" for r in posts)
+    for path in [*project.run_dir.rglob("*"), project.run_log, project.config]:
+        if path.is_file():
+            assert TOKEN not in path.read_text(errors="replace"), path

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.actions import (
+    advise_save_interval,
     compress_logs,
     diagnose_slowness,
     escalate,
@@ -30,6 +31,7 @@ REGISTRY: dict[str, ActionDef] = {
     for module in (
         resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data,
         verify_checkpoints, notify, record, stop, wait, wait_for, escalate, run, diagnose_slowness,
+        advise_save_interval,
     )
 }
 

@@ -1,0 +1,42 @@
+"""`runbook verify [OUT_DIR]`: the status of every checkpoint, checked without unpickling anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from runbook.exit_codes import ExitCode
+
+out = Console(highlight=False, soft_wrap=True)
+
+
+def verify(
+    out_dir: Path = typer.Argument(None, help="checkpoint folder (default: out_dir of the run config)"),
+    config: Path = typer.Option(Path("configs/run_config.yaml"), help="run config, used when OUT_DIR is not given"),
+) -> None:
+    """Verify each step-* checkpoint: zip CRCs, side files, and the sha256 manifest when sealed."""
+    from engine import checkpoints as ckpts
+
+    if out_dir is None:
+        from runbook.config import load_config
+
+        out_dir = load_config(config).out_dir
+    if not out_dir.is_dir():
+        out.print(f"error: {out_dir} is not a folder")
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    table = Table("checkpoint", "size", "sealed", "status")
+    bad = 0
+    found = ckpts.list_checkpoints(out_dir)
+    last = ckpts.last_link_target(out_dir)
+    for ckpt in found:
+        result = ckpts.verify_checkpoint(ckpt)
+        bad += not result.ok
+        marker = " (last)" if last is not None and last.resolve() == ckpt.path.resolve() else ""
+        table.add_row(ckpt.path.name + marker, f"{ckpt.size_bytes() / 1e6:.1f} MB", "yes" if ckpts.has_manifest(ckpt) else "no",
+                      "ok" if result.ok else f"CORRUPT: {result.reason}")
+    out.print(table)
+    out.print(f"{len(found)} checkpoint(s), {bad} corrupt")
+    raise typer.Exit(int(ExitCode.INVALID) if bad else 0)

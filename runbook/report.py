@@ -1,0 +1,260 @@
+"""A run's history read back from its folder: loss per launch, incidents, checkpoints, goodput.
+
+Shared by `runbook status` (the newest launch) and `runbook report` (all of them, plus the plot).
+Everything here only reads: the journal, `logs/trainer-NNN.log[.gz]`, incident records and the
+checkpoint folder. Nothing needs the watcher to be running.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import checkpoints as ckpts
+from engine.events import FinalValidation, Progress, Resumed, Validation
+from engine.journal import Journal, JournalState
+from engine.trainers.litgpt import LitGPTAdapter
+
+LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
+STEP_IN_PATH = re.compile(r"step-(\d+)")
+
+
+@dataclass
+class LaunchCurve:
+    """What one launch of the trainer logged."""
+
+    number: int
+    log: Path
+    start_step: int = 0                       # the checkpoint step it resumed from (0: from scratch)
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    iter_times_ms: list[float] = field(default_factory=list)
+    val_steps: list[int] = field(default_factory=list)
+    val_losses: list[float] = field(default_factory=list)
+    final_val_loss: float | None = None
+
+    @property
+    def last_step(self) -> int:
+        return self.steps[-1] if self.steps else self.start_step
+
+    @property
+    def steps_run(self) -> int:
+        """Optimizer steps this launch computed: from its resume point to the last step it logged."""
+        return max(0, self.last_step - self.start_step)
+
+
+@dataclass
+class CheckpointInfo:
+    step: int
+    sealed: bool          # has runbook's manifest: it passed verification once
+    is_last: bool         # `out_dir/last` points here
+
+
+@dataclass
+class RunHistory:
+    journal: JournalState
+    journal_entries: list[dict]
+    launches: list[LaunchCurve]
+    incidents: list[dict]
+    checkpoints: list[CheckpointInfo]
+    final_exists: bool
+    total_steps: int
+
+    @property
+    def useful_steps(self) -> int:
+        """Steps on the path to the current model: where the newest launch got to."""
+        return self.launches[-1].last_step if self.launches else 0
+
+    @property
+    def computed_steps(self) -> int:
+        return sum(launch.steps_run for launch in self.launches)
+
+    @property
+    def goodput(self) -> float | None:
+        return self.useful_steps / self.computed_steps if self.computed_steps else None
+
+    @property
+    def last_step(self) -> int | None:
+        return self.launches[-1].last_step if self.launches else None
+
+
+def total_steps(config) -> int:
+    """Optimizer steps the run is planned for: max_tokens / (batch_size x block_size)."""
+    return config.max_tokens // (config.batch_size * config.model.block_size)
+
+
+def trainer_logs(run_dir: Path) -> list[tuple[int, Path]]:
+    """(launch number, path) of every trainer log, in launch order; upkeep may have gzipped old ones."""
+    found = {}
+    for path in (run_dir / "logs").glob("trainer-*.log*"):
+        m = LOG_NAME.match(path.name)
+        if m and (int(m.group(1)) not in found or not m.group(2)):  # prefer the plain file if both exist
+            found[int(m.group(1))] = path
+    return sorted(found.items())
+
+
+def read_log_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            return fh.read().splitlines()
+    except (OSError, EOFError):   # a gzip being written, or a log removed meanwhile
+        return []
+
+
+def parse_launch(number: int, path: Path, start_step: int | None) -> LaunchCurve:
+    adapter = LitGPTAdapter()
+    curve = LaunchCurve(number=number, log=path, start_step=start_step or 0)
+    for line in read_log_lines(path):
+        event = adapter.parse_line(line)
+        if isinstance(event, Progress):
+            curve.steps.append(event.step)
+            curve.losses.append(event.loss)
+            curve.iter_times_ms.append(event.iter_time_ms)
+        elif isinstance(event, Validation):
+            # litgpt prints validation right after the progress line of that step (as observer.py assumes)
+            curve.val_steps.append(curve.last_step)
+            curve.val_losses.append(event.val_loss)
+        elif isinstance(event, FinalValidation):
+            curve.final_val_loss = event.val_loss
+        elif isinstance(event, Resumed) and start_step is None and (m := STEP_IN_PATH.search(event.path)):
+            curve.start_step = int(m.group(1))
+    return curve
+
+
+def launch_starts(entries: list[dict]) -> dict[int, int]:
+    """Launch number -> the step of the checkpoint it resumed from (a rescaled copy keeps the step in its name)."""
+    starts = {}
+    for e in entries:
+        if e.get("kind") == "launch":
+            found = STEP_IN_PATH.findall(e.get("resume_from") or "")
+            starts[e["launch"]] = int(found[-1]) if found else 0
+    return starts
+
+
+def read_incidents(run_dir: Path) -> list[dict]:
+    """Readable incident records, oldest first (an unreadable file is skipped: this is a summary)."""
+    records = []
+    for path in (run_dir / "incidents").glob("incident-*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("id"), str):
+            records.append(record)
+    return sorted(records, key=lambda r: int(r["id"].rsplit("-", 1)[-1]) if r["id"].rsplit("-", 1)[-1].isdigit() else 0)
+
+
+def read_checkpoints(out_dir: Path) -> list[CheckpointInfo]:
+    last = ckpts.last_link_target(out_dir)
+    return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last.resolve() == c.path.resolve())
+            for c in ckpts.list_checkpoints(out_dir)]
+
+
+def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
+    run_dir = loaded.run_dir
+    journal = Journal(run_dir / "journal.jsonl")
+    entries = journal.entries()
+    starts = launch_starts(entries)
+    logs = trainer_logs(run_dir)
+    if only_newest_launch:
+        logs = logs[-1:]
+    launches = [parse_launch(n, path, starts.get(n)) for n, path in logs]
+    return RunHistory(
+        journal=journal.replay(), journal_entries=entries, launches=launches, incidents=read_incidents(run_dir),
+        checkpoints=read_checkpoints(loaded.out_dir), final_exists=(loaded.out_dir / "final" / "lit_model.pth").is_file(),
+        total_steps=total_steps(loaded.config),
+    )
+
+
+def finite(values) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+# --- the picture -------------------------------------------------------------------------------
+LAUNCH_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+OUTCOME_COLOURS = {"recovered": "#d62728", "escalated": "#000000", "failed": "#000000", "open": "#ff7f0e"}
+
+
+def _short(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plot_history(history: RunHistory, png: Path, title: str) -> Path:
+    """Loss over optimizer steps, one line per launch; incidents, rollbacks, config changes, checkpoints."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: a file is all we want, also on a headless box
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
+
+    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=110)
+    top = blended_transform_factory(ax.transData, ax.transAxes)   # x in steps, y in 0..1 of the axes
+    all_losses = finite(loss for launch in history.launches for loss in launch.losses)
+    for i, launch in enumerate(history.launches):
+        colour = LAUNCH_COLOURS[i % len(LAUNCH_COLOURS)]
+        origin = f"from step {launch.start_step}" if launch.start_step else "from scratch"
+        xs = [s for s, v in zip(launch.steps, launch.losses) if math.isfinite(v)]
+        ys = finite(launch.losses)
+        ax.plot(xs, ys, color=colour, linewidth=1.6, label=f"train loss, launch {launch.number} ({origin})")
+        bad = [s for s, v in zip(launch.steps, launch.losses) if not math.isfinite(v)]
+        if bad:
+            ax.plot(bad, [0.97] * len(bad), "x", color="#d62728", markersize=9, transform=top,
+                    label="non-finite loss (nan/inf)")
+        if launch.val_steps:
+            ax.plot(launch.val_steps, launch.val_losses, "D", color=colour, markersize=6, markeredgecolor="black",
+                    label=f"val loss, launch {launch.number}")
+    if all_losses and max(all_losses) > 20 * min(all_losses) > 0:
+        ax.set_yscale("log")  # a divergence to hundreds would flatten the healthy part of the curve
+
+    ymin, ymax = ax.get_ylim()
+    for n, record in enumerate(history.incidents):
+        step = record.get("step_at_failure")
+        if step is None:
+            continue
+        colour = OUTCOME_COLOURS.get(record.get("outcome"), "#d62728")
+        ax.axvline(step, color=colour, linestyle="--", linewidth=1.2)
+        ax.text(step, 0.985 - 0.13 * (n % 3), f" {record['id']}\n {record.get('playbook')}\n {record.get('outcome')}",
+                transform=top, va="top", ha="left", fontsize=8.5, color=colour,
+                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": colour, "alpha": 0.85})
+        resumed = record.get("resumed_step")
+        if resumed is not None and resumed < step:
+            # the jump back: the trainer continued from an earlier checkpoint, these steps are recomputed
+            y = 0.08 + 0.07 * (n % 3)
+            ax.annotate("", xy=(resumed, y), xytext=(step, y), xycoords=top, textcoords=top,
+                        arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": 1.8})
+            ax.text((resumed + step) / 2, y + 0.015, f"back to {resumed} (-{step - resumed} steps)", transform=top,
+                    ha="center", va="bottom", fontsize=8, color=colour)
+        changes = record.get("config_changes") or {}
+        if changes:
+            text = "\n".join(f"{key}: {_short(old)} → {_short(new)}" for key, (old, new) in changes.items())
+            ax.text(step, 0.62, " " + text.replace("\n", "\n "), transform=top, fontsize=8.5, va="top",
+                    ha="left", color="#444444", bbox={"boxstyle": "round,pad=0.2", "facecolor": "#fff6d5",
+                                                      "edgecolor": "#c9a227"})
+    ax.set_ylim(ymin, ymax)
+
+    kept = [c.step for c in history.checkpoints]
+    if kept:
+        ax.plot(kept, [0.0] * len(kept), "|", color="#555555", markersize=18, markeredgewidth=2.2, transform=top,
+                clip_on=False, label="checkpoint kept")
+        for c in history.checkpoints:
+            if c.is_last:
+                ax.annotate("last", (c.step, 0.0), xycoords=top, xytext=(0, 12), textcoords="offset points",
+                            ha="center", fontsize=8, color="#555555")
+    ax.plot([], [], "--", color=OUTCOME_COLOURS["recovered"], label="incident (step at failure)")
+    if history.total_steps:
+        ax.set_xlim(0, max(history.total_steps, *(launch.last_step for launch in history.launches), 1) * 1.02)
+    ax.set_xlabel("optimizer step", fontsize=11)
+    ax.set_ylabel("loss (cross-entropy" + (", log scale)" if ax.get_yscale() == "log" else ")"), fontsize=11)
+    ax.set_title(title, fontsize=13)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8.5, framealpha=0.9, bbox_to_anchor=(1.0, 0.8) if history.incidents else None)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+    return png
