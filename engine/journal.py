@@ -28,6 +28,8 @@ class JournalState:
     history: AttemptHistory = field(default_factory=AttemptHistory)
     extra_env: dict[str, str] = field(default_factory=dict)
     incidents: list[str] = field(default_factory=list)
+    last_exit_code: int | None = None
+    last_exit_signal: str | None = None
 
 
 class Journal:
@@ -85,6 +87,8 @@ def rebuild(entries: list[dict]) -> JournalState:
                 s.history = AttemptHistory(s.history.fired, s.history.escalated | {s.open_incident["playbook"]})
             s.open_incident = None
             s.done_actions = []
+        elif kind == "trainer_exited":
+            s.last_exit_code, s.last_exit_signal = e.get("exit_code"), e.get("signal")
         elif kind == "env":
             s.extra_env.update(e["vars"])
     return s

@@ -59,12 +59,16 @@ class Supervisor:
         self.stop_requested: str | None = None
         self.escalation: str | None = None
         self.last_snapshot = None
+        self._exit_journaled: int | None = None
+        self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.awaiting_progress: dict | None = None   # a recovered incident waiting for the first new progress
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> RunState:
+        if self.dry_run:
+            return self._dry_run()
         self.lock.acquire()
         try:
             self._install_signal_handlers()
@@ -101,6 +105,9 @@ class Supervisor:
         snapshot = self.observe()
         self._check_recovery_progress()
         trainer = snapshot.trainer
+        if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
+            self._exit_journaled = trainer.pid
+            self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
         # exit_code is None when the trainer was re-attached after a watcher restart (not our child).
         if not trainer.alive and trainer.exit_code in (0, None) and self._final_exists():
             self.refresh_verification(force=True)  # seal the checkpoints saved in the last moments
@@ -119,6 +126,40 @@ class Supervisor:
             self.dead_observations += 1
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self._escalate_unclaimed(snapshot)
+
+    def _dry_run(self) -> RunState:
+        """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
+        recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
+        past = self.journal.replay()
+        self.history = past.history
+        self.launch_count = past.launches
+        attached = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log)) if past.trainer_pid else None
+        if past.trainer_log:
+            self.observer.follow(Path(past.trainer_log), self._tokens_per_iter(), replay_existing=True)
+        if attached is None:
+            self.past_exit = (past.last_exit_code, past.last_exit_signal)
+            self.events("dry_run", text="no live trainer: judging the run folder as it is now")
+            snapshot = self.observe()
+            outcome = decide(snapshot, self.loaded.config, self.playbooks, MatchMemory(), self.history)
+            if outcome.decision is None:
+                self.events("dry_run", text="no playbook matches the current state")
+            else:
+                self.events("dry_run_plan", decision=outcome.decision,
+                            steps=plan(outcome.decision.playbook, snapshot, self.loaded.config, self._attempt(outcome.decision.playbook)))
+            return RunState.STOPPED
+        self.trainer = attached
+        self.state = RunState.RUNNING
+        self.events("dry_run", text=f"watching trainer pid {attached.pid} without acting")
+        self._install_signal_handlers()
+        while attached.alive and not self.stop_requested:
+            snapshot = self.observe()
+            outcome = decide(snapshot, self.loaded.config, self.playbooks, self.memory, self.history)
+            self.memory = outcome.memory
+            if outcome.decision is not None and outcome.decision.kind != "wait":
+                self.events("dry_run_plan", decision=outcome.decision,
+                            steps=plan(outcome.decision.playbook, snapshot, self.loaded.config, self._attempt(outcome.decision.playbook)))
+            time.sleep(self.loaded.config.watch.poll_interval_s)
+        return RunState.STOPPED
 
     def _start_upkeep(self) -> None:
         if self.dry_run or self.state in TERMINAL_STATES:
@@ -153,8 +194,6 @@ class Supervisor:
             self._transition(RunState.COMPLETED, reason="trainer finished while no watcher was running")
             return
         newest = ckpts.newest_verified(ckpts.list_checkpoints(self.loaded.out_dir), self.verified)
-        if self.dry_run:
-            self.events("dry_run", text=f"would launch the trainer {'from step ' + str(newest.step) if newest else 'from scratch'}")
         runtime = EngineRuntime(self, {"id": "startup", "snapshot_model": None})
         if newest is not None:
             resume_file, _ = runtime._resume_file(newest)
@@ -181,10 +220,6 @@ class Supervisor:
     def handle_incident(self, decision, snapshot) -> None:
         playbook = decision.playbook
         steps = plan(playbook, snapshot, self.loaded.config, self._attempt(playbook))
-        if self.dry_run:
-            self.events("dry_run_plan", decision=decision, steps=steps)
-            self._transition(RunState.ESCALATED, reason="dry-run: a recovery would start here", journal=False)
-            return
         self._flush_awaiting("the trainer failed again before making progress")
         incident_id = self.incidents.next_id()
         record = {
@@ -213,7 +248,7 @@ class Supervisor:
             "actions": [],
             "outcome": "open",
         }
-        self.incidents.write(record)
+        self._save_record(record)
         self.journal.append("incident_opened", incident=incident_id, playbook=playbook.name, decision=decision.kind,
                             snapshot=record["snapshot"])
         self.history = self.journal.replay().history  # limits count this firing from now on
@@ -239,7 +274,7 @@ class Supervisor:
             result = self._run_step(step, runtime)
             record["actions"].append(result)
             self.journal.append("action_done", incident=record["id"], index=step.index, ok=result["ok"])
-            self.incidents.write(_persistable(record))
+            self._save_record(record)
             self.notifier.incident_update(record["id"], f"{step.verb}: {result['summary']}")
             self.events("action", record=record, result=result)
             if runtime.escalated_reason:
@@ -299,7 +334,7 @@ class Supervisor:
         else:
             record["steps_lost"] = record.get("steps_lost")
             record["tokens_lost"] = record.get("tokens_lost")
-        self.incidents.write(_persistable(record))
+        self._save_record(record)
         self.journal.append("incident_closed", incident=record["id"], outcome=outcome)
         self.history = self.journal.replay().history
         if outcome == "recovered":
@@ -312,11 +347,19 @@ class Supervisor:
         else:
             self._report_incident(record)
 
+    def _save_record(self, record: dict) -> None:
+        """Write the incident record atomically; on a full disk keep it in memory and try again after
+        the next action (a disk-full recovery makes space first), never leaving half a file."""
+        try:
+            self.incidents.write(_persistable(record))
+        except OSError as error:
+            self.events("warning", text=f"could not write {record['id']} yet ({error.strerror}); will retry")
+
     def _report_incident(self, record: dict, note: str | None = None) -> None:
         """The run-log entry, the Slack close and the console line, once the outcome is known."""
         if note:
             record.setdefault("notes", []).append(note)
-            self.incidents.write(_persistable(record))
+            self._save_record(record)
         self._append_run_log(record)
         self.notifier.incident_closed(record["id"], record["outcome"], _closing_summary(record),
                                       escalate=record["outcome"] != "recovered")
@@ -331,7 +374,7 @@ class Supervisor:
             record["first_progress_at"] = tracker.last_progress_time
             record["recovery_seconds"] = round(tracker.last_progress_time - record["detected_at"], 3)
             record["trainer_restart_seconds"] = round(tracker.last_progress_time - record["closed_at"], 3)
-            self.incidents.write(_persistable(record))
+            self._save_record(record)
             self.awaiting_progress = None
             self._report_incident(record)
 
@@ -366,8 +409,6 @@ class Supervisor:
 
     # --- effects lent to actions ---------------------------------------------------------------
     def launch(self, resume_file: Path | None) -> None:
-        if self.dry_run:
-            pass
         self.launch_count += 1
         launch_dir = self.loaded.run_dir / "launches" / f"launch-{self.launch_count:03d}"
         launch_dir.mkdir(parents=True, exist_ok=True)
@@ -427,7 +468,7 @@ class Supervisor:
             if c.step in self.corrupt and not force:
                 bad.append(c.path.name)
                 continue
-            result = ckpts.seal_checkpoint(c)
+            result = ckpts.verify_checkpoint(c) if self.dry_run else ckpts.seal_checkpoint(c)
             if result.ok:
                 self.verified.add(c.step)
                 self.corrupt.pop(c.step, None)
@@ -440,7 +481,7 @@ class Supervisor:
             for c in ckpts.list_checkpoints(out_dir):
                 if c.step in self.corrupt:
                     self.quarantine(c, f"failed verification: {self.corrupt[c.step]}")
-        if newly_verified:
+        if newly_verified and not self.dry_run:
             self._relink_last()
         return bad
 
@@ -456,7 +497,8 @@ class Supervisor:
     def _trainer_status(self) -> TrainerStatus:
         t = self.trainer
         if t is None:
-            return TrainerStatus(launches=self.launch_count)
+            code, sig = self.past_exit
+            return TrainerStatus(launches=self.launch_count, exit_code=code, signal=sig)
         alive = t.alive
         code = None if alive else t.poll()
         return TrainerStatus(

@@ -195,19 +195,28 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(12, 6.5), dpi=110)
     top = blended_transform_factory(ax.transData, ax.transAxes)   # x in steps, y in 0..1 of the axes
     all_losses = finite(loss for launch in history.launches for loss in launch.losses)
+    val_labelled = False
     for i, launch in enumerate(history.launches):
         colour = LAUNCH_COLOURS[i % len(LAUNCH_COLOURS)]
         origin = f"from step {launch.start_step}" if launch.start_step else "from scratch"
-        xs = [s for s, v in zip(launch.steps, launch.losses) if math.isfinite(v)]
-        ys = finite(launch.losses)
-        ax.plot(xs, ys, color=colour, linewidth=1.6, label=f"train loss, launch {launch.number} ({origin})")
+        points = [(s, v) for s, v in zip(launch.steps, launch.losses) if math.isfinite(v)]
+        # Steps past the point the next launch resumed from were thrown away: draw them dashed, on top.
+        cut = history.launches[i + 1].start_step if i + 1 < len(history.launches) else None
+        kept = [(s, v) for s, v in points if cut is None or s <= cut]
+        lost = [(s, v) for s, v in points if cut is not None and s >= cut]
+        if kept:
+            ax.plot(*zip(*kept), color=colour, linewidth=1.6, label=f"train loss, launch {launch.number} ({origin})")
+        if len(lost) > 1:
+            ax.plot(*zip(*lost), color=colour, linewidth=2.2, linestyle=(0, (2, 1.5)), zorder=4,
+                    label=f"launch {launch.number}: steps lost (redone by the next launch)")
         bad = [s for s, v in zip(launch.steps, launch.losses) if not math.isfinite(v)]
         if bad:
             ax.plot(bad, [0.97] * len(bad), "x", color="#d62728", markersize=9, transform=top,
                     label="non-finite loss (nan/inf)")
         if launch.val_steps:
             ax.plot(launch.val_steps, launch.val_losses, "D", color=colour, markersize=6, markeredgecolor="black",
-                    label=f"val loss, launch {launch.number}")
+                    zorder=5, label=None if val_labelled else "val loss (colour of its launch)")
+            val_labelled = True
     if all_losses and max(all_losses) > 20 * min(all_losses) > 0:
         ax.set_yscale("log")  # a divergence to hundreds would flatten the healthy part of the curve
 
@@ -227,8 +236,9 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
             y = 0.08 + 0.07 * (n % 3)
             ax.annotate("", xy=(resumed, y), xytext=(step, y), xycoords=top, textcoords=top,
                         arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": 1.8})
-            ax.text((resumed + step) / 2, y + 0.015, f"back to {resumed} (-{step - resumed} steps)", transform=top,
-                    ha="center", va="bottom", fontsize=8, color=colour)
+            ax.text((resumed + step) / 2, y + 0.015, f"resumed at {resumed}: {step - resumed} steps lost", transform=top,
+                    ha="center", va="bottom", fontsize=8, color=colour,
+                    bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         changes = record.get("config_changes") or {}
         if changes:
             text = "\n".join(f"{key}: {_short(old)} → {_short(new)}" for key, (old, new) in changes.items())
@@ -247,6 +257,9 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
                             ha="center", fontsize=8, color="#555555")
     ax.plot([], [], "--", color=OUTCOME_COLOURS["recovered"], label="incident (step at failure)")
     if history.total_steps:
+        ax.axvline(history.total_steps, color="#999999", linestyle=":", linewidth=1.2)
+        ax.text(history.total_steps, 0.5, "planned end ", transform=top, rotation=90, ha="right", va="center",
+                fontsize=8.5, color="#777777")
         ax.set_xlim(0, max(history.total_steps, *(launch.last_step for launch in history.launches), 1) * 1.02)
     ax.set_xlabel("optimizer step", fontsize=11)
     ax.set_ylabel("loss (cross-entropy" + (", log scale)" if ax.get_yscale() == "log" else ")"), fontsize=11)

@@ -92,9 +92,14 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
                 return ExitCode.OK
         playbooks = load_playbooks(loaded.playbook_paths)
         check_trainer(loaded)
-        data_hash = prepare_data(loaded, accept_data_change)
+        data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run)
         loaded = loaded.reload()
-        notifier = make_notifier(loaded.config.notifications.slack, loaded.run_dir / "outbox")
+        if dry_run:  # no Slack, no outbox folder: a dry run changes nothing
+            from runbook.slack import NullNotifier
+
+            notifier = NullNotifier()
+        else:
+            notifier = make_notifier(loaded.config.notifications.slack, loaded.run_dir / "outbox")
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         return ExitCode.BAD_CONFIG
@@ -118,6 +123,8 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         err.print(f"error: the watcher failed: {type(error).__name__}: {error} (rerun with --debug for details; "
                   "the trainer keeps running and a new `runbook watch` re-attaches)", markup=False)
         return ExitCode.ESCALATED
+    if dry_run:
+        return ExitCode.OK
     return {
         RunState.COMPLETED: ExitCode.OK,
         RunState.ESCALATED: ExitCode.ESCALATED,

@@ -7,6 +7,7 @@ TORCHDYNAMO_DISABLE on CPU, stdout unbuffered.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import math
@@ -186,6 +187,8 @@ class LitGPTAdapter:
         tmp_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
+        # One experiment-tracker run across every relaunch of this run (the seed's WANDB_RESUME=allow).
+        env.setdefault("WANDB_RUN_ID", "runbook-" + hashlib.sha256(str(loaded.run_dir).encode()).hexdigest()[:12])
         if device == "cpu":
             env["TORCHDYNAMO_DISABLE"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
