@@ -48,7 +48,9 @@ from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
 from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
+from runbook.commands.report_cmd import report as report_command  # noqa: E402
 from runbook.commands.scan_data_cmd import scan_data as scan_data_command  # noqa: E402
+from runbook.commands.status_cmd import status as status_command  # noqa: E402
 from runbook.commands.verify_cmd import verify as verify_command  # noqa: E402
 
 app.add_typer(playbooks_app, name="playbooks")
@@ -56,6 +58,8 @@ app.add_typer(incidents_app, name="incidents")
 app.command("replay")(replay_command)
 app.command("scan-data")(scan_data_command)
 app.command("verify")(verify_command)
+app.command("status")(status_command)
+app.command("report")(report_command)
 app.command("drill")(drill_command)
 
 

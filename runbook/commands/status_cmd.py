@@ -1,0 +1,216 @@
+"""`runbook status [CONFIG] [--json]`: where the run stands, read from its folder.
+
+Works in a second terminal while `runbook watch` runs, and after it ended: the journal says the
+state and launches, heartbeat.json what the watcher last saw, the newest trainer log the latest
+progress, the checkpoint folder what can be resumed from, the incident records what went wrong.
+Reads only; never takes the watcher's lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+DEFAULT_CONFIG = Path("configs/run_config.yaml")
+RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def watcher_holding(run_dir: Path) -> int | None:
+    """The pid of the `runbook watch` holding the run folder's lock, or None when nobody does."""
+    path = run_dir / "watch.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)   # succeeds only when no watcher holds it
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:   # a zombie (exited, not yet reaped by its dead watcher) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def gather(loaded, now: float | None = None) -> dict:
+    """Everything `status` shows, as plain data (the --json output)."""
+    from engine.observer import disk_status
+    from runbook.report import read_history
+
+    now = time.time() if now is None else now
+    cfg = loaded.config
+    h = read_history(loaded, only_newest_launch=True)
+    transitions = [e for e in h.journal_entries if e.get("kind") == "transition"]
+    last = transitions[-1] if transitions else None
+    watcher_pid = watcher_holding(loaded.run_dir)
+    launch = h.launches[-1] if h.launches else None
+
+    progress = None
+    if launch is not None and launch.steps:
+        recent = launch.iter_times_ms[1:][-RECENT_ITERATIONS:]   # the first line after a start includes set-up
+        tokens_per_iter = cfg.micro_batch_size * cfg.model.block_size
+        tps = tokens_per_iter * len(recent) / (sum(recent) / 1000) if recent and sum(recent) > 0 else None
+        remaining = max(0, h.total_steps - launch.last_step)
+        eta = remaining * cfg.batch_size * cfg.model.block_size / tps if tps and remaining else None
+        progress = {
+            "step": launch.last_step, "total_steps": h.total_steps,
+            "percent": round(100 * launch.last_step / h.total_steps, 1) if h.total_steps else None,
+            "loss": launch.losses[-1],
+            "val_loss": launch.val_losses[-1] if launch.val_losses else None,
+            "final_val_loss": launch.final_val_loss,
+            "tokens_per_sec": round(tps, 1) if tps else None, "eta_seconds": round(eta) if eta else None,
+            "seconds_since_log_written": round(now - launch.log.stat().st_mtime, 1) if launch.log.exists() else None,
+            "log": str(launch.log),
+        }
+
+    heartbeat = None
+    beat_path = loaded.run_dir / "heartbeat.json"
+    if beat_path.is_file():
+        try:
+            beat = json.loads(beat_path.read_text(encoding="utf-8"))
+            heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
+                         "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid")}
+        except (OSError, ValueError, KeyError, TypeError):
+            heartbeat = None   # being replaced right now, or foreign: the other sources still answer
+
+    disk = disk_status(loaded.out_dir)
+    sealed = [c.step for c in h.checkpoints if c.sealed]
+    last_link = next((c.step for c in h.checkpoints if c.is_last), None)
+    outcomes: dict[str, int] = {}
+    for r in h.incidents:
+        outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
+    newest = h.incidents[-1] if h.incidents else None
+    return {
+        "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
+        "state": h.journal.run_state.value,
+        "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
+                            "seconds_ago": round(now - last["time"], 1)} if last else None,
+        "watcher": {"running": watcher_pid is not None, "pid": watcher_pid},
+        "trainer": {"pid": h.journal.trainer_pid, "alive": process_alive(h.journal.trainer_pid),
+                    "launches": h.journal.launches},
+        "progress": progress,
+        "heartbeat": heartbeat,
+        "disk": {"free_bytes": disk.free_bytes, "total_bytes": disk.total_bytes,
+                 "free_percent": round(disk.free_percent, 1)},
+        "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
+                        "last_link_step": last_link, "final": h.final_exists},
+        "incidents": {
+            "count": len(h.incidents), "by_outcome": outcomes,
+            "open": h.journal.open_incident.get("incident") if h.journal.open_incident else None,
+            "last": {k: newest.get(k) for k in ("id", "playbook", "outcome", "step_at_failure", "resumed_step",
+                                                 "steps_lost", "tokens_lost", "recovery_seconds")} if newest else None,
+        },
+    }
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _number(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render(status: dict) -> list[str]:
+    s = status
+    lines = [f"run       {s['run_dir']}  ({s['config']})"]
+    state = s["state"]
+    watcher, trainer = s["watcher"], s["trainer"]
+    note = ""
+    if state in ("running", "starting", "incident", "recovering") and not watcher["running"]:
+        note = "  (no watcher holds the run folder: it died or was killed; `runbook watch` re-attaches and continues)"
+    lines.append(f"state     {state}{note}")
+    if s["last_transition"]:
+        t = s["last_transition"]
+        lines.append(f"          last change {duration(t['seconds_ago'])} ago: {t['from']} -> {t['to']} ({t['reason']})")
+    lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}")
+    lines.append(f"trainer   {'alive' if trainer['alive'] else 'not running'}"
+                 f"{', pid ' + str(trainer['pid']) if trainer['pid'] else ''}; {trainer['launches']} launch(es)")
+    p = s["progress"]
+    if p:
+        lines.append(f"step      {p['step']} of {p['total_steps']} ({_number(p['percent'], '{:.0f}')}%)"
+                     f"   ETA {duration(p['eta_seconds']) if trainer['alive'] else '- (trainer not running)'}")
+        lines.append(f"loss      train {_number(p['loss'], '{:.4f}')}   val {_number(p['val_loss'], '{:.4f}')}"
+                     + (f"   final val {p['final_val_loss']:.4f}" if p["final_val_loss"] is not None else ""))
+        lines.append(f"speed     {_number(p['tokens_per_sec'], '{:,.0f}')} tok/s (recent iterations)   "
+                     f"log last written {duration(p['seconds_since_log_written'])} ago")
+    else:
+        lines.append("step      no progress line logged yet")
+    if s["heartbeat"]:
+        b = s["heartbeat"]
+        lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {b['step']}, trainer alive {b['trainer_alive']}")
+    d = s["disk"]
+    lines.append(f"disk      {d['free_bytes'] / 1e9:,.1f} GB free ({d['free_percent']:.0f}%) under {s['out_dir']}")
+    c = s["checkpoints"]
+    kept = ", ".join(str(step) + ("" if step in c["sealed_steps"] else " (unsealed)") for step in c["steps"]) or "none"
+    lines.append(f"ckpts     {kept}; last -> {_number(c['last_link_step'], 'step {}')}"
+                 + ("; final/ written" if c["final"] else ""))
+    i = s["incidents"]
+    summary = ", ".join(f"{n} {o}" for o, n in sorted(i["by_outcome"].items()))
+    lines.append(f"incidents {i['count']}" + (f" ({summary})" if summary else "")
+                 + (f"; OPEN: {i['open']}" if i["open"] else ""))
+    if i["last"]:
+        r = i["last"]
+        lines.append(f"          last: {r['id']} {r['playbook']} {r['outcome']} at step {r['step_at_failure']}"
+                     f", steps lost {_number(r['steps_lost'], '{}')}, recovery {_number(r['recovery_seconds'], '{:.1f} s')}")
+    return lines
+
+
+def status(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object"),
+) -> None:
+    """Where the run stands: state, step, loss, speed, checkpoints, incidents (live or after the end)."""
+    from runbook.config import load_config
+
+    try:
+        loaded = load_config(config)
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
+    if not (loaded.run_dir / "journal.jsonl").is_file():
+        err.print(f"error: no run has started in {loaded.run_dir} yet (no journal.jsonl); "
+                  f"start it with `runbook watch {config}`", markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    data = gather(loaded)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        for line in render(data):
+            out.print(Text(line))
