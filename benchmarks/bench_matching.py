@@ -20,6 +20,7 @@ Single process, single thread: the figures are per core. Times are the process's
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import random
@@ -53,13 +54,14 @@ def litgpt_log(n_lines: int, seed: int = 0) -> list[str]:
     line every 20 optimizer steps, a checkpoint save every 50."""
     rng = random.Random(seed)
     lines: list[str] = []
-    iter_num, step, loss = 0, 0, 10.5
+    iter_num, step = 0, 0
     while len(lines) < n_lines:
         iter_num += 1
         is_step = iter_num % 4 == 0
         step += is_step
-        loss = max(1.5, loss * 0.9995 + rng.gauss(0, 0.02))
-        remaining = max(0, 200_000 - iter_num) * 0.09
+        # a decaying loss curve with noise around it (a random walk would drift into a real "spike")
+        loss = 1.8 + 8.7 * math.exp(-iter_num / 20_000) + rng.gauss(0, 0.03)
+        remaining = max(0, n_lines - iter_num) * 0.09
         lines.append(
             f"Epoch 1 | iter {iter_num} step {step} | loss train: {loss:.3f}, val: n/a | iter time: "
             f"{rng.uniform(80, 110):.2f} ms{' (step)' if is_step else ''} remaining time: "
@@ -241,10 +243,13 @@ def main() -> None:
         "Found with cProfile and removed from the hot path, with unchanged decisions (tests compare the "
         "fast paths with the plain ones): re-sorting the playbooks at every observation (now once per "
         "set), searching the 200-line tail again for every `scope: tail` clause (now each line once per "
-        "pattern set, `engine.clauses.TailIndex`), jinja's per-call template context and attribute "
+        "pattern set, `engine/tail_index.py`), jinja's per-call template context and attribute "
         "checks for expressions (now plain closures making the same sandbox calls for the common "
-        "expression shapes, `engine/direct_eval.py`, and a direct read of model fields), and "
-        "generator overhead in `all`/`any`.\n\n"
+        "expression shapes, `engine/direct_eval.py`, a direct read of model fields, and one evaluation "
+        "per observation of a condition several playbooks share), generator overhead in `all`/`any`, "
+        "and two needless calls in the most common clause (`exit`). What is left is mostly one Python "
+        "call per clause; the figure moves with the load of the machine (on this shared 2-vCPU machine "
+        "from about 40,000 to 90,000 obs/s between runs).\n\n"
     )
     print(f"updated {DOCS.relative_to(ROOT)}")
 

@@ -239,7 +239,9 @@ def _expressions() -> str:
         "2 for the next, and so on.",
         "- A parameter written entirely as `\"{{ ... }}\"` is computed when the action is planned, with the "
         "expression's own type (`\"{{ config.micro_batch_size // 2 }}\"` is an integer) and then validated "
-        "by the action's parameter model. `{{` inside a longer text is kept as written (lint warns).\n",
+        "by the action's parameter model. Text with `{{ ... }}` inside (a note, a message, a reason) is "
+        "rendered as a Jinja2 template in the same sandbox, e.g. `\"preempted at step {{ state.metrics.step }}\"`; "
+        "lint renders it against sample states and warns when that fails.\n",
         f"Helper functions: {', '.join(f'`{h}`' for h in helpers)} "
         "(`isnan`/`isinf`/`isfinite` are false for an unknown value; `median` of an empty list is none).\n",
         "### `state`: the live snapshot\n",

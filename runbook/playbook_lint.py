@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from engine.actions import REGISTRY
 from engine.clauses import AllClause, AnyOfClause, ExprClause, NotClause
-from engine.expressions import compile_expression, evaluate_condition, is_expression
+from engine.expressions import compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.playbook import Playbook
 from engine.playbook_loader import load_playbook_file, playbook_files
 from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
@@ -127,9 +127,13 @@ def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple,
     warnings: list[tuple[tuple, str]] = []
     for loc, role, source in expressions(playbook):
         if role == "value" and not is_expression(source):
-            if "{{" in source:
-                warnings.append((loc, "'{{' inside a longer text is used literally; only a value written "
-                                      "entirely as \"{{ ... }}\" is computed"))
+            if is_template(source):  # text with {{ }} inside is rendered at plan time: try it on the samples
+                for sample_name, sample in SAMPLES.items():
+                    try:
+                        render_template(source, {"state": sample, "config": config, "attempt": 1})
+                    except Exception as error:  # noqa: BLE001 - reported as a warning, like expressions
+                        warnings.append((loc, f"on {sample_name} sample state: {type(error).__name__}: {error}"))
+                        break
             continue
         compiled = compile_expression(source)
         for sample_name, sample in SAMPLES.items():

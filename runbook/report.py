@@ -175,6 +175,18 @@ def finite(values) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
+def duration(seconds: float | None) -> str:
+    """A short human duration: "42 s", "3 min 05 s", "2 h 10 min"."""
+    if seconds is None:
+        return "-"
+    seconds = int(max(0, seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 # --- the picture -------------------------------------------------------------------------------
 LAUNCH_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 OUTCOME_COLOURS = {"recovered": "#d62728", "escalated": "#000000", "failed": "#000000", "open": "#ff7f0e"}
@@ -192,7 +204,7 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.transforms import blended_transform_factory
 
-    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(11, 6), dpi=110)
     top = blended_transform_factory(ax.transData, ax.transAxes)   # x in steps, y in 0..1 of the axes
     all_losses = finite(loss for launch in history.launches for loss in launch.losses)
     val_labelled = False
@@ -217,6 +229,9 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
             ax.plot(launch.val_steps, launch.val_losses, "D", color=colour, markersize=6, markeredgecolor="black",
                     zorder=5, label=None if val_labelled else "val loss (colour of its launch)")
             val_labelled = True
+        if launch.final_val_loss is not None and math.isfinite(launch.final_val_loss):
+            ax.plot([launch.last_step], [launch.final_val_loss], "*", color=colour, markersize=14,
+                    markeredgecolor="black", zorder=5, label="final val loss")
     if all_losses and max(all_losses) > 20 * min(all_losses) > 0:
         ax.set_yscale("log")  # a divergence to hundreds would flatten the healthy part of the curve
 
@@ -238,7 +253,7 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
                         arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": 1.8})
             ax.text((resumed + step) / 2, y + 0.015, f"resumed at {resumed}: {step - resumed} steps lost", transform=top,
                     ha="center", va="bottom", fontsize=8, color=colour,
-                    bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+                    zorder=6, bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none"})
         changes = record.get("config_changes") or {}
         if changes:
             text = "\n".join(f"{key}: {_short(old)} → {_short(new)}" for key, (old, new) in changes.items())
@@ -247,14 +262,14 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
                                                       "edgecolor": "#c9a227"})
     ax.set_ylim(ymin, ymax)
 
-    kept = [c.step for c in history.checkpoints]
+    kept = [c.step for c in history.checkpoints if not c.is_last]
     if kept:
-        ax.plot(kept, [0.0] * len(kept), "|", color="#555555", markersize=18, markeredgewidth=2.2, transform=top,
+        ax.plot(kept, [0.0] * len(kept), "|", color="#888888", markersize=18, markeredgewidth=2.2, transform=top,
                 clip_on=False, label="checkpoint kept")
-        for c in history.checkpoints:
-            if c.is_last:
-                ax.annotate("last", (c.step, 0.0), xycoords=top, xytext=(0, 12), textcoords="offset points",
-                            ha="center", fontsize=8, color="#555555")
+    last = [c.step for c in history.checkpoints if c.is_last]
+    if last:
+        ax.plot(last, [0.0], "|", color="#000000", markersize=22, markeredgewidth=3, transform=top, clip_on=False,
+                label="checkpoint `last` points to")
     ax.plot([], [], "--", color=OUTCOME_COLOURS["recovered"], label="incident (step at failure)")
     if history.total_steps:
         ax.axvline(history.total_steps, color="#999999", linestyle=":", linewidth=1.2)
@@ -265,9 +280,9 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
     ax.set_ylabel("loss (cross-entropy" + (", log scale)" if ax.get_yscale() == "log" else ")"), fontsize=11)
     ax.set_title(title, fontsize=13)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8.5, framealpha=0.9, bbox_to_anchor=(1.0, 0.8) if history.incidents else None)
-    fig.tight_layout()
+    # Outside the axes: incident labels and annotations sit anywhere along the curve.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    fig.savefig(png, bbox_inches="tight")
     plt.close(fig)
     return png

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
@@ -110,10 +112,16 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         err.print(f"error: {error}", markup=False)
         return ExitCode.BAD_CONFIG
 
-    reporter = PlainReporter(quiet=quiet, as_json=as_json)
+    reporter = live_view = None
+    if sys.stdout.isatty() and not (quiet or as_json):
+        from runbook.live_view import LiveView  # a terminal: a live panel; CI, nohup, SLURM: plain lines
+
+        reporter = live_view = LiveView(loaded)
+    reporter = reporter or PlainReporter(quiet=quiet, as_json=as_json)
     supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter)
     try:
-        final = supervisor.run()
+        with live_view or nullcontext():
+            final = supervisor.run()
     except RunLocked as locked:
         err.print(f"error: {locked}", markup=False)
         return ExitCode.LOCKED

@@ -10,7 +10,7 @@ from typer.main import get_command
 from runbook.cli import app
 from tests.conftest import RUNBOOK
 
-EXPECTED_COMMANDS = {"watch", "replay", "scan-data", "verify", "playbooks", "incidents", "drill"}
+EXPECTED_COMMANDS = {"watch", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report"}
 
 
 def test_the_command_table_is_what_the_docs_promise():

@@ -87,7 +87,7 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
         throttle = threading.Thread(target=duty_cycle, daemon=True)
         throttle.start()
         try:
-            wait_for(lambda: any(i["playbook"] == "slow-training" for i in project.incidents()), 90, what="slow incident")
+            wait_for(lambda: any(i["playbook"] == "slow-training" for i in project.incidents()), 240, what="slow incident")
             time.sleep(3)  # let the diagnosis sample the throttled process
         finally:
             stop_throttle.set()

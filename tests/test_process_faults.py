@@ -30,22 +30,28 @@ def test_oom_drill_halves_micro_batch_until_it_fits_and_keeps_the_token_budget(p
     assert code == 0, project.watch_output()
 
     incidents = project.incidents()
-    assert [i["playbook"] for i in incidents] == ["oom", "oom"]
-    assert [i["config_changes"]["micro_batch_size"] for i in incidents] == [[512, 256], [256, 128]]
-    assert "micro_batch_size: 128" in project.config.read_text()
+    assert incidents and all(i["playbook"] == "oom" for i in incidents), [i["playbook"] for i in incidents]
+    # Each OOM halved the micro-batch once, starting from 512 (256 sometimes fits at this limit, 128 always).
+    chain = [i["config_changes"]["micro_batch_size"] for i in incidents]
+    assert chain[0] == [512, 256] and all(new == old // 2 for old, new in chain)
+    assert all(a[1] == b[0] for a, b in zip(chain, chain[1:]))
+    final_mb = chain[-1][1]
+    assert f"micro_batch_size: {final_mb}" in project.config.read_text()
     assert "# sequences per forward/backward pass" in project.config.read_text()  # comments kept
     assert "batch_size: 512" in project.config.read_text()
     # Same optimizer steps and tokens as an undisturbed run at the final micro-batch:
-    # 65536 tokens / (512 x 64) = 2 steps; iter_num counts micro-batches of 128.
+    # 65536 tokens / (512 x 64) = 2 steps; iter_num counts micro-batches of the final size.
     progress = project.final_progress()
     assert progress["step_count"] == 2
-    assert progress["iter_num"] * 128 * 64 == 65536
+    assert progress["iter_num"] * final_mb * 64 == 65536
     # No corrupt checkpoint left behind.
     for ckpt in list_checkpoints(project.out_dir):
         assert verify_checkpoint(ckpt).ok, ckpt
     # One launch copy of the config per launch, showing the hyperparameters each ran with.
     launches = sorted((project.run_dir / "launches").iterdir())
-    assert [("micro_batch_size: " + mb) in (l / "run_config.yaml").read_text() for l, mb in zip(launches, ["512", "256", "128"])] == [True] * 3
+    sizes = [512] + [new for _, new in chain]
+    assert len(launches) == len(sizes)
+    assert all(f"micro_batch_size: {mb}" in (launch / "run_config.yaml").read_text() for launch, mb in zip(launches, sizes))
 
 
 def test_micro_batch_change_on_resume_keeps_steps_tokens_and_schedule_exact(project, reference_run, tmp_path):

@@ -63,3 +63,34 @@ def test_a_finished_run_is_not_trained_again(project, reference_run):
     result = subprocess.run([RUNBOOK, "watch", str(done.config)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert "already completed" in result.stderr
+
+
+def test_watcher_killed_during_a_recovery_finishes_the_same_incident_after_restart(project, reference_run, tmp_path):
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "slow_preemption.yaml").write_text("""
+name: slow-preemption
+description: a preemption whose recovery takes long enough to crash the watcher in the middle of it
+match: {exit: {signals: [SIGTERM]}}
+actions:
+  - record: {note: "step {{ state.metrics.step }}"}
+  - wait: {seconds: 20}
+  - resume: {from: newest_verified}
+""")
+    project.set(playbooks={"paths": [str(playbooks)]})
+    first = project.watch()
+    wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="checkpoint 20")
+    os.kill(project.trainer_pid(), signal.SIGTERM)
+    wait_for(lambda: any(e["kind"] == "action_done" for e in journal(project)), 60, what="first action done")
+    first.send_signal(signal.SIGKILL)  # the watcher dies in the middle of the `wait`
+    first.wait(timeout=30)
+
+    second = project.watch()
+    assert second.wait(timeout=300) == 0, project.watch_output()
+    incidents = project.incidents()
+    assert len(incidents) == 1, [i["id"] for i in incidents]
+    incident = incidents[0]
+    assert incident["outcome"] == "recovered"
+    assert [a["verb"] for a in incident["actions"]] == ["record", "wait", "resume"]  # record not repeated
+    assert any("restarted during this recovery" in n for n in incident["notes"])
+    assert project.final_progress() == reference_run["progress"]

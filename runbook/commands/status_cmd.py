@@ -132,22 +132,13 @@ def gather(loaded, now: float | None = None) -> dict:
     }
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
 def _number(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
 def render(status: dict) -> list[str]:
+    from runbook.report import duration
+
     s = status
     lines = [f"run       {s['run_dir']}  ({s['config']})"]
     state = s["state"]
@@ -164,8 +155,10 @@ def render(status: dict) -> list[str]:
                  f"{', pid ' + str(trainer['pid']) if trainer['pid'] else ''}; {trainer['launches']} launch(es)")
     p = s["progress"]
     if p:
-        lines.append(f"step      {p['step']} of {p['total_steps']} ({_number(p['percent'], '{:.0f}')}%)"
-                     f"   ETA {duration(p['eta_seconds']) if trainer['alive'] else '- (trainer not running)'}")
+        eta = duration(p["eta_seconds"]) if trainer["alive"] else "- (trainer not running)"
+        if p["step"] >= p["total_steps"]:
+            eta = "done"
+        lines.append(f"step      {p['step']} of {p['total_steps']} ({_number(p['percent'], '{:.0f}')}%)   ETA {eta}")
         lines.append(f"loss      train {_number(p['loss'], '{:.4f}')}   val {_number(p['val_loss'], '{:.4f}')}"
                      + (f"   final val {p['final_val_loss']:.4f}" if p["final_val_loss"] is not None else ""))
         lines.append(f"speed     {_number(p['tokens_per_sec'], '{:,.0f}')} tok/s (recent iterations)   "

@@ -1,0 +1,274 @@
+"""Shared helpers of the benchmarks: scratch projects, the bare trainer, log figures, the machine, docs.
+
+Every benchmark trains the real tiny litgpt model of configs/run_config.yaml in scratch folders made
+by `runbook drill`'s own `make_scratch_project` (same data, same playbooks; the repo's run is never
+touched), and writes its own section of docs/benchmarks.md (other sections are kept as they are).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+RUN_CONFIG = ROOT / "configs" / "run_config.yaml"
+RUNBOOK = [sys.executable, "-m", "runbook.cli"]
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine(load_at_start: str | None = None) -> str:
+    """One line: nproc, CPU model, Python, torch/litgpt versions, load average (start and end)."""
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = f"load average (1, 5, 15 min) {load_at_start} at the start, {load_average()} at the end" if load_at_start \
+        else f"load average (1, 5, 15 min) {load_average()}"
+    return (f"nproc {nproc}, {cpu_model()}, {platform.system()} {platform.machine()}; Python {platform.python_version()}, "
+            f"torch {package_version('torch')}, litgpt {package_version('litgpt')}; {load}")
+
+
+def command_line() -> str:
+    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+
+
+# --- docs/benchmarks.md -------------------------------------------------------------------------
+
+
+def write_section(title: str, body: str, doc: Path = DOCS) -> None:
+    """Replace the `## title` section of docs/benchmarks.md (or append it), keeping every other
+    section byte for byte. The file is re-read right before writing: others edit it too."""
+    heading = f"## {title}"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    section = f"{heading}\n\n{body.strip()}\n"
+    pattern = re.compile(rf"^{re.escape(heading)}[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _m: section + "\n", text, count=1).rstrip("\n") + "\n"
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = doc.with_suffix(".md.tmp-bench")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
+
+
+def table(headers: list[str], rows: list[list], right: set[int] | None = None) -> str:
+    """A Markdown table; columns in `right` are right-aligned."""
+    right = right if right is not None else set(range(1, len(headers)))
+    lines = ["| " + " | ".join(headers) + " |",
+             "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --- scratch projects ---------------------------------------------------------------------------
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def scratch_project(root: Path, **settings) -> Path:
+    """A scratch project under root trained on the repo's data with the repo's playbooks (runbook
+    drill's make_scratch_project: a 40-step run, a checkpoint every 10 steps) plus `settings`
+    (top-level keys, or sections as dicts). Returns its run config path."""
+    from runbook.commands.drill_cmd import make_scratch_project
+    from runbook.config import load_config
+    from runbook.watch_command import prepare_data
+
+    loaded = load_config(RUN_CONFIG)
+    prepare_data(loaded, accept_data_change=False, record_hash=False)  # the default corpus must exist
+    if root.exists():
+        shutil.rmtree(root)
+    return make_scratch_project(loaded, SimpleNamespace(config=settings), root)
+
+
+def loaded(config: Path):
+    from runbook.config import load_config
+
+    return load_config(config)
+
+
+def data_hash(config: Path) -> str:
+    from runbook.watch_command import prepare_data
+
+    return prepare_data(loaded(config), accept_data_change=False, record_hash=False)
+
+
+def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
+    """The litgpt config and environment runbook would launch with (its own adapter writes them),
+    for running litgpt without runbook. resume="auto" turns it into `--resume auto`."""
+    from engine.trainers.litgpt import LitGPTAdapter
+    from ruamel.yaml import YAML
+
+    cfg = loaded(config)
+    spec = LitGPTAdapter().prepare_launch(cfg, launch_dir, None, data_hash(config))
+    if resume is not None:
+        yaml = YAML(typ="safe", pure=True)
+        tree = yaml.load(spec.config_file.read_text())
+        tree["resume"] = resume
+        buffer = io.StringIO()
+        yaml.dump(tree, buffer)
+        spec.config_file.write_text(buffer.getvalue())
+    return spec
+
+
+def start_bare(spec, log_path: Path) -> subprocess.Popen:
+    """`litgpt pretrain --config X` with runbook's environment and memory limit, output to log_path."""
+    limit = spec.memory_limit_bytes
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=limit_memory if limit else None)
+
+
+def start_watch(config: Path, log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([*RUNBOOK, "watch", str(config)], cwd=config.parent.parent, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGCONT + SIGTERM (then SIGKILL) to a process we started and its session, if still running."""
+    if proc.poll() is not None:
+        return
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --- reading what a run did ------------------------------------------------------------------------
+
+PROGRESS = re.compile(r"^Epoch \d+ \| iter (\d+) step (\d+) \| loss train: (\S+), val: \S+ \| "
+                      r"iter time: ([\d.]+) ms( \(step\))?", re.M)
+FINAL = re.compile(r"^Final evaluation \| val loss: (\S+) \|", re.M)
+
+
+@dataclass
+class LogFigures:
+    progress_lines: int = 0
+    steps_computed: int = 0      # optimizer steps executed, over every launch (repeats included)
+    last_step: int | None = None
+    final_val_loss: float | None = None
+    iter_ms: list | None = None
+
+
+def log_figures(logs: list[Path]) -> LogFigures:
+    out = LogFigures(iter_ms=[])
+    for log in logs:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        for m in PROGRESS.finditer(text):
+            out.progress_lines += 1
+            out.steps_computed += m.group(5) is not None
+            out.last_step = int(m.group(2))
+            out.iter_ms.append(float(m.group(4)))
+        if found := FINAL.findall(text):
+            out.final_val_loss = float(found[-1])
+    return out
+
+
+def final_progress(out_dir: Path) -> dict | None:
+    """iter_num and step_count of out_dir/final/lit_model.pth, or None when the run did not finish."""
+    from engine.checkpoints import read_progress
+
+    pth = out_dir / "final" / "lit_model.pth"
+    try:
+        return read_progress(pth) if pth.exists() else None
+    except Exception:  # noqa: BLE001 - a partial final file counts as not finished
+        return None
+
+
+def incidents(run_dir: Path) -> list[dict]:
+    import json
+
+    folder = run_dir / "incidents"
+    if not folder.exists():
+        return []
+    return sorted((json.loads(p.read_text()) for p in folder.glob("incident-*.json")),
+                  key=lambda r: int(r["id"].rsplit("-", 1)[-1]))
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def checkpoint_done(out_dir: Path, step: int) -> bool:
+    """The step folder's save is complete (litgpt writes the side files after lit_model.pth)."""
+    return (out_dir / f"step-{step:08d}" / "model_config.yaml").exists()
+
+
+def mount_tmpfs(where: Path, size_mb: float) -> str | None:
+    """Mount a tmpfs of size_mb at where; None when done, else why not (not root, mount refused)."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb * 1024)}k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
+
+
+def unmount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def median(values):
+    import statistics
+
+    return statistics.median(values) if values else float("nan")
