@@ -108,3 +108,33 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
 def _progress_lines(project) -> int:
     logs = sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
     return sum(1 for log in logs for line in log.read_text(errors="replace").splitlines() if line.startswith("Epoch "))
+
+
+def test_corrupt_data_lines_are_escalated_with_a_scan_and_fixed_data_trains(project, shared_data, tmp_path):
+    import shutil
+    import subprocess
+
+    from tests.conftest import RUNBOOK
+
+    data = tmp_path / "data"
+    shutil.copytree(shared_data / "stdlib", data)
+    shard = data / "train" / "shard-001.txt"
+    lines = shard.read_bytes().split(b"\n")
+    lines[10] = b"bad \xff\xfe bytes"          # invalid UTF-8: litgpt's TextFiles cannot read the file
+    lines[20] = b"control \x01 char"
+    shard.write_bytes(b"\n".join(lines))
+    project.set(data={"train_dir": str(data / "train"), "val_dir": str(data / "val"), "make_default": False})
+
+    assert finish(project.watch()) == 4, project.watch_output()   # escalated: a human must decide
+    incident = next(i for i in project.incidents() if i["playbook"] == "bad-data")
+    assert incident["outcome"] == "escalated"
+    assert "bad line" in incident["data_scan"]["summary"]
+    found = {(f["file"].split("/")[-1], f["line"], f["kind"]) for f in incident["data_scan"]["findings"]}
+    assert ("shard-001.txt", 11, "invalid_utf8") in found and ("shard-001.txt", 21, "control_char") in found
+
+    fixed = subprocess.run([RUNBOOK, "scan-data", "--config", str(project.config), "--fix"],
+                           capture_output=True, text=True, timeout=120)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert shard.read_bytes().split(b"\n")[10] == b"bad \xff\xfe bytes"   # the original is kept as it was
+    assert finish(project.watch()) == 0, project.watch_output()
+    assert math.isfinite(final_val_loss(project))
