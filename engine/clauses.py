@@ -173,6 +173,19 @@ class MetricClause(Clause):
             return None if any(v is None for v in values) else values
         return self._relative(getattr(metrics, self.metric.name), metrics)
 
+    def check(self, ctx):
+        # Same primitives as _observe/_holds, newest value first: a healthy run fails at the first one.
+        metrics = ctx.state.metrics
+        m = self.metric
+        if m.min_step and (metrics.step or 0) < m.min_step:
+            return False
+        if m.consecutive > 1:
+            history = metrics.loss_history
+            if len(history) < m.consecutive:
+                return False
+            return all(self._holds_one(self._relative(v, metrics)) for v in reversed(history[-m.consecutive:]))
+        return self._holds_one(self._relative(getattr(metrics, m.name), metrics))
+
     def _relative(self, value, metrics):
         """The value itself, or its ratio to the baseline the op names."""
         if value is None or not self.metric.op.startswith("ratio_to"):

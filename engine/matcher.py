@@ -82,6 +82,9 @@ def _prepared(playbooks: list[Playbook]) -> tuple[tuple[Playbook, ...], TailInde
 _PREPARED: dict[tuple[int, ...], tuple[tuple[Playbook, ...], tuple[Playbook, ...], TailIndex]] = {}
 
 
+_EMPTY_MEMORY = MatchMemory()
+
+
 def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_per_hour: int,
                   not_counted: frozenset[str] = frozenset()) -> tuple[str, str]:
     """("ok"|"cooldown"|"exhausted"|"breaker", why)."""
@@ -112,8 +115,8 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
             previous = memory.streaks.get(playbook.name)
             streaks[playbook.name] = Streak(previous.count + 1, previous.since) if previous else Streak(1, now)
             matched.append(playbook)
-    if not matched:  # the healthy case, nearly every observation
-        return MatchOutcome(None, MatchMemory(streaks), ctx.errors)
+    if not matched:  # the healthy case, nearly every observation: nothing new to allocate
+        return MatchOutcome(None, memory if not memory.streaks else _EMPTY_MEMORY, ctx.errors)
     new_memory = MatchMemory(streaks)
     inhibited = {target for p in matched for target in p.inhibits}
     ready = [

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from engine import checkpoints as ckpts
 from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+from engine.upkeep import gzip_file
 from runbook.cli import app
 from runbook.config import load_config
 from runbook.live_view import LiveView
@@ -184,7 +185,9 @@ def test_status_without_a_run_folder_is_one_sentence_and_exit_3(tmp_path):
 
 # --- report --------------------------------------------------------------------------------------
 def test_goodput_counts_every_launch_from_its_resume_point(finished_run):
+    gzip_file(finished_run.parent.parent / "runs" / "pretrain" / "logs" / "trainer-001.log")  # as upkeep does
     history = read_history(load_config(finished_run))
+    assert history.launches[0].log.name == "trainer-001.log.gz"
     assert [(launch.start_step, launch.last_step, launch.steps_run) for launch in history.launches] == \
         [(0, 45, 45), (40, 70, 30), (60, 100, 40)]
     assert history.computed_steps == 115 and history.useful_steps == 100
@@ -260,6 +263,10 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
     text = console.export_text()
     assert "recovering" in text and "incident-7 preemption at step 42: under way" in text
     assert "now: restart the trainer" in text
+
+    view("transition", previous=RunState.RECOVERING, state=RunState.RUNNING, reason="incident-7 recovered")
+    console.print(view.render())
+    assert "recovered; waiting for the trainer's first progress line" in console.export_text()
 
     record.update(outcome="recovered", recovery_seconds=7.5, steps_lost=2)
     view("incident_closed", record=record)
