@@ -23,6 +23,7 @@ class JournalState:
     launches: int = 0
     trainer_pid: int | None = None
     trainer_log: str | None = None
+    trainer_started: float | None = None       # the trainer's process start time, to recognise it again
     open_incident: dict | None = None          # the incident_opened entry
     done_actions: list[int] = field(default_factory=list)
     history: AttemptHistory = field(default_factory=AttemptHistory)
@@ -74,6 +75,7 @@ def rebuild(entries: list[dict]) -> JournalState:
             s.launches = e["launch"]
             s.trainer_pid = e["pid"]
             s.trainer_log = e["log"]
+            s.trainer_started = e.get("started")
         elif kind == "incident_opened":
             s.open_incident = e
             s.done_actions = []

@@ -133,7 +133,8 @@ class Supervisor:
         past = self.journal.replay()
         self.history = past.history
         self.launch_count = past.launches
-        attached = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log)) if past.trainer_pid else None
+        attached = (TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started)
+                    if past.trainer_pid else None)
         if past.trainer_log:
             self.observer.follow(Path(past.trainer_log), self._tokens_per_iter(), replay_existing=True)
         if attached is None:
@@ -181,7 +182,7 @@ class Supervisor:
             self.state = RunState.COMPLETED
             return
         if past.trainer_pid and past.run_state in (RunState.RUNNING, RunState.STARTING):
-            attached = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log))
+            attached = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started)
             if attached is not None:
                 self.trainer = attached
                 self.observer.follow(attached.log_path, self._tokens_per_iter(), replay_existing=True)
@@ -424,6 +425,7 @@ class Supervisor:
         self.dead_observations = 0
         (self.loaded.run_dir / "trainer.pid").write_text(f"{self.trainer.pid}\n")
         self.journal.append("launch", launch=self.launch_count, pid=self.trainer.pid, log=str(log_path),
+                            started=self.trainer.started_at,
                             resume_from=str(resume_file) if resume_file else None, argv=spec.argv)
         self._transition(RunState.RUNNING, reason=f"launch {self.launch_count} (pid {self.trainer.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))

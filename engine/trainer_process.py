@@ -54,14 +54,23 @@ class TrainerProcess:
                 spec.argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
             )
-        return cls(popen.pid, log_path, popen)
+        try:
+            started = psutil.Process(popen.pid).create_time()
+        except psutil.Error:
+            started = None
+        return cls(popen.pid, log_path, popen, started)
 
     @classmethod
-    def attach(cls, pid: int, log_path: Path) -> "TrainerProcess | None":
-        """Re-attach to a trainer started by an earlier watcher, if it is still alive."""
+    def attach(cls, pid: int, log_path: Path, started_at: float | None = None) -> "TrainerProcess | None":
+        """Re-attach to a trainer started by an earlier watcher, if it is still alive.
+
+        A pid alone is not enough (after a reboot or on another node it may be someone else's
+        process): its start time must match the one recorded at launch."""
         try:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            if started_at is not None and abs(proc.create_time() - started_at) > 1.0:
                 return None
             return cls(pid, log_path, None, proc.create_time())
         except psutil.Error:

@@ -179,7 +179,7 @@ class LiveView:
             if i["last_action"]:
                 head.append(f"\ndone: {i['last_action']}", style="dim")
         elif not i["closed"]:
-            head.append(f"{i['outcome']}; waiting for the trainer's first progress line", style="yellow")
+            head.append(f"{i['outcome']}; waiting for the first progress line", style="yellow")
         else:
             lost = f", {i['steps_lost']} steps lost" if i["steps_lost"] is not None else ""
             recovery = f" in {i['recovery_seconds']:.1f} s" if i["recovery_seconds"] is not None else ""

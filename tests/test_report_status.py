@@ -266,7 +266,7 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
 
     view("transition", previous=RunState.RECOVERING, state=RunState.RUNNING, reason="incident-7 recovered")
     console.print(view.render())
-    assert "recovered; waiting for the trainer's first progress line" in console.export_text()
+    assert "recovered; waiting for the first progress line" in console.export_text()
 
     record.update(outcome="recovered", recovery_seconds=7.5, steps_lost=2)
     view("incident_closed", record=record)

@@ -1,0 +1,512 @@
+"""Chaos run: one fault schedule on the real tiny litgpt model, three contenders, one table.
+
+    python benchmarks/bench_chaos.py              # default (about 10-15 min on 2 busy cores), writes docs
+    python benchmarks/bench_chaos.py --quick      # a shorter run, restart cap 3, no docs unless --write
+    python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing what it cannot
+
+The run: the repo's tiny GPT and data, global batch 128 sequences of 64 tokens, 24 optimizer steps
+(196,608 tokens), a checkpoint every 3 steps, keep_last_k 1, the trainer under a 1240 MB
+address-space limit (RLIMIT_AS, runbook's trainer.memory_limit_mb), hang floor 5 s (engine/faults.py
+`hang`). Measured here: micro-batch 64 peaks at about 1190 MB of address space and fits, 128 peaks
+at about 1300 MB and dies in the CPU allocator.
+
+The schedule (the same for every contender that gets that far):
+  1. OOM at start: the run config asks for micro_batch_size 128 under the 1240 MB limit.
+  2. SIGTERM to the trainer once checkpoint step 6 is saved      (engine/faults.py preemption injector)
+  3. SIGSTOP (a hang) once checkpoint step 12 is saved            (engine/faults.py hang injector)
+  4. once checkpoint step 18 is saved: truncate it, flip a byte in the one before, SIGKILL
+                                                                  (engine/faults.py corrupt-checkpoint)
+  5. the disk fills up: out_dir is a 10 MB tmpfs (each checkpoint is 2 MB; litgpt never deletes one)
+  6. divergence/NaN: engine/faults.py `nan` (lr 10) as its own segment on the same run, because a
+     mid-run lr change cannot be injected into both contenders honestly (runbook relaunches from its
+     own copy of the config and would never see an edit; the naive loop would).
+
+Contenders:
+  (a) reference: `litgpt pretrain` of the same run with micro-batch 64 and no fault (the run as it
+      should have been configured), undisturbed.
+  (b) `runbook watch` on the run config.
+  (c) the naive loop, `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the
+      config runbook's adapter generates) and a restart cap: see naive_loop.sh written in its run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common  # noqa: E402
+from engine import faults  # noqa: E402
+
+BLOCK = 64
+BATCH = 128
+GOOD_MB, OOM_MB = 64, 128
+MEMORY_LIMIT_MB = 1240
+TMPFS_MB = 10
+SECTION = "Chaos run"
+
+NAIVE_LOOP = r"""#!/usr/bin/env bash
+# The naive loop: `until litgpt pretrain --config X; do :; done` (X has resume: auto), at most CAP restarts.
+# Same generated litgpt config and environment as runbook's launches; same memory limit (ulimit -v = RLIMIT_AS).
+cfg=$1; logs=$2; pidfile=$3; cap=$4; mem_kb=$5; litgpt=$6
+[ -n "$mem_kb" ] && ulimit -v "$mem_kb"
+n=0
+until
+  n=$((n + 1))
+  "$litgpt" pretrain --config "$cfg" > "$logs/trainer-$(printf %03d $n).log" 2>&1 &
+  echo $! > "$pidfile"
+  wait $!
+do
+  [ "$n" -gt "$cap" ] && exit 1
+done
+exit 0
+"""
+
+
+@dataclass
+class Outcome:
+    name: str
+    completed: bool = False
+    steps: int | None = None          # optimizer steps in the delivered model (final/)
+    tokens: int | None = None
+    val_loss: float | None = None
+    wall_s: float = 0.0
+    steps_computed: int = 0
+    incidents: list = field(default_factory=list)   # one short text per incident
+    steps_lost: list = field(default_factory=list)
+    human_actions: int = 0
+    note: str = ""
+    load: str = ""
+    details: list = field(default_factory=list)
+
+
+def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
+    out = {
+        "micro_batch_size": micro_batch, "batch_size": BATCH, "max_tokens": BATCH * BLOCK * steps,
+        "save_interval": 3, "keep_last_k": 1,
+        "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB, "device": "cpu"},
+        "watch": dict(faults.FAULTS["hang"].config["watch"]),
+    }
+    if lr is not None:
+        out["lr"] = lr
+    return out
+
+
+# --- the schedule, injected with engine/faults.py's own injectors -------------------------------
+
+
+class StepRun(faults.DrillRun):
+    """faults.DrillRun whose 'checkpoint N' is the checkpoint at a given optimizer step: the
+    injectors then fire at the same point of the run for every contender."""
+
+    def __init__(self, out_dir, run_dir, proc, timeout, step):
+        super().__init__(out_dir, run_dir, proc, timeout)
+        self.step = step
+
+    def wait_for_checkpoint(self, count: int) -> Path:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if common.checkpoint_done(self.out_dir, self.step):
+                return self.out_dir / f"step-{self.step:08d}"
+            if self.watcher.poll() is not None:
+                raise RuntimeError(f"the contender ended (exit {self.watcher.returncode}) before step {self.step}")
+            time.sleep(0.05)
+        raise TimeoutError(f"no checkpoint at step {self.step} after {self.timeout:g} s")
+
+
+SCHEDULE = [  # (checkpoint step, label, injector from engine/faults.py)
+    (6, "SIGTERM", faults._signal_after_checkpoint(signal.SIGTERM, 1)),
+    (12, "SIGSTOP hang", faults._signal_after_checkpoint(signal.SIGSTOP, 1)),
+    (18, "truncate newest + flip a byte in the one before + SIGKILL", faults._corrupt_then_kill),
+]
+
+
+class Injector(threading.Thread):
+    def __init__(self, out_dir: Path, run_dir: Path, proc: subprocess.Popen, timeout: float, schedule):
+        super().__init__(daemon=True)
+        self.args = (out_dir, run_dir, proc, timeout)
+        self.schedule = schedule
+        self.injected: list[tuple[str, float]] = []
+        self.error: str | None = None
+
+    def run(self) -> None:
+        for step, label, inject in self.schedule:
+            try:
+                at = inject(StepRun(*self.args, step=step))
+            except (RuntimeError, TimeoutError, ProcessLookupError, FileNotFoundError) as err:
+                self.error = f"{label}: not injected ({err})"
+                return
+            self.injected.append((label, at))
+
+
+# --- contenders ---------------------------------------------------------------------------------
+
+
+def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) -> None:
+    """Fill steps, tokens, val loss and steps computed from final/ and the trainer logs."""
+    from ruamel.yaml import YAML
+
+    figures = common.log_figures(logs)
+    outcome.steps_computed = figures.steps_computed
+    progress = common.final_progress(out_dir)
+    if progress is None:
+        return
+    hyper = YAML(typ="safe", pure=True).load((out_dir / "final" / "hyperparameters.yaml").read_text())
+    micro_batch = int(hyper["train"]["micro_batch_size"])
+    outcome.steps = progress["step_count"]
+    outcome.tokens = progress["iter_num"] * micro_batch * BLOCK
+    outcome.val_loss = figures.final_val_loss
+
+
+def trainer_logs(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "logs").glob("trainer-*.log"))
+
+
+def run_reference(root: Path, steps: int) -> Outcome:
+    config = common.scratch_project(root, **settings(GOOD_MB, steps))
+    cfg = common.loaded(config)
+    spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "reference")
+    out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
+    started = time.time()
+    proc = common.start_bare(spec, cfg.run_dir / "logs" / "trainer-001.log")
+    code = proc.wait()
+    out.wall_s = time.time() - started
+    delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
+    out.completed = code == 0 and out.steps is not None
+    out.note = "" if out.completed else f"exit {code}"
+    return out
+
+
+def mount_disk(cfg, use_tmpfs: bool) -> str | None:
+    if not use_tmpfs:
+        return "disk fault off (--no-disk)"
+    return common.mount_tmpfs(cfg.out_dir, TMPFS_MB)
+
+
+def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, name: str) -> Outcome:
+    config = common.scratch_project(root, **run_settings)
+    cfg = common.loaded(config)
+    disk_skip = mount_disk(cfg, use_tmpfs)
+    out = Outcome(name, load=common.load_average())
+    try:
+        started = time.time()
+        proc = common.start_watch(config, root / "watch.log")
+        injector = Injector(cfg.out_dir, cfg.run_dir, proc, timeout, schedule)
+        injector.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            common.stop(proc)
+            code = None
+        out.wall_s = time.time() - started
+        injector.join(timeout=5)
+        delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
+        out.completed = code == 0 and out.steps is not None
+        records = common.incidents(cfg.run_dir)
+        answered = answering_incidents(records, injector.injected)
+        for record in records:
+            out.incidents.append(f"{record['playbook']} ({record['outcome']})")
+            out.steps_lost.append(record.get("steps_lost"))
+            out.details.append(record_detail(record, answered.get(record["id"])))
+        out.note = "; ".join(filter(None, [
+            f"watch exit {code}" if code != 0 else "",
+            f"disk fault skipped: {disk_skip}" if disk_skip else "",
+            injector.error or "",
+        ]))
+    finally:
+        if not disk_skip:
+            keep_disk_evidence(cfg.out_dir, root)
+            common.unmount(cfg.out_dir)
+    return out
+
+
+def keep_disk_evidence(out_dir: Path, root: Path) -> None:
+    """What was on the tmpfs, listed before it is unmounted."""
+    listing = subprocess.run(["ls", "-la", "--time-style=+", *sorted(map(str, out_dir.glob("*")))],
+                             capture_output=True, text=True).stdout
+    usage = subprocess.run(["df", "-k", str(out_dir)], capture_output=True, text=True).stdout
+    (root / "out_dir-at-end.txt").write_text(usage + "\n" + listing)
+
+
+def answering_incidents(records: list[dict], injected: list[tuple[str, float]]) -> dict:
+    """incident id -> injection time, for the first incident (other than disk-low) after each injection."""
+    found = {}
+    for _label, at in injected:
+        first = next((r for r in records if r["detected_at"] >= at and r["playbook"] != "disk-low" and r["id"] not in found), None)
+        if first is not None:
+            found[first["id"]] = at
+    return found
+
+
+def record_detail(record: dict, at: float | None) -> dict:
+    return {
+        "id": record["id"], "playbook": record["playbook"], "outcome": record["outcome"],
+        "step_at_failure": record.get("step_at_failure"), "resumed_step": record.get("resumed_step"),
+        "steps_lost": record.get("steps_lost"),
+        "after_injection_s": round(record["detected_at"] - at, 2) if at is not None else None,
+        "runbook_s": record.get("runbook_seconds"), "trainer_restart_s": record.get("trainer_restart_seconds"),
+        "config_changes": record.get("config_changes") or {},
+    }
+
+
+def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, cap: int, name: str,
+              patience: float | None = None, assisted: bool = False) -> Outcome:
+    """The naive loop. Without `assisted` it runs as it is: a hang it never notices is given up on
+    after `patience` s without progress. With `assisted`, a human kills a hung trainer after
+    `patience` s (counted as a human action) and the loop goes on."""
+    config = common.scratch_project(root, **run_settings)
+    cfg = common.loaded(config)
+    disk_skip = mount_disk(cfg, use_tmpfs)
+    out = Outcome(name, load=common.load_average())
+    logs_dir = cfg.run_dir / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "naive", resume="auto")
+        script = cfg.run_dir / "naive_loop.sh"
+        script.write_text(NAIVE_LOOP)
+        mem_kb = str(spec.memory_limit_bytes // 1024) if spec.memory_limit_bytes else ""
+        started = time.time()
+        proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(cfg.run_dir / "trainer.pid"),
+                                 str(cap), mem_kb, spec.argv[0]], env=spec.env, cwd=spec.cwd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        injector = Injector(cfg.out_dir, cfg.run_dir, proc, timeout, schedule)
+        injector.start()
+        code, hung = None, 0
+        last_lines, last_change = -1, time.monotonic()
+        while True:
+            try:
+                code = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            lines = common.log_figures(trainer_logs(cfg.run_dir)).progress_lines
+            if lines != last_lines:
+                last_lines, last_change = lines, time.monotonic()
+            stalled = time.monotonic() - last_change
+            if time.time() - started > timeout:
+                out.note = f"stopped by the benchmark after {timeout:g} s"
+                common.stop(proc)
+                break
+            if patience is not None and stalled > patience and injector.injected and "SIGSTOP" in injector.injected[-1][0]:
+                if not assisted:
+                    out.note = f"hung: no progress for {patience:g} s after the SIGSTOP; the loop never notices (stopped by the benchmark)"
+                    hung = 1
+                    common.stop(proc)
+                    break
+                os.kill(int((cfg.run_dir / "trainer.pid").read_text()), signal.SIGKILL)  # the on-call human
+                out.human_actions += 1
+                hung += 1
+                last_change = time.monotonic()
+        out.wall_s = time.time() - started
+        injector.join(timeout=5)
+        logs = trainer_logs(cfg.run_dir)
+        delivered(cfg.out_dir, cfg.run_dir, logs, out)
+        out.completed = code == 0 and out.steps is not None
+        out.incidents, out.steps_lost = naive_incidents(logs)
+        if hung and not assisted:
+            out.incidents.append("hang (never detected)")
+            out.steps_lost.append(None)
+        if not out.note:
+            out.note = "completed" if out.completed else f"gave up: restart cap {cap} reached" if code == 1 else f"exit {code}"
+        if out.incidents:
+            out.note += f"; last failure: {last_error(logs[-1])}" if not out.completed else ""
+        if disk_skip:
+            out.note += f"; disk fault skipped: {disk_skip}"
+        if injector.error and not out.completed:
+            out.note += f"; never reached: {injector.error.split(':')[0]} and later faults"
+    finally:
+        if not disk_skip:
+            keep_disk_evidence(cfg.out_dir, root)
+            common.unmount(cfg.out_dir)
+    return out
+
+
+def last_error(log: Path) -> str:
+    text = log.read_text(errors="replace").splitlines() if log.exists() else []
+    errors = [line.strip() for line in text if "Error" in line or "error" in line]
+    return (errors[-1][:160] if errors else (text[-1][:160] if text else "(no output)")).replace("|", "/")
+
+
+def naive_incidents(logs: list[Path]) -> tuple[list[str], list]:
+    """One incident per relaunch: what the previous attempt died of, and the steps it lost."""
+    import re
+
+    texts, steps = [], []
+    for i, log in enumerate(logs[:-1]):
+        figures = common.log_figures([log])
+        nxt = logs[i + 1].read_text(errors="replace")
+        resumed = re.search(r"Resuming training from .*step-(\d+)", nxt)
+        failed_at = figures.last_step or 0
+        lost = max(0, failed_at - int(resumed.group(1))) if resumed else failed_at
+        texts.append(f"restart after: {classify(log)}")
+        steps.append(lost)
+    if logs and not logs[-1].read_text(errors="replace").count("Final evaluation"):
+        texts.append(f"final attempt died: {classify(logs[-1])}")
+        steps.append(None)
+    return texts, steps
+
+
+def classify(log: Path) -> str:
+    text = log.read_text(errors="replace")
+    for needle, label in (("can't allocate memory", "OOM"), ("non-finite", "NaN gradients"),
+                          ("No space left", "disk full"), ("PytorchStreamReader", "corrupt checkpoint"),
+                          ("central directory", "corrupt checkpoint"), ("OverflowError", "NaN (overflow)")):
+        if needle in text:
+            return label
+    return "killed by a signal (no message)"
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def fmt(x, spec="") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def rows(outcomes: list[Outcome], reference: Outcome) -> list[list]:
+    out = []
+    for o in outcomes:
+        goodput_wall = reference.wall_s / o.wall_s if o.completed and o.wall_s else None
+        goodput_steps = (o.steps or 0) / o.steps_computed if o.steps_computed else None
+        lost = ", ".join("-" if s is None else str(s) for s in o.steps_lost) or "-"
+        out.append([o.name, "yes" if o.completed else "**no**", fmt(o.steps), fmt(o.tokens, ","), fmt(o.val_loss, ".4f"),
+                    f"{o.wall_s:.0f}", f"{len(o.incidents)}" + (f" ({'; '.join(o.incidents)})" if o.incidents else ""),
+                    lost, fmt(goodput_wall, ".2f"), f"{o.steps or 0}/{o.steps_computed}" + (f" = {goodput_steps:.2f}" if goodput_steps is not None else ""),
+                    str(o.human_actions), o.note or "", o.load])
+    return out
+
+
+HEADERS = ["contender", "completed", "optimizer steps", "tokens", "final val loss", "wall s", "incidents",
+           "steps lost per incident", "goodput (ref wall / wall)", "useful / computed steps", "human actions", "outcome",
+           "load avg at start"]
+
+
+def details_table(outcome: Outcome) -> str:
+    rows_ = [[d["id"], d["playbook"], d["outcome"], fmt(d["step_at_failure"]), fmt(d["resumed_step"]), fmt(d["steps_lost"]),
+              fmt(d["after_injection_s"]), fmt(d["runbook_s"]), fmt(d["trainer_restart_s"]),
+              ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in d["config_changes"].items()) or "-"] for d in outcome.details]
+    return common.table(["incident", "playbook", "outcome", "step at failure", "resumed from step", "steps lost",
+                         "detected after injection (s)", "runbook s", "trainer restart s", "config changes"], rows_,
+                        right={3, 4, 5, 6, 7, 8})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="restart cap 3, no NaN segment; docs untouched unless --write")
+    parser.add_argument("--assisted", action="store_true", help="also run the naive loop with a human fixing the OOM and the hang")
+    parser.add_argument("--restart-cap", type=int, default=None, help="naive loop restarts (default 5, --quick 3)")
+    parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
+    parser.add_argument("--no-disk", action="store_true", help="skip the tmpfs disk fault")
+    parser.add_argument("--no-nan", action="store_true", help="skip the NaN segment")
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--timeout", type=float, default=900.0, help="per contender")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-chaos"))
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md even with --quick")
+    args = parser.parse_args()
+    cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)
+    nan_segment = not (args.quick or args.no_nan)
+    use_tmpfs = not args.no_disk
+    load_start = common.load_average()
+    t0 = time.time()
+
+    print(f"chaos run: {args.steps} steps, restart cap {cap}; root {args.root}", flush=True)
+    reference = run_reference(args.root / "reference", args.steps)
+    print(f"  reference: {reference.wall_s:.0f} s, steps {reference.steps}", flush=True)
+    contenders = [reference]
+    runbook = run_runbook(args.root / "runbook", settings(OOM_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout,
+                          "(b) runbook watch")
+    print(f"  runbook: {runbook.wall_s:.0f} s, completed {runbook.completed}, {runbook.incidents}", flush=True)
+    contenders.append(runbook)
+    naive = run_naive(args.root / "naive", settings(OOM_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
+                      f"(c) naive loop, cap {cap}", patience=args.patience)
+    print(f"  naive: {naive.wall_s:.0f} s, completed {naive.completed}, {naive.note}", flush=True)
+    contenders.append(naive)
+    if args.assisted:
+        helped = run_naive(args.root / "naive-assisted", settings(GOOD_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout,
+                           cap, f"(c') naive loop, cap {cap}, micro-batch fixed by hand, hung trainer killed by hand",
+                           patience=args.patience, assisted=True)
+        helped.human_actions += 1  # the micro-batch edit before the launch
+        print(f"  naive assisted: {helped.wall_s:.0f} s, completed {helped.completed}, {helped.note}", flush=True)
+        contenders.append(helped)
+    nan_rows = []
+    if nan_segment:
+        lr = faults.FAULTS["nan"].config["lr"]
+        nan_rb = run_runbook(args.root / "nan-runbook", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout,
+                             f"(b) runbook watch, lr {lr:g}")
+        print(f"  nan runbook: {nan_rb.wall_s:.0f} s, completed {nan_rb.completed}, {nan_rb.incidents}", flush=True)
+        nan_nv = run_naive(args.root / "nan-naive", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout, cap,
+                           f"(c) naive loop, cap {cap}, lr {lr:g}")
+        print(f"  nan naive: {nan_nv.wall_s:.0f} s, completed {nan_nv.completed}, {nan_nv.note}", flush=True)
+        nan_rows = [reference, nan_rb, nan_nv]
+    elapsed = time.time() - t0
+
+    main_table = common.table(HEADERS, rows(contenders, reference), right={2, 3, 4, 5, 8})
+    print("\n" + main_table)
+    print("\n" + details_table(runbook))
+    nan_table = ""
+    if nan_rows:
+        nan_table = common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8})
+        print("\n" + nan_table + "\n\n" + details_table(nan_rows[1]))
+    (args.root / "results.json").write_text(json.dumps([o.__dict__ for o in contenders + nan_rows[1:]], indent=1, default=str))
+    if args.quick and not args.write:
+        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+        return 0
+    body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
+                    details_table(nan_rows[1]) if nan_rows else "", runbook, reference)
+    common.write_section(SECTION, body)
+    print(f"\nwrote the '{SECTION}' section of {common.DOCS}")
+    return 0
+
+
+def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference) -> str:
+    mode = "quick" if args.quick else "default"
+    nan_text = (f"""
+**Divergence / NaN segment** (engine/faults.py `nan`: lr 10 in the run config, otherwise the same run,
+no other fault; run as its own segment because a mid-run lr change cannot be injected into both
+contenders honestly). The reference row is the run above at its configured lr 0.003.
+
+{nan_table}
+
+runbook's incidents in this segment:
+
+{nan_details}
+""" if nan_table else "\nThe divergence/NaN segment was not run in this mode.\n")
+    return f"""Command: `{common.command_line()}` ({mode} mode, {elapsed / 60:.1f} min in all).
+
+Machine: {common.machine(load_start)}. Other jobs shared the 2 cores during the run: wall times are
+comparable only roughly (the load average at each contender's start is in the table).
+
+The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
+({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every 3 steps, keep_last_k 1, the trainer under a
+{MEMORY_LIMIT_MB} MB address-space limit, hang floor 5 s. The schedule: (1) OOM at start (micro_batch_size {OOM_MB};
+{GOOD_MB} fits under the limit, {OOM_MB} dies in the CPU allocator), (2) SIGTERM once checkpoint 6 is saved,
+(3) SIGSTOP once checkpoint 12 is saved, (4) once checkpoint 18 is saved it is truncated, a byte of the one
+before is flipped and the trainer SIGKILLed, (5) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB and
+litgpt deletes none){'' if not args.no_disk else ' (skipped: --no-disk)'}. Injections use engine/faults.py's own
+injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
+(a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the
+naive loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's
+adapter generates, same environment and memory limit), at most {cap} restarts (`naive_loop.sh` in
+benchmarks/bench_chaos.py). Goodput: reference wall / contender wall (only for a completed run), and the optimizer
+steps in the delivered model / all optimizer steps computed.
+
+{main_table}
+
+runbook's incidents (detection is measured from the injection; the OOM has none to measure from; runbook s is
+detection -> trainer relaunched, trainer restart s is relaunch -> first new progress line):
+
+{rb_details}
+{nan_text}"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
