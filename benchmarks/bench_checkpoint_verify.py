@@ -1,0 +1,205 @@
+"""Checkpoint verification throughput beside sha256sum and the disk's own read speed.
+
+    python benchmarks/bench_checkpoint_verify.py            # 10 MB, 100 MB, 1 GB; 3 rounds; writes docs
+    python benchmarks/bench_checkpoint_verify.py --quick    # 10 MB, 100 MB; 2 rounds; docs untouched
+
+Synthetic checkpoints made like litgpt's: `torch.save` of a dict of random float32 tensors (a
+"model" and an AdamW-like "optimizer" state, iter_num, step_count) as `step-XXXXXXXX/lit_model.pth`,
+plus the side files model_config.yaml and hyperparameters.yaml. Each is deleted after its size is
+measured (the 1 GB one needs 1 GB of free disk and about 2 GB of memory while it is written).
+
+Methods on the same file, in interleaved rounds (every method once per round, in turn):
+  dd             `dd if=lit_model.pth of=/dev/null bs=4M`: the disk's own sequential read speed
+  sha256sum      `sha256sum lit_model.pth`
+  verify         engine.checkpoints.verify_checkpoint with no manifest: zip central directory + CRC32 of
+                 every member, one sequential read (what runbook does to a new checkpoint's file)
+  verify+sha     verify_checkpoint with a manifest present: CRC32 and sha256 in the same read
+                 (what every forced re-verification before a resume does)
+  seal           engine.checkpoints.seal_checkpoint: CRC32 + sha256 in one read + writing the manifest
+Cold: `sync; echo 3 > /proc/sys/vm/drop_caches` (root) before every timed read; warm: the file was
+just read. MB = 10^6 bytes; the file size is that of lit_model.pth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common  # noqa: E402
+from engine import checkpoints as ckpts  # noqa: E402
+
+SECTION = "Checkpoint verification"
+SIZES_MB = [10, 100, 1000]
+
+
+def make_checkpoint(folder: Path, size_mb: int) -> ckpts.Checkpoint:
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per_tensor = 4 * 1024 * 1024  # 16 MB tensors, plus one remainder, like a model's layers
+    elements = size_mb * 10**6 // 4
+    model_n, opt_n = elements // 3, elements - elements // 3
+    gen = torch.Generator().manual_seed(size_mb)
+
+    def tensors(n: int, prefix: str) -> dict:
+        out, i = {}, 0
+        while n > 0:
+            k = min(per_tensor, n)
+            out[f"{prefix}.{i}"] = torch.randn(k, generator=gen)
+            n, i = n - k, i + 1
+        return out
+
+    state = {"model": tensors(model_n, "transformer.h"), "optimizer": {"state": tensors(opt_n, "exp_avg")},
+             "iter_num": 400, "step_count": 100}
+    torch.save(state, folder / ckpts.PTH_NAME)
+    del state
+    (folder / "model_config.yaml").write_text("name: synthetic\nblock_size: 64\nn_layer: 2\n")
+    (folder / "hyperparameters.yaml").write_text("train:\n  micro_batch_size: 4\n  global_batch_size: 16\n")
+    return ckpts.Checkpoint(folder, int(folder.name.split("-")[1]))
+
+
+def drop_caches() -> str | None:
+    """None when done, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return None
+    except OSError as err:
+        return f"drop_caches refused: {err}"
+
+
+def run_dd(ckpt: ckpts.Checkpoint) -> None:
+    subprocess.run(["dd", f"if={ckpt.pth}", "of=/dev/null", "bs=4M"], check=True, capture_output=True)
+
+
+def run_sha256sum(ckpt: ckpts.Checkpoint) -> None:
+    subprocess.run(["sha256sum", str(ckpt.pth)], check=True, capture_output=True)
+
+
+def without_manifest(ckpt: ckpts.Checkpoint) -> None:
+    (ckpt.path / ckpts.MANIFEST_NAME).unlink(missing_ok=True)
+
+
+def run_verify(ckpt: ckpts.Checkpoint) -> None:
+    assert ckpts.verify_checkpoint(ckpt).ok
+
+
+def run_seal(ckpt: ckpts.Checkpoint) -> None:
+    assert ckpts.seal_checkpoint(ckpt).ok
+
+
+METHODS = {  # name -> (prepare, untimed; timed)
+    "dd (disk read)": (None, run_dd),
+    "sha256sum": (None, run_sha256sum),
+    "verify (CRC)": (without_manifest, run_verify),
+    "verify+sha (manifest)": (lambda c: ckpts.seal_checkpoint(c), run_verify),
+    "seal (CRC+sha+manifest)": (without_manifest, run_seal),
+}
+
+
+def measure(ckpt: ckpts.Checkpoint, rounds: int, cold: bool) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    for r in range(rounds):
+        names = list(METHODS)
+        names = names[r % len(names):] + names[: r % len(names)]  # rotate the order each round
+        for name in names:
+            prepare, timed = METHODS[name]
+            if prepare:
+                prepare(ckpt)
+            if cold:
+                drop_caches()
+            else:
+                run_dd(ckpt)  # warm the page cache
+            t = time.perf_counter()
+            timed(ckpt)
+            times[name].append(time.perf_counter() - t)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10 and 100 MB, 2 rounds; docs untouched unless --write")
+    parser.add_argument("--sizes", type=int, nargs="*", default=None, help="MB")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--root", type=Path, default=Path("/var/tmp/runbook-bench-verify"))
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    sizes = args.sizes or (SIZES_MB[:2] if args.quick else SIZES_MB)
+    rounds = args.rounds or (2 if args.quick else 3)
+    load_start = common.load_average()
+    cold_problem = drop_caches()
+    t0 = time.time()
+    free = shutil.disk_usage(args.root.parent if not args.root.exists() else args.root).free
+    if free < 2 * max(sizes) * 10**6:
+        print(f"error: {free / 1e9:.1f} GB free under {args.root}; need {2 * max(sizes) / 1000:.1f} GB")
+        return 1
+    filesystem = subprocess.run(["df", "-hT", str(args.root.parent)], capture_output=True, text=True).stdout.splitlines()[-1]
+    rows, ratios = [], []
+    try:
+        for size in sizes:
+            if args.root.exists():
+                shutil.rmtree(args.root)
+            ckpt = make_checkpoint(args.root / f"step-{size:08d}", size)
+            mb = ckpt.pth.stat().st_size / 1e6
+            print(f"  {mb:.0f} MB checkpoint written", flush=True)
+            for cold in ([True, False] if cold_problem is None else [False]):
+                times = measure(ckpt, rounds, cold)
+                disk = mb / statistics.median(times["dd (disk read)"])
+                for name, ts in times.items():
+                    speed = mb / statistics.median(ts)
+                    rows.append([f"{mb:,.0f}", "cold" if cold else "warm", name, f"{statistics.median(ts):.3f}",
+                                 f"{speed:,.0f}", f"{speed / disk:.2f}"])
+                    if cold and name == "verify (CRC)":
+                        ratios.append((mb, speed / disk))
+                    print(f"    {'cold' if cold else 'warm'} {name}: {speed:,.0f} MB/s ({speed / disk:.2f} x dd)", flush=True)
+            shutil.rmtree(args.root)
+    finally:
+        if args.root.exists():
+            shutil.rmtree(args.root)
+    elapsed = time.time() - t0
+    text = common.table(["checkpoint MB", "cache", "method", "median s", "MB/s", "x disk read (dd, same cache state)"], rows,
+                        right={0, 3, 4, 5})
+    if ratios:
+        worst = min(r for _, r in ratios)
+        verdict = (f"Goal (issue 7): verification within 80% of the disk's read speed, cold cache: verify (CRC) reaches "
+                   + ", ".join(f"{r:.2f} at {m:,.0f} MB" for m, r in ratios) + (" -- met." if worst >= 0.8 else " -- **missed**."))
+    else:
+        verdict = f"Goal (issue 7) not measured: the page cache could not be dropped ({cold_problem}); warm figures only."
+    print("\n" + text + "\n\n" + verdict)
+    if args.quick and not args.write:
+        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+        return 0
+    body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode: {rounds} interleaved rounds
+per size and cache state, {elapsed / 60:.1f} min in all).
+
+Machine: {common.machine(load_start)}. Files on `{args.root}`: `{' '.join(filesystem.split())}`.
+Cold cache: {'`sync; echo 3 > /proc/sys/vm/drop_caches` before every timed read (run as root)' if cold_problem is None else 'not available (' + cold_problem + ')'}.
+
+Synthetic `torch.save` checkpoints (random float32 tensors of at most 16 MB in a model and an optimizer
+state, plus the yaml side files) as litgpt writes them. dd is the disk's own sequential read
+(`dd bs=4M` to /dev/null); sha256sum is coreutils; verify (CRC) is `verify_checkpoint` without a
+manifest (zip central directory, then CRC32 of every member in one sequential read: what runbook does
+to each new checkpoint's file); verify+sha is `verify_checkpoint` with a manifest (CRC32 and sha256 in
+the same read: what a forced re-verification before a resume does); seal is `seal_checkpoint` (CRC32 +
+sha256 in one read, then the manifest written and fsynced). Medians; MB = 10^6 bytes.
+
+{text}
+
+{verdict}"""
+    common.write_section(SECTION, body)
+    print(f"\nwrote the '{SECTION}' section of {common.DOCS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

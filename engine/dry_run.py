@@ -1,0 +1,47 @@
+"""`runbook watch --dry-run`: the same observation, matching and planning, and no effect at all."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from engine.matcher import MatchMemory, decide
+from engine.planner import plan
+from engine.state import RunState
+from engine.trainer_process import TrainerProcess
+
+
+def observe_without_acting(sup) -> RunState:
+    """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
+    recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
+    past = sup.journal.replay()
+    sup.history = past.history
+    sup.launch_count = past.launches
+    attached = (TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started)
+                if past.trainer_pid else None)
+    if past.trainer_log:
+        sup.observer.follow(Path(past.trainer_log), sup._tokens_per_iter(), replay_existing=True)
+    if attached is None:
+        sup.past_exit = (past.last_exit_code, past.last_exit_signal)
+        sup.events("dry_run", text="no live trainer: judging the run folder as it is now")
+        snapshot = sup.observe()
+        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, MatchMemory(), sup.history)
+        if outcome.decision is None:
+            sup.events("dry_run", text="no playbook matches the current state")
+        else:
+            sup.events("dry_run_plan", decision=outcome.decision,
+                        steps=plan(outcome.decision.playbook, snapshot, sup.loaded.config, sup._attempt(outcome.decision.playbook)))
+        return RunState.STOPPED
+    sup.trainer = attached
+    sup.state = RunState.RUNNING
+    sup.events("dry_run", text=f"watching trainer pid {attached.pid} without acting")
+    sup._install_signal_handlers()
+    while attached.alive and not sup.stop_requested:
+        snapshot = sup.observe()
+        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, sup.memory, sup.history)
+        sup.memory = outcome.memory
+        if outcome.decision is not None and outcome.decision.kind != "wait":
+            sup.events("dry_run_plan", decision=outcome.decision,
+                        steps=plan(outcome.decision.playbook, snapshot, sup.loaded.config, sup._attempt(outcome.decision.playbook)))
+        time.sleep(sup.loaded.config.watch.poll_interval_s)
+    return RunState.STOPPED
