@@ -46,7 +46,7 @@ class MetricTracker:
     loss_window: int = 20
     losses: deque = field(default_factory=lambda: deque(maxlen=20))
     iter_times: deque = field(default_factory=lambda: deque(maxlen=10))
-    baseline_samples: list = field(default_factory=list)
+    baseline_samples: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SAMPLES))
     baseline: float | None = None
     best_median: float | None = None
     last_healthy_step: int | None = None
@@ -70,6 +70,7 @@ class MetricTracker:
         self.tokens_per_iter = tokens_per_iter
         self.progress_since_launch = 0
         self.iter_times.clear()
+        self.baseline_samples.clear()  # a new process warms up again; the baseline itself is kept
         self.longest_gap_s = None
         self.last_progress_time = None
         # A relaunch may resume from an earlier step (a rollback): the spike baseline starts afresh.
@@ -96,10 +97,13 @@ class MetricTracker:
             self.last_progress_time = now
             if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
                 self.iter_times.append(max(event.iter_time_ms, 1e-3))
-            if self.baseline is None and self.progress_since_launch > WARMUP_PROGRESS_LINES:
+            if self.progress_since_launch > WARMUP_PROGRESS_LINES:
+                # The baseline is the best sustained speed this run has shown (the highest rolling
+                # median so far): a start on a busy machine must not make later slowness look normal.
                 self.baseline_samples.append(self.throughput())
-                if len(self.baseline_samples) >= BASELINE_SAMPLES:
-                    self.baseline = statistics.median(self.baseline_samples)
+                if len(self.baseline_samples) == BASELINE_SAMPLES:
+                    sustained = statistics.median(self.baseline_samples)
+                    self.baseline = sustained if self.baseline is None else max(self.baseline, sustained)
         elif isinstance(event, Validation):
             self.val_loss = event.val_loss
             if math.isfinite(event.val_loss) and (self.best_val_loss is None or event.val_loss < self.best_val_loss):
