@@ -101,3 +101,22 @@ def test_data_hash_is_written_when_empty_and_changed_data_refuses_to_resume(proj
         prepare_data(load_config(project.config), accept_data_change=False)
     second = prepare_data(load_config(project.config), accept_data_change=True)
     assert second != first and load_config(project.config).config.data_hash == second
+
+
+def test_a_wrong_config_path_is_one_sentence_and_exit_3(tmp_path):
+    missing = tmp_path / "configs" / "nope.yaml"
+    result = subprocess.run([RUNBOOK, "watch", str(missing)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert f"{missing}: file not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_cuda_config_on_a_cpu_machine_is_refused_with_the_fix(project):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU, so a cuda config is valid here")
+    project.set(trainer={"device": "cuda"})
+    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert "trainer.device is 'cuda'" in result.stderr and "set trainer.device: auto" in result.stderr
+    assert "Traceback" not in result.stderr
