@@ -1,32 +1,35 @@
 """Chaos run: one fault schedule on the real tiny litgpt model, three contenders, one table.
 
-    python benchmarks/bench_chaos.py              # default (about 10-15 min on 2 busy cores), writes docs
-    python benchmarks/bench_chaos.py --quick      # a shorter run, restart cap 3, no docs unless --write
-    python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing what it cannot
+    python benchmarks/bench_chaos.py              # default: reference, runbook, naive loop, NaN segment; writes docs
+    python benchmarks/bench_chaos.py --quick      # restart cap 3, no NaN segment; docs untouched unless --write
+    python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing the OOM and the hang
 
-The run: the repo's tiny GPT and data, global batch 128 sequences of 64 tokens, 24 optimizer steps
-(196,608 tokens), a checkpoint every 3 steps, keep_last_k 1, the trainer under a 1240 MB
-address-space limit (RLIMIT_AS, runbook's trainer.memory_limit_mb), hang floor 5 s (engine/faults.py
-`hang`). Measured here: micro-batch 64 peaks at about 1190 MB of address space and fits, 128 peaks
-at about 1300 MB and dies in the CPU allocator.
+The run: the repo's tiny GPT and data, global batch 256 sequences of 64 tokens, 12 optimizer steps
+(196,608 tokens), a checkpoint every 2 steps, keep_last_k 1, the trainer under a 1160 MB
+address-space limit (RLIMIT_AS: runbook's trainer.memory_limit_mb; `ulimit -v` for the naive loop),
+hang floor 5 s (engine/faults.py `hang`). litgpt's preprocessed data cache is made once and copied
+into every contender's run folder. Measured here with the cache present (VmPeak of the trainer):
+micro-batch 64 about 980 MB, 128 about 1060-1110 MB, 256 about 1270 MB.
 
 The schedule (the same for every contender that gets that far):
-  1. OOM at start: the run config asks for micro_batch_size 128 under the 1240 MB limit.
-  2. SIGTERM to the trainer once checkpoint step 6 is saved      (engine/faults.py preemption injector)
-  3. SIGSTOP (a hang) once checkpoint step 12 is saved            (engine/faults.py hang injector)
-  4. once checkpoint step 18 is saved: truncate it, flip a byte in the one before, SIGKILL
-                                                                  (engine/faults.py corrupt-checkpoint)
-  5. the disk fills up: out_dir is a 10 MB tmpfs (each checkpoint is 2 MB; litgpt never deletes one)
-  6. divergence/NaN: engine/faults.py `nan` (lr 10) as its own segment on the same run, because a
-     mid-run lr change cannot be injected into both contenders honestly (runbook relaunches from its
-     own copy of the config and would never see an edit; the naive loop would).
+  1. OOM at start: the run config asks for micro_batch_size 256 under the 1160 MB limit.
+  2. SIGTERM to the trainer once checkpoint step 4 is saved       (engine/faults.py preemption injector)
+  3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/faults.py hang injector)
+  4. once checkpoint step 10 is saved: truncate it, flip a byte in the one before, SIGKILL
+                                                                   (engine/faults.py corrupt-checkpoint)
+  5. the disk fills up: out_dir is a 10 MB tmpfs (each checkpoint is 2 MB; litgpt deletes none).
+     Needs root (mount); without it the disk fault is skipped and the table says so.
+  6. divergence/NaN: engine/faults.py `nan` (lr 10) as its own segment of the same run, because a
+     mid-run lr change cannot be injected into both contenders alike: runbook launches from the config
+     it loaded at start (plus its own write-backs), so an edit of the file mid-run would reach the
+     naive loop's next launch but not runbook's.
 
 Contenders:
-  (a) reference: `litgpt pretrain` of the same run with micro-batch 64 and no fault (the run as it
-      should have been configured), undisturbed.
+  (a) reference: `litgpt pretrain` of the same run at micro-batch 128 (what fits), no fault.
   (b) `runbook watch` on the run config.
   (c) the naive loop, `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the
-      config runbook's adapter generates) and a restart cap: see naive_loop.sh written in its run folder.
+      config runbook's adapter generates, same environment) and a restart cap: NAIVE_LOOP below,
+      written as naive_loop.sh into its run folder.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,10 +52,12 @@ from benchmarks import common  # noqa: E402
 from engine import faults  # noqa: E402
 
 BLOCK = 64
-BATCH = 128
-GOOD_MB, OOM_MB = 64, 128
-MEMORY_LIMIT_MB = 1240
+BATCH = 256
+GOOD_MB, OOM_MB = 128, 256
+MEMORY_LIMIT_MB = 1160
 TMPFS_MB = 10
+SAVE_INTERVAL = 2
+DEVICE = "cpu"   # --device cuda: no address-space limit (a CUDA process cannot run under one), no OOM at start
 SECTION = "Chaos run"
 
 NAIVE_LOOP = r"""#!/usr/bin/env bash
@@ -92,8 +98,8 @@ class Outcome:
 def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
     out = {
         "micro_batch_size": micro_batch, "batch_size": BATCH, "max_tokens": BATCH * BLOCK * steps,
-        "save_interval": 3, "keep_last_k": 1,
-        "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB, "device": "cpu"},
+        "save_interval": SAVE_INTERVAL, "keep_last_k": 1,
+        "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB if DEVICE == "cpu" else None, "device": DEVICE},
         "watch": dict(faults.FAULTS["hang"].config["watch"]),
     }
     if lr is not None:
@@ -124,10 +130,38 @@ class StepRun(faults.DrillRun):
 
 
 SCHEDULE = [  # (checkpoint step, label, injector from engine/faults.py)
-    (6, "SIGTERM", faults._signal_after_checkpoint(signal.SIGTERM, 1)),
-    (12, "SIGSTOP hang", faults._signal_after_checkpoint(signal.SIGSTOP, 1)),
-    (18, "truncate newest + flip a byte in the one before + SIGKILL", faults._corrupt_then_kill),
+    (4, "SIGTERM", faults._signal_after_checkpoint(signal.SIGTERM, 1)),
+    (6, "SIGSTOP hang", faults._signal_after_checkpoint(signal.SIGSTOP, 1)),
+    (10, "truncate newest + flip a byte in the one before + SIGKILL", faults._corrupt_then_kill),
 ]
+
+
+def data_cache(root: Path) -> Path:
+    """litgpt's preprocessed copy of the data (TextFiles writes it on a run's first launch), made
+    once and copied into every contender's run folder, so no launch pays for it and every launch
+    has the same memory footprint (the first launch's preprocessing adds about 200 MB of address
+    space, which would otherwise decide whether a micro-batch fits)."""
+    cache = root / "data-cache"
+    if any(cache.glob("*/train/train/index.json")):
+        return cache
+    warm_up = settings(GOOD_MB, 1)
+    warm_up["trainer"]["memory_limit_mb"] = None  # preprocessing needs more than the limit allows
+    config = common.scratch_project(root / "data-cache-project", **warm_up)
+    cfg = common.loaded(config)
+    spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "cache")
+    log = cfg.run_dir / "logs" / "cache.log"
+    if common.start_bare(spec, log).wait() != 0:
+        raise RuntimeError(f"preparing the data cache failed: see {log}")
+    if cache.exists():
+        shutil.rmtree(cache)
+    shutil.copytree(cfg.run_dir / "data", cache, symlinks=True)
+    return cache
+
+
+def project(root: Path, run_settings: dict, cache: Path) -> Path:
+    config = common.scratch_project(root, **run_settings)
+    shutil.copytree(cache, common.loaded(config).run_dir / "data", symlinks=True)
+    return config
 
 
 class Injector(threading.Thread):
@@ -136,16 +170,22 @@ class Injector(threading.Thread):
         self.args = (out_dir, run_dir, proc, timeout)
         self.schedule = schedule
         self.injected: list[tuple[str, float]] = []
+        self.intact: dict[float, list[int]] = {}   # injection time -> checkpoint steps left intact by it
         self.error: str | None = None
 
     def run(self) -> None:
+        out_dir = self.args[0]
         for step, label, inject in self.schedule:
             try:
                 at = inject(StepRun(*self.args, step=step))
             except (RuntimeError, TimeoutError, ProcessLookupError, FileNotFoundError) as err:
                 self.error = f"{label}: not injected ({err})"
                 return
+            steps = sorted(int(p.name.split("-")[1]) for p in out_dir.glob("step-*") if p.name[5:].isdigit())
+            if inject is faults._corrupt_then_kill:  # it damaged the newest and the one before it
+                steps = [s for s in steps if s != step][:-1]
             self.injected.append((label, at))
+            self.intact[at] = steps
 
 
 # --- contenders ---------------------------------------------------------------------------------
@@ -171,8 +211,8 @@ def trainer_logs(run_dir: Path) -> list[Path]:
     return sorted((run_dir / "logs").glob("trainer-*.log"))
 
 
-def run_reference(root: Path, steps: int) -> Outcome:
-    config = common.scratch_project(root, **settings(GOOD_MB, steps))
+def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
+    config = project(root, settings(GOOD_MB, steps), cache)
     cfg = common.loaded(config)
     spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "reference")
     out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
@@ -192,8 +232,8 @@ def mount_disk(cfg, use_tmpfs: bool) -> str | None:
     return common.mount_tmpfs(cfg.out_dir, TMPFS_MB)
 
 
-def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, name: str) -> Outcome:
-    config = common.scratch_project(root, **run_settings)
+def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, name: str, cache: Path) -> Outcome:
+    config = project(root, run_settings, cache)
     cfg = common.loaded(config)
     disk_skip = mount_disk(cfg, use_tmpfs)
     out = Outcome(name, load=common.load_average())
@@ -216,7 +256,8 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         for record in records:
             out.incidents.append(f"{record['playbook']} ({record['outcome']})")
             out.steps_lost.append(record.get("steps_lost"))
-            out.details.append(record_detail(record, answered.get(record["id"])))
+            at = answered.get(record["id"])
+            out.details.append(record_detail(record, at, injector.intact.get(at)))
         out.note = "; ".join(filter(None, [
             f"watch exit {code}" if code != 0 else "",
             f"disk fault skipped: {disk_skip}" if disk_skip else "",
@@ -247,8 +288,13 @@ def answering_incidents(records: list[dict], injected: list[tuple[str, float]]) 
     return found
 
 
-def record_detail(record: dict, at: float | None) -> dict:
+def record_detail(record: dict, at: float | None, intact: list[int] | None) -> dict:
+    failed = record.get("step_at_failure")
+    allowed = None
+    if intact is not None and failed is not None:
+        allowed = failed - max([s for s in intact if s <= failed], default=0)
     return {
+        "allowed": allowed,
         "id": record["id"], "playbook": record["playbook"], "outcome": record["outcome"],
         "step_at_failure": record.get("step_at_failure"), "resumed_step": record.get("resumed_step"),
         "steps_lost": record.get("steps_lost"),
@@ -259,11 +305,11 @@ def record_detail(record: dict, at: float | None) -> dict:
 
 
 def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, cap: int, name: str,
-              patience: float | None = None, assisted: bool = False) -> Outcome:
+              cache: Path, patience: float | None = None, assisted: bool = False) -> Outcome:
     """The naive loop. Without `assisted` it runs as it is: a hang it never notices is given up on
     after `patience` s without progress. With `assisted`, a human kills a hung trainer after
     `patience` s (counted as a human action) and the loop goes on."""
-    config = common.scratch_project(root, **run_settings)
+    config = project(root, run_settings, cache)
     cfg = common.loaded(config)
     disk_skip = mount_disk(cfg, use_tmpfs)
     out = Outcome(name, load=common.load_average())
@@ -392,11 +438,11 @@ HEADERS = ["contender", "completed", "optimizer steps", "tokens", "final val los
 
 def details_table(outcome: Outcome) -> str:
     rows_ = [[d["id"], d["playbook"], d["outcome"], fmt(d["step_at_failure"]), fmt(d["resumed_step"]), fmt(d["steps_lost"]),
-              fmt(d["after_injection_s"]), fmt(d["runbook_s"]), fmt(d["trainer_restart_s"]),
+              fmt(d["allowed"]), fmt(d["after_injection_s"]), fmt(d["runbook_s"]), fmt(d["trainer_restart_s"]),
               ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in d["config_changes"].items()) or "-"] for d in outcome.details]
     return common.table(["incident", "playbook", "outcome", "step at failure", "resumed from step", "steps lost",
-                         "detected after injection (s)", "runbook s", "trainer restart s", "config changes"], rows_,
-                        right={3, 4, 5, 6, 7, 8})
+                         "steps since the last intact checkpoint", "detected after injection (s)", "runbook s",
+                         "trainer restart s", "config changes"], rows_, right={3, 4, 5, 6, 7, 8, 9})
 
 
 def main() -> int:
@@ -407,11 +453,17 @@ def main() -> int:
     parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
     parser.add_argument("--no-disk", action="store_true", help="skip the tmpfs disk fault")
     parser.add_argument("--no-nan", action="store_true", help="skip the NaN segment")
-    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=900.0, help="per contender")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-chaos"))
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md even with --quick")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: the trainer on the GPU, without the memory limit and so without the OOM at start")
+    parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to write")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    start_mb = OOM_MB if DEVICE == "cpu" else GOOD_MB
     cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)
     nan_segment = not (args.quick or args.no_nan)
     use_tmpfs = not args.no_disk
@@ -419,21 +471,22 @@ def main() -> int:
     t0 = time.time()
 
     print(f"chaos run: {args.steps} steps, restart cap {cap}; root {args.root}", flush=True)
-    reference = run_reference(args.root / "reference", args.steps)
+    cache = data_cache(args.root)
+    reference = run_reference(args.root / "reference", args.steps, cache)
     print(f"  reference: {reference.wall_s:.0f} s, steps {reference.steps}", flush=True)
     contenders = [reference]
-    runbook = run_runbook(args.root / "runbook", settings(OOM_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout,
-                          "(b) runbook watch")
+    runbook = run_runbook(args.root / "runbook", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout,
+                          "(b) runbook watch", cache)
     print(f"  runbook: {runbook.wall_s:.0f} s, completed {runbook.completed}, {runbook.incidents}", flush=True)
     contenders.append(runbook)
-    naive = run_naive(args.root / "naive", settings(OOM_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
-                      f"(c) naive loop, cap {cap}", patience=args.patience)
+    naive = run_naive(args.root / "naive", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
+                      f"(c) naive loop, cap {cap}", cache, patience=args.patience)
     print(f"  naive: {naive.wall_s:.0f} s, completed {naive.completed}, {naive.note}", flush=True)
     contenders.append(naive)
     if args.assisted:
         helped = run_naive(args.root / "naive-assisted", settings(GOOD_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout,
                            cap, f"(c') naive loop, cap {cap}, micro-batch fixed by hand, hung trainer killed by hand",
-                           patience=args.patience, assisted=True)
+                           cache, patience=args.patience, assisted=True)
         helped.human_actions += 1  # the micro-batch edit before the launch
         print(f"  naive assisted: {helped.wall_s:.0f} s, completed {helped.completed}, {helped.note}", flush=True)
         contenders.append(helped)
@@ -441,10 +494,10 @@ def main() -> int:
     if nan_segment:
         lr = faults.FAULTS["nan"].config["lr"]
         nan_rb = run_runbook(args.root / "nan-runbook", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout,
-                             f"(b) runbook watch, lr {lr:g}")
+                             f"(b) runbook watch, lr {lr:g}", cache)
         print(f"  nan runbook: {nan_rb.wall_s:.0f} s, completed {nan_rb.completed}, {nan_rb.incidents}", flush=True)
         nan_nv = run_naive(args.root / "nan-naive", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout, cap,
-                           f"(c) naive loop, cap {cap}, lr {lr:g}")
+                           f"(c) naive loop, cap {cap}, lr {lr:g}", cache)
         print(f"  nan naive: {nan_nv.wall_s:.0f} s, completed {nan_nv.completed}, {nan_nv.note}", flush=True)
         nan_rows = [reference, nan_rb, nan_nv]
     elapsed = time.time() - t0
@@ -462,49 +515,76 @@ def main() -> int:
         return 0
     body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
                     details_table(nan_rows[1]) if nan_rows else "", runbook, reference)
-    common.write_section(SECTION, body)
-    print(f"\nwrote the '{SECTION}' section of {common.DOCS}")
+    common.write_section(args.section, body)
+    print(f"\nwrote the '{args.section}' section of {common.DOCS}")
     return 0
+
+
+def goals(runbook: Outcome, reference: Outcome) -> str:
+    """The issue's goals for runbook, checked on this run's figures."""
+    checks = []
+    checks.append(("completes", runbook.completed))
+    checks.append((f"same optimizer steps ({runbook.steps} vs {reference.steps}) and tokens "
+                   f"({fmt(runbook.tokens, ',')} vs {fmt(reference.tokens, ',')}) as the reference",
+                   runbook.completed and runbook.steps == reference.steps and runbook.tokens == reference.tokens))
+    if runbook.val_loss is not None and reference.val_loss:
+        diff = abs(runbook.val_loss - reference.val_loss) / reference.val_loss
+        checks.append((f"final val loss within 5% of the reference ({100 * diff:.2f}%)", diff <= 0.05))
+    else:
+        checks.append(("final val loss within 5% of the reference (no final val loss)", False))
+    over = [d for d in runbook.details if d["allowed"] is not None and d["steps_lost"] is not None and d["steps_lost"] > d["allowed"]]
+    checks.append(("steps lost per incident no more than the steps since the last intact checkpoint"
+                   + (f" (exceeded by {', '.join(d['id'] for d in over)})" if over else ""), not over))
+    checks.append(("no human action", runbook.human_actions == 0))
+    return "; ".join(f"{text}: {'met' if ok else '**missed**'}" for text, ok in checks)
 
 
 def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference) -> str:
     mode = "quick" if args.quick else "default"
+    oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
+           if DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
+           "CUDA OOM is benchmarks/gpu_drill.sh's drill)")
+    steps = ", ".join(f"({i}) {label} once checkpoint {step} is saved" for i, (step, label, _) in enumerate(SCHEDULE, 2))
+    disk = (f"({len(SCHEDULE) + 2}) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB; litgpt deletes none)"
+            + (" -- skipped (--no-disk)" if args.no_disk else ""))
     nan_text = (f"""
-**Divergence / NaN segment** (engine/faults.py `nan`: lr 10 in the run config, otherwise the same run,
-no other fault; run as its own segment because a mid-run lr change cannot be injected into both
-contenders honestly). The reference row is the run above at its configured lr 0.003.
+**Divergence / NaN segment**: engine/faults.py `nan` (lr {faults.FAULTS['nan'].config['lr']:g} in the run config), otherwise
+the same run, no other fault. It runs as its own segment: a mid-run lr change cannot be injected into both
+contenders alike (runbook launches from the config it loaded at start plus its own write-backs, so an edit of
+the file mid-run would reach the naive loop's next launch and not runbook's). The reference row is the run
+above at its configured lr.
 
 {nan_table}
 
 runbook's incidents in this segment:
 
 {nan_details}
-""" if nan_table else "\nThe divergence/NaN segment was not run in this mode.\n")
+""" if nan_table else "\nThe divergence/NaN segment was not run in this mode (--quick or --no-nan).\n")
     return f"""Command: `{common.command_line()}` ({mode} mode, {elapsed / 60:.1f} min in all).
 
-Machine: {common.machine(load_start)}. Other jobs shared the 2 cores during the run: wall times are
-comparable only roughly (the load average at each contender's start is in the table).
+Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: wall times are comparable only
+roughly (the load average at each contender's start is in the table).
 
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
-({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every 3 steps, keep_last_k 1, the trainer under a
-{MEMORY_LIMIT_MB} MB address-space limit, hang floor 5 s. The schedule: (1) OOM at start (micro_batch_size {OOM_MB};
-{GOOD_MB} fits under the limit, {OOM_MB} dies in the CPU allocator), (2) SIGTERM once checkpoint 6 is saved,
-(3) SIGSTOP once checkpoint 12 is saved, (4) once checkpoint 18 is saved it is truncated, a byte of the one
-before is flipped and the trainer SIGKILLed, (5) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB and
-litgpt deletes none){'' if not args.no_disk else ' (skipped: --no-disk)'}. Injections use engine/faults.py's own
-injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
-(a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the
-naive loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's
-adapter generates, same environment and memory limit), at most {cap} restarts (`naive_loop.sh` in
-benchmarks/bench_chaos.py). Goodput: reference wall / contender wall (only for a completed run), and the optimizer
-steps in the delivered model / all optimizer steps computed.
+({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 1, the trainer under a
+{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS), hang floor 5 s; litgpt's preprocessed data cache is made once
+and copied into each contender's run folder. Trainer device: {DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
+own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
+(a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive
+loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's adapter
+generates; same environment and memory limit), at most {cap} restarts (`NAIVE_LOOP` in benchmarks/bench_chaos.py).
+Goodput: reference wall / contender wall (for a completed run), and optimizer steps in the delivered model / all
+optimizer steps computed, repeats included.
 
 {main_table}
 
-runbook's incidents (detection is measured from the injection; the OOM has none to measure from; runbook s is
-detection -> trainer relaunched, trainer restart s is relaunch -> first new progress line):
+runbook's incidents (detected after injection: from the injection to the incident's `detected_at`; the OOM at
+start has no injection to measure from; runbook s: detected -> trainer relaunched; trainer restart s: relaunch ->
+first new progress line):
 
 {rb_details}
+
+Goals (issue 7) for runbook on this schedule: {goals(runbook, reference)}.
 {nan_text}"""
 
 

@@ -171,7 +171,7 @@ def main() -> int:
                         right={0, 3, 4, 5})
     if ratios:
         worst = min(r for _, r in ratios)
-        verdict = (f"Goal (issue 7): verification within 80% of the disk's read speed, cold cache: verify (CRC) reaches "
+        verdict = ("Goal (issue 7): verification within 80% of the disk's read speed, cold cache: verify (CRC) reaches "
                    + ", ".join(f"{r:.2f} at {m:,.0f} MB" for m, r in ratios) + (" -- met." if worst >= 0.8 else " -- **missed**."))
     else:
         verdict = f"Goal (issue 7) not measured: the page cache could not be dropped ({cold_problem}); warm figures only."

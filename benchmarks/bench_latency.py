@@ -28,7 +28,6 @@ import argparse
 import os
 import select
 import signal
-import statistics
 import subprocess
 import sys
 import threading

@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from engine.clauses import AnyClause
 from engine.expressions import compile_expression, is_expression
-
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """30, "30s", "5m", "1h" -> seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    m = DURATION.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use seconds or e.g. 30s, 5m, 1h)")
-    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-
+from engine.playbook_types import Duration, parse_duration
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -34,18 +20,14 @@ class Persistence(Strict):
     """Fire only after the match held this long (both, when both are given)."""
 
     observations: int = Field(1, ge=1, description="consecutive matching observations")
-    seconds: float = Field(0.0, ge=0, description="the match held continuously for this long")
-
-    _dur = field_validator("seconds", mode="before")(lambda cls, v: parse_duration(v))
+    seconds: Duration = Field(0.0, ge=0, description="the match held continuously for this long")
 
 
 class Limits(Strict):
     max_attempts: int = Field(3, ge=1, description="recoveries allowed within `window`")
-    window: float = Field(3600.0, gt=0, description="sliding window for max_attempts (duration)")
-    cooldown: float = Field(0.0, ge=0, description="minimum time between two firings (duration)")
+    window: Duration = Field(3600.0, gt=0, description="sliding window for max_attempts (duration)")
+    cooldown: Duration = Field(0.0, ge=0, description="minimum time between two firings (duration)")
     backoff: float = Field(1.0, ge=1, description="cooldown multiplier for each further attempt in the window")
-
-    _dur = field_validator("window", "cooldown", mode="before")(lambda cls, v: parse_duration(v))
 
 
 class ActionStep(Strict):

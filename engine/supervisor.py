@@ -60,6 +60,7 @@ class Supervisor(IncidentHandling):
         self._exit_journaled: int | None = None
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.awaiting_progress: dict | None = None   # a recovered incident waiting for the first new progress
+        self._size_cache: dict[Path, int] = {}
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
 
@@ -275,8 +276,6 @@ class Supervisor(IncidentHandling):
             last_size_bytes=self._checkpoint_size(newest),
             corrupt_steps=sorted(self.corrupt),
         )
-
-    _size_cache: dict = {}
 
     def _checkpoint_size(self, ckpt) -> int:
         if ckpt is None:

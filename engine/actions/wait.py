@@ -2,20 +2,15 @@ from __future__ import annotations
 
 import time
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
+from engine.playbook_types import Duration
 from engine.actions.base import ActionDef, ActionResult, Params
 
 
 class WaitParams(Params):
-    seconds: float = Field(ge=0, le=3600)
+    seconds: Duration = Field(ge=0, le=3600)
 
-    @field_validator("seconds", mode="before")
-    @classmethod
-    def _duration(cls, v):
-        from engine.playbook import parse_duration
-
-        return parse_duration(v)
 
 
 def describe(p: WaitParams, state) -> str:

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from engine.playbook_types import Duration
 from engine.actions.base import ActionDef, ActionFailed, ActionResult, Params
 from engine.expressions import compile_expression
 
 
 class WaitForParams(Params):
     condition: str = Field(description="expression over `state` and `config`, re-checked on every observation")
-    timeout: float = Field(600.0, gt=0, le=86400, description="give up (the action fails) after this long")
+    timeout: Duration = Field(600.0, gt=0, le=86400, description="give up (the action fails) after this long")
 
     @field_validator("condition")
     @classmethod
@@ -16,12 +17,6 @@ class WaitForParams(Params):
         compile_expression(value)
         return value
 
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _duration(cls, v):
-        from engine.playbook import parse_duration
-
-        return parse_duration(v)
 
 
 def describe(p: WaitForParams, state) -> str:

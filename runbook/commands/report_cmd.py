@@ -13,8 +13,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
@@ -126,16 +124,8 @@ def report(
     output: Path = typer.Option(None, "--output", "-o", help="Markdown file to write (default: <run_dir>/report/report.md)"),
 ) -> None:
     """Write a Markdown report of the run: loss curve across restarts, incidents, lost compute, goodput."""
-    from runbook.config import load_config
+    from runbook.commands.common import load_started_run
 
-    try:
-        loaded = load_config(config)
-    except SourceError as error:
-        err.print("\n".join(error.messages), markup=False)
-        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
-    if not (loaded.run_dir / "journal.jsonl").exists():
-        err.print(f"error: no run yet in {loaded.run_dir} (no journal.jsonl); start one with "
-                  f"`runbook watch {config}`", markup=False)
-        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    loaded = load_started_run(config)
     markdown, png = write_report(loaded, output or loaded.run_dir / "report" / "report.md")
     out.print(f"wrote {markdown}\n  and {png}", markup=False)

@@ -18,8 +18,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
@@ -190,17 +188,9 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="one JSON object"),
 ) -> None:
     """Where the run stands: state, step, loss, speed, checkpoints, incidents (live or after the end)."""
-    from runbook.config import load_config
+    from runbook.commands.common import load_started_run
 
-    try:
-        loaded = load_config(config)
-    except SourceError as error:
-        err.print("\n".join(error.messages), markup=False)
-        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
-    if not (loaded.run_dir / "journal.jsonl").is_file():
-        err.print(f"error: no run has started in {loaded.run_dir} yet (no journal.jsonl); "
-                  f"start it with `runbook watch {config}`", markup=False)
-        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    loaded = load_started_run(config)
     data = gather(loaded)
     if as_json:
         print(json.dumps(data, indent=2))

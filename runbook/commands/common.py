@@ -1,0 +1,29 @@
+"""What several commands share: loading the run config of a run that has started, with one-sentence errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def load_started_run(config: Path):
+    """The LoadedConfig of a run that has a journal; exit 3 with one sentence otherwise."""
+    from runbook.config import load_config
+
+    try:
+        loaded = load_config(config)
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
+    if not (loaded.run_dir / "journal.jsonl").is_file():
+        err.print(f"error: no run has started in {loaded.run_dir} yet (no journal.jsonl); "
+                  f"start it with `runbook watch {config}`", markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    return loaded
