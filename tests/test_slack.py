@@ -135,7 +135,9 @@ def test_outage_never_blocks_callers_and_delivers_in_order(slack, tmp_path, noti
             n.incident_update("inc-1", f"update {i}")
             expected.append(f"update {i}")
         worst = max(worst, time.perf_counter() - start)
-    assert worst < 0.05, f"an enqueue took {worst * 1000:.1f} ms"
+    # An enqueue is a local fsynced write; the Slack timeout it must never wait for is 3 s. The bound
+    # leaves room for a busy 2-core CI machine while still proving no network call is in the way.
+    assert worst < 0.5, f"an enqueue took {worst * 1000:.1f} ms"
     time.sleep(0.3)  # let the sender fail a few times
     assert slack.delivered() == [] and n.pending_count() == 20
     if mode == "503":
