@@ -5,7 +5,7 @@
     python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing the OOM and the hang
 
 The run: the repo's tiny GPT and data, global batch 256 sequences of 64 tokens, 12 optimizer steps
-(196,608 tokens), a checkpoint every 2 steps, keep_last_k 1, the trainer under a 1160 MB
+(196,608 tokens), a checkpoint every 2 steps, keep_last_k 3, the trainer under a 1160 MB
 address-space limit (RLIMIT_AS: runbook's trainer.memory_limit_mb; `ulimit -v` for the naive loop),
 hang floor 5 s (engine/faults.py `hang`). litgpt's preprocessed data cache is made once and copied
 into every contender's run folder. Measured here with the cache present (VmPeak of the trainer):
@@ -17,7 +17,7 @@ The schedule (the same for every contender that gets that far):
   3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/faults.py hang injector)
   4. once checkpoint step 10 is saved: truncate it, flip a byte in the one before, SIGKILL
                                                                    (engine/faults.py corrupt-checkpoint)
-  5. the disk fills up: out_dir is a 10 MB tmpfs (each checkpoint is 2 MB; litgpt deletes none).
+  5. the disk fills up: out_dir is a 13 MB tmpfs (each checkpoint is 2 MB; litgpt deletes none).
      Needs root (mount); without it the disk fault is skipped and the table says so.
   6. divergence/NaN: engine/faults.py `nan` (lr 10) as its own segment of the same run, because a
      mid-run lr change cannot be injected into both contenders alike: runbook launches from the config
@@ -55,7 +55,7 @@ BLOCK = 64
 BATCH = 256
 GOOD_MB, OOM_MB = 128, 256
 MEMORY_LIMIT_MB = 1160
-TMPFS_MB = 10
+TMPFS_MB = 13
 SAVE_INTERVAL = 2
 DEVICE = "cpu"   # --device cuda: no address-space limit (a CUDA process cannot run under one), no OOM at start
 SECTION = "Chaos run"
@@ -98,7 +98,7 @@ class Outcome:
 def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
     out = {
         "micro_batch_size": micro_batch, "batch_size": BATCH, "max_tokens": BATCH * BLOCK * steps,
-        "save_interval": SAVE_INTERVAL, "keep_last_k": 1,
+        "save_interval": SAVE_INTERVAL, "keep_last_k": 3,
         "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB if DEVICE == "cpu" else None, "device": DEVICE},
         "watch": dict(faults.FAULTS["hang"].config["watch"]),
     }
@@ -207,8 +207,7 @@ def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) 
     outcome.val_loss = figures.final_val_loss
 
 
-def trainer_logs(run_dir: Path) -> list[Path]:
-    return sorted((run_dir / "logs").glob("trainer-*.log"))
+trainer_logs = common.trainer_logs
 
 
 def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
@@ -259,7 +258,7 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
             at = answered.get(record["id"])
             out.details.append(record_detail(record, at, injector.intact.get(at)))
         out.note = "; ".join(filter(None, [
-            f"watch exit {code}" if code != 0 else "",
+            "completed" if out.completed else f"watch exit {code}",
             f"disk fault skipped: {disk_skip}" if disk_skip else "",
             injector.error or "",
         ]))
@@ -377,9 +376,9 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
 
 
 def last_error(log: Path) -> str:
-    text = log.read_text(errors="replace").splitlines() if log.exists() else []
+    text = common.read_log(log).splitlines()
     errors = [line.strip() for line in text if "Error" in line or "error" in line]
-    return (errors[-1][:160] if errors else (text[-1][:160] if text else "(no output)")).replace("|", "/")
+    return (errors[-1][:110] if errors else (text[-1][:110] if text else "(no output)")).replace("|", "/")
 
 
 def naive_incidents(logs: list[Path]) -> tuple[list[str], list]:
@@ -389,20 +388,20 @@ def naive_incidents(logs: list[Path]) -> tuple[list[str], list]:
     texts, steps = [], []
     for i, log in enumerate(logs[:-1]):
         figures = common.log_figures([log])
-        nxt = logs[i + 1].read_text(errors="replace")
+        nxt = common.read_log(logs[i + 1])
         resumed = re.search(r"Resuming training from .*step-(\d+)", nxt)
         failed_at = figures.last_step or 0
         lost = max(0, failed_at - int(resumed.group(1))) if resumed else failed_at
         texts.append(f"restart after: {classify(log)}")
         steps.append(lost)
-    if logs and not logs[-1].read_text(errors="replace").count("Final evaluation"):
+    if logs and not common.read_log(logs[-1]).count("Final evaluation"):
         texts.append(f"final attempt died: {classify(logs[-1])}")
         steps.append(None)
     return texts, steps
 
 
 def classify(log: Path) -> str:
-    text = log.read_text(errors="replace")
+    text = common.read_log(log)
     for needle, label in (("can't allocate memory", "OOM"), ("non-finite", "NaN gradients"),
                           ("No space left", "disk full"), ("PytorchStreamReader", "corrupt checkpoint"),
                           ("central directory", "corrupt checkpoint"), ("OverflowError", "NaN (overflow)")):
@@ -514,7 +513,7 @@ def main() -> int:
         print("\n(--quick: docs/benchmarks.md not written; add --write)")
         return 0
     body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
-                    details_table(nan_rows[1]) if nan_rows else "", runbook, reference)
+                    details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None)
     common.write_section(args.section, body)
     print(f"\nwrote the '{args.section}' section of {common.DOCS}")
     return 0
@@ -539,7 +538,8 @@ def goals(runbook: Outcome, reference: Outcome) -> str:
     return "; ".join(f"{text}: {'met' if ok else '**missed**'}" for text, ok in checks)
 
 
-def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference) -> str:
+def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference,
+             nan_rb=None) -> str:
     mode = "quick" if args.quick else "default"
     oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
            if DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
@@ -559,6 +559,8 @@ above at its configured lr.
 runbook's incidents in this segment:
 
 {nan_details}
+
+Goals (issue 7) for runbook in this segment: {goals(nan_rb, reference)}.
 """ if nan_table else "\nThe divergence/NaN segment was not run in this mode (--quick or --no-nan).\n")
     return f"""Command: `{common.command_line()}` ({mode} mode, {elapsed / 60:.1f} min in all).
 
@@ -566,8 +568,8 @@ Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: wall times
 roughly (the load average at each contender's start is in the table).
 
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
-({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 1, the trainer under a
-{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS), hang floor 5 s; litgpt's preprocessed data cache is made once
+({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 3, the trainer under a
+{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor 5 s (engine/faults.py `hang`); litgpt's preprocessed data cache is made once
 and copied into each contender's run folder. Trainer device: {DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
 (a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive

@@ -9,13 +9,17 @@ plus the side files model_config.yaml and hyperparameters.yaml. Each is deleted 
 measured (the 1 GB one needs 1 GB of free disk and about 2 GB of memory while it is written).
 
 Methods on the same file, in interleaved rounds (every method once per round, in turn):
-  dd             `dd if=lit_model.pth of=/dev/null bs=4M`: the disk's own sequential read speed
-  sha256sum      `sha256sum lit_model.pth`
+  dd             `dd if=lit_model.pth of=/dev/null bs=4M`: the disk's own sequential read speed (dd's own
+                 reported seconds, so its start-up is not counted)
+  python read    the reads verify does (4 MB readinto) and nothing else, in this process
+  sha256sum      `sha256sum lit_model.pth` (wall time, process start-up included)
   verify         engine.checkpoints.verify_checkpoint with no manifest: zip central directory + CRC32 of
                  every member, one sequential read (what runbook does to a new checkpoint's file)
   verify+sha     verify_checkpoint with a manifest present: CRC32 and sha256 in the same read
                  (what every forced re-verification before a resume does)
   seal           engine.checkpoints.seal_checkpoint: CRC32 + sha256 in one read + writing the manifest
+  prototype      not the engine: CRC32 of the file with a second thread reading ahead, to show what
+                 overlapping the reads with the CRC would give
 Cold: `sync; echo 3 > /proc/sys/vm/drop_caches` (root) before every timed read; warm: the file was
 just read. MB = 10^6 bytes; the file size is that of lit_model.pth.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -78,8 +83,42 @@ def drop_caches() -> str | None:
         return f"drop_caches refused: {err}"
 
 
-def run_dd(ckpt: ckpts.Checkpoint) -> None:
-    subprocess.run(["dd", f"if={ckpt.pth}", "of=/dev/null", "bs=4M"], check=True, capture_output=True)
+def run_dd(ckpt: ckpts.Checkpoint) -> float:
+    """dd's own figure for the copy (its start-up, and loading dd itself after a cache drop, excluded)."""
+    done = subprocess.run(["dd", f"if={ckpt.pth}", "of=/dev/null", "bs=4M"], check=True, capture_output=True, text=True)
+    return float(re.search(r"copied, ([\d.e-]+) s", done.stderr).group(1))
+
+
+def run_python_read(ckpt: ckpts.Checkpoint) -> None:
+    """Only the reads verify does (4 MB readinto, sequential), in this process: the I/O share of verify."""
+    buf = bytearray(4 * 1024 * 1024)
+    with open(ckpt.pth, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
+def run_overlapped_crc(ckpt: ckpts.Checkpoint) -> None:
+    """A prototype, not the engine: CRC32 of the file with the next 4 MB block read by a second thread
+    while this one computes (zlib.crc32 and readinto release the GIL), so the I/O and the CRC overlap."""
+    import queue
+    import threading
+    import zlib
+
+    blocks: queue.Queue = queue.Queue(maxsize=4)
+
+    def reader() -> None:
+        with open(ckpt.pth, "rb", buffering=0) as f:
+            while True:
+                buf = bytearray(4 * 1024 * 1024)
+                n = f.readinto(buf)
+                blocks.put(memoryview(buf)[:n] if n else None)
+                if not n:
+                    return
+
+    threading.Thread(target=reader, daemon=True).start()
+    crc = 0
+    while (block := blocks.get()) is not None:
+        crc = zlib.crc32(block, crc)
 
 
 def run_sha256sum(ckpt: ckpts.Checkpoint) -> None:
@@ -98,12 +137,14 @@ def run_seal(ckpt: ckpts.Checkpoint) -> None:
     assert ckpts.seal_checkpoint(ckpt).ok
 
 
-METHODS = {  # name -> (prepare, untimed; timed)
+METHODS = {  # name -> (prepare, untimed; timed; a timed function may return its own seconds)
     "dd (disk read)": (None, run_dd),
-    "sha256sum": (None, run_sha256sum),
+    "python read only (4 MB blocks)": (None, run_python_read),
+    "sha256sum (incl. process start)": (None, run_sha256sum),
     "verify (CRC)": (without_manifest, run_verify),
     "verify+sha (manifest)": (lambda c: ckpts.seal_checkpoint(c), run_verify),
     "seal (CRC+sha+manifest)": (without_manifest, run_seal),
+    "prototype: CRC32 + reader thread": (None, run_overlapped_crc),
 }
 
 
@@ -121,8 +162,8 @@ def measure(ckpt: ckpts.Checkpoint, rounds: int, cold: bool) -> dict[str, list[f
             else:
                 run_dd(ckpt)  # warm the page cache
             t = time.perf_counter()
-            timed(ckpt)
-            times[name].append(time.perf_counter() - t)
+            own = timed(ckpt)
+            times[name].append(own if isinstance(own, float) else time.perf_counter() - t)
     return times
 
 
@@ -187,11 +228,13 @@ Cold cache: {'`sync; echo 3 > /proc/sys/vm/drop_caches` before every timed read 
 
 Synthetic `torch.save` checkpoints (random float32 tensors of at most 16 MB in a model and an optimizer
 state, plus the yaml side files) as litgpt writes them. dd is the disk's own sequential read
-(`dd bs=4M` to /dev/null); sha256sum is coreutils; verify (CRC) is `verify_checkpoint` without a
+(`dd bs=4M` to /dev/null, dd's own reported seconds); python read is the reads verify makes (4 MB
+`readinto`) with no CRC; sha256sum is coreutils (wall time, process start-up included); verify (CRC) is `verify_checkpoint` without a
 manifest (zip central directory, then CRC32 of every member in one sequential read: what runbook does
 to each new checkpoint's file); verify+sha is `verify_checkpoint` with a manifest (CRC32 and sha256 in
 the same read: what a forced re-verification before a resume does); seal is `seal_checkpoint` (CRC32 +
-sha256 in one read, then the manifest written and fsynced). Medians; MB = 10^6 bytes.
+sha256 in one read, then the manifest written and fsynced); the prototype is not the engine (see
+run_overlapped_crc: a second thread reads the next 4 MB block while the CRC runs). Medians; MB = 10^6 bytes.
 
 {text}
 

@@ -12,13 +12,14 @@ watched first), so drift in the machine's load hits both alike.
 Throughput: tokens between the first and the last optimizer-step progress line / the seconds between
 them, with the lines timestamped by this script as they appear in the trainer's log (it polls every
 20 ms on both sides). End to end: start of the command to its exit. Watcher CPU: psutil user+sys of
-the `runbook watch` process itself (children excluded), sampled every 0.25 s, per minute of the
-watcher's wall time.
+the `runbook watch` process itself (children excluded), read from the exited process before it is
+reaped (waitid WNOWAIT), so the whole run is counted; per minute of the watcher's wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -112,16 +113,18 @@ def run_watched(root: Path, settings: dict) -> Sample:
     started = time.time()
     proc = common.start_watch(config, root / "watch.log")
     watcher = psutil.Process(proc.pid)
-    cpu, rss = 0.0, 0.0
-    while proc.poll() is None:
+    rss = 0.0
+    # Wait for the exit without reaping (WNOWAIT): the zombie still holds its final CPU times.
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
         try:
-            times = watcher.cpu_times()
-            cpu = times.user + times.system
             rss = max(rss, watcher.memory_info().rss / 2**20)
         except psutil.Error:
             pass
         time.sleep(0.25)
     wall = time.time() - started
+    times = watcher.cpu_times()
+    cpu = times.user + times.system  # the watcher's own; its children (the trainer) are counted apart
+    proc.wait()
     clock.done.set()
     clock.join()
     if proc.returncode != 0:

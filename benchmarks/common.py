@@ -170,7 +170,8 @@ def start_watch(config: Path, log_path: Path) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen([*RUNBOOK, "watch", str(config)], cwd=config.parent.parent, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -205,10 +206,27 @@ class LogFigures:
     iter_ms: list | None = None
 
 
+def read_log(log: Path) -> str:
+    """A trainer log, also when runbook's compress_logs gzipped it (trainer-N.log.gz)."""
+    import gzip
+
+    try:
+        if log.suffix == ".gz":
+            return gzip.decompress(log.read_bytes()).decode(errors="replace")
+        return log.read_text(errors="replace")
+    except (FileNotFoundError, EOFError, OSError):
+        return ""
+
+
+def trainer_logs(run_dir: Path) -> list[Path]:
+    """<run_dir>/logs/trainer-N.log and .log.gz, in launch order."""
+    return sorted((run_dir / "logs").glob("trainer-*.log*"), key=lambda p: p.name.split(".")[0])
+
+
 def log_figures(logs: list[Path]) -> LogFigures:
     out = LogFigures(iter_ms=[])
     for log in logs:
-        text = log.read_text(errors="replace") if log.exists() else ""
+        text = read_log(log)
         for m in PROGRESS.finditer(text):
             out.progress_lines += 1
             out.steps_computed += m.group(5) is not None

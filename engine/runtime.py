@@ -164,7 +164,9 @@ class EngineRuntime:
             snapshot = self.sup.observe()
             held, _error = evaluate_condition(condition, {"state": snapshot, "config": self.loaded.config})
             waited = time.time() - started
-            if held or waited >= timeout or not snapshot.trainer.alive:
+            # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
+            stalled = snapshot.seconds_since_progress >= snapshot.hang_timeout_s
+            if held or waited >= timeout or not snapshot.trainer.alive or stalled:
                 return held, waited
             time.sleep(self.loaded.config.watch.poll_interval_s)
 

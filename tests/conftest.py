@@ -73,16 +73,24 @@ class Project:
     def step_dir(self, step: int) -> Path:
         return self.out_dir / f"step-{step:08d}"
 
-    def incidents(self) -> list[dict]:
+    def incidents(self, include_slow: bool = False) -> list[dict]:
+        """Incident records in id order. slow-training incidents are left out unless asked for: on a
+        shared 2-core machine another job can really slow a test's run down, and that is not what
+        the other tests are about."""
         import json
 
         folder = self.run_dir / "incidents"
-        return [json.loads(p.read_text()) for p in sorted(folder.glob("incident-*.json"))] if folder.exists() else []
+        records = [json.loads(p.read_text()) for p in sorted(folder.glob("incident-*.json"), key=_incident_number)] if folder.exists() else []
+        return [r for r in records if include_slow or r["playbook"] != "slow-training"]
 
     def final_progress(self) -> dict:
         from engine.checkpoints import read_progress
 
         return read_progress(self.out_dir / "final" / "lit_model.pth")
+
+
+def _incident_number(path: Path) -> int:
+    return int(path.stem.split("-")[1])
 
 
 def make_project(root: Path, shared_data: Path, **updates) -> Project:

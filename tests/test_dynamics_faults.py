@@ -87,7 +87,8 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
         throttle = threading.Thread(target=duty_cycle, daemon=True)
         throttle.start()
         try:
-            wait_for(lambda: any(i["playbook"] == "slow-training" for i in project.incidents()), 240, what="slow incident")
+            wait_for(lambda: any(i["playbook"] == "slow-training" for i in project.incidents(include_slow=True)), 240,
+                     what="slow incident")
             time.sleep(3)  # let the diagnosis sample the throttled process
         finally:
             stop_throttle.set()
@@ -97,7 +98,7 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
     finally:
         stop_process(watcher)
 
-    slow = next(i for i in project.incidents() if i["playbook"] == "slow-training")
+    slow = next(i for i in project.incidents(include_slow=True) if i["playbook"] == "slow-training")
     assert slow["outcome"] == "recovered"
     assert "stopped from outside" in slow["diagnosis"]["verdict"], slow["diagnosis"]
     assert slow["diagnosis"]["evidence"]["stopped_fraction"] >= 0.1

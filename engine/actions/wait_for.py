@@ -32,7 +32,8 @@ def apply(p: WaitForParams, rt) -> ActionResult:
 
 ACTION = ActionDef(
     "wait_for", WaitForParams,
-    "Keep observing the run (the incident stays open) until a condition holds, e.g. throughput is back.",
+    "Keep observing the run (the incident stays open) until a condition holds, e.g. throughput is back. "
+    "It gives up early (as a failure) when the trainer exits or stops making progress, so other playbooks can act.",
     describe, apply,
     example={"wait_for": {"condition": "state.metrics.tokens_per_sec > 0.8 * state.metrics.baseline_tokens_per_sec",
                           "timeout": "10m"}},
