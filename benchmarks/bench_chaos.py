@@ -514,7 +514,7 @@ def main() -> int:
         return 0
     body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
                     details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None)
-    common.write_section(args.section, body)
+    common.write_section(args.section, body, first=True)
     print(f"\nwrote the '{args.section}' section of {common.DOCS}")
     return 0
 

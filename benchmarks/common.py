@@ -72,15 +72,18 @@ def command_line() -> str:
 # --- docs/benchmarks.md -------------------------------------------------------------------------
 
 
-def write_section(title: str, body: str, doc: Path = DOCS) -> None:
-    """Replace the `## title` section of docs/benchmarks.md (or append it), keeping every other
-    section byte for byte. The file is re-read right before writing: others edit it too."""
+def write_section(title: str, body: str, doc: Path = DOCS, first: bool = False) -> None:
+    """Replace the `## title` section of docs/benchmarks.md, keeping every other section byte for
+    byte; a new section is appended (or, with first, put before the first `## ` section). The file
+    is re-read right before writing: others edit it too."""
     heading = f"## {title}"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     section = f"{heading}\n\n{body.strip()}\n"
     pattern = re.compile(rf"^{re.escape(heading)}[ \t]*\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda _m: section + "\n", text, count=1).rstrip("\n") + "\n"
+    elif first and (m := re.search(r"^## ", text, re.M)):
+        text = text[: m.start()] + section + "\n" + text[m.start():]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     tmp = doc.with_suffix(".md.tmp-bench")

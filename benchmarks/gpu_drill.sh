@@ -190,6 +190,19 @@ report["checks"] = checks
 shutil.copy(root / "watch.log", Path(results) / "oom-drill-watch.log")
 for name, ok in checks.items():
     print(f"  {'ok  ' if ok else 'FAIL'} {name}")
+if not smoke:  # the GPU copy of docs/benchmarks.md travels back under $OUT; the lead merges the section
+    gpu = (Path(results) / "gpu.txt").read_text().strip() if (Path(results) / "gpu.txt").exists() else "unknown GPU"
+    rows = "\n".join(f"| {name} | {'met' if ok else '**missed**'} |" for name, ok in checks.items())
+    common.write_section("GPU drill (CUDA OOM)", f"""Command: `bash benchmarks/gpu_drill.sh` on {gpu}; {common.machine()}.
+
+Model block {block}, {shape}, bf16-true, TORCHDYNAMO_DISABLE=1; start micro_batch_size {start_mb} = batch_size,
+2 optimizer steps. runbook ended at micro_batch_size {final_mb} after {len(incidents)} OOM incident(s) in
+{wall:.0f} s: {report['incidents']}; runbook s {report['runbook_seconds']}, trainer restart s
+{report['trainer_restart_seconds']}; first OOM line: `{(oom_lines or ['none'])[0][:150]}`.
+
+| check | result |
+| --- | --- |
+{rows}""")
 print(json.dumps({k: v for k, v in report.items() if k != "checks"}, default=str))
 sys.exit(0 if all(checks.values()) else 1)
 PYEOF
