@@ -103,7 +103,7 @@ def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float)
     from engine.incidents import IncidentStore
 
     incidents = IncidentStore(scratch.run_dir, scratch.project_dir / ".runbook" / "incident-counter").all()
-    answered = [i for i in incidents if i["playbook"] == fault.expected_playbook]
+    answered = [i for i in incidents if i["playbook"] in fault.expected_playbooks]
     first = answered[0] if answered else None
     completed = exit_code == 0 and (scratch.out_dir / "final" / "lit_model.pth").exists()
     return {
