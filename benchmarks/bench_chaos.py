@@ -90,6 +90,7 @@ class Outcome:
     incidents: list = field(default_factory=list)   # one short text per incident
     steps_lost: list = field(default_factory=list)
     human_actions: int = 0
+    first_loss: float | None = None
     note: str = ""
     load: str = ""
     details: list = field(default_factory=list)
@@ -197,6 +198,7 @@ def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) 
 
     figures = common.log_figures(logs)
     outcome.steps_computed = figures.steps_computed
+    outcome.first_loss = figures.first_loss
     progress = common.final_progress(out_dir)
     if progress is None:
         return
@@ -221,13 +223,13 @@ def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
     out.wall_s = time.time() - started
     delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
     out.completed = code == 0 and out.steps is not None
-    out.note = "" if out.completed else f"exit {code}"
+    out.note = "completed" if out.completed else f"exit {code}"
     return out
 
 
 def mount_disk(cfg, use_tmpfs: bool) -> str | None:
     if not use_tmpfs:
-        return "disk fault off (--no-disk)"
+        return "no disk fault in this run"
     return common.mount_tmpfs(cfg.out_dir, TMPFS_MB)
 
 
@@ -259,7 +261,7 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
             out.details.append(record_detail(record, at, injector.intact.get(at)))
         out.note = "; ".join(filter(None, [
             "completed" if out.completed else f"watch exit {code}",
-            f"disk fault skipped: {disk_skip}" if disk_skip else "",
+            f"disk fault skipped: {disk_skip}" if disk_skip and use_tmpfs else "",
             injector.error or "",
         ]))
     finally:
@@ -300,7 +302,23 @@ def record_detail(record: dict, at: float | None, intact: list[int] | None) -> d
         "after_injection_s": round(record["detected_at"] - at, 2) if at is not None else None,
         "runbook_s": record.get("runbook_seconds"), "trainer_restart_s": record.get("trainer_restart_seconds"),
         "config_changes": record.get("config_changes") or {},
+        "note": incident_note(record, at),
     }
+
+
+def incident_note(record: dict, at: float | None) -> str:
+    snap = record.get("snapshot") or {}
+    if record["playbook"] == "hang":
+        since, timeout = snap.get("seconds_since_progress") or 0, snap.get("hang_timeout_s") or 0
+        if (snap.get("trainer") or {}).get("stopped"):
+            return f"trainer stopped (SIGSTOP); {since:.1f} s without progress, timeout {timeout:.1f} s"
+        return (f"**false alarm**: the trainer was running; {since:.1f} s without progress (a checkpoint save) "
+                f"against a timeout of {timeout:.1f} s")
+    if record["playbook"] in ("loss-spike", "nan"):
+        return "; ".join(record.get("notes") or [])[:160]
+    if record["playbook"] == "disk-low":
+        return f"freed {record.get('freed_bytes', 0) / 1e6:.1f} MB"
+    return ""
 
 
 def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, cap: int, name: str,
@@ -364,7 +382,7 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
             out.note = "completed" if out.completed else f"gave up: restart cap {cap} reached" if code == 1 else f"exit {code}"
         if out.incidents:
             out.note += f"; last failure: {last_error(logs[-1])}" if not out.completed else ""
-        if disk_skip:
+        if disk_skip and use_tmpfs:
             out.note += f"; disk fault skipped: {disk_skip}"
         if injector.error and not out.completed:
             out.note += f"; never reached: {injector.error.split(':')[0]} and later faults"
@@ -438,10 +456,11 @@ HEADERS = ["contender", "completed", "optimizer steps", "tokens", "final val los
 def details_table(outcome: Outcome) -> str:
     rows_ = [[d["id"], d["playbook"], d["outcome"], fmt(d["step_at_failure"]), fmt(d["resumed_step"]), fmt(d["steps_lost"]),
               fmt(d["allowed"]), fmt(d["after_injection_s"]), fmt(d["runbook_s"]), fmt(d["trainer_restart_s"]),
-              ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in d["config_changes"].items()) or "-"] for d in outcome.details]
+              ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in d["config_changes"].items()) or "-", d["note"] or "-"]
+             for d in outcome.details]
     return common.table(["incident", "playbook", "outcome", "step at failure", "resumed from step", "steps lost",
                          "steps since the last intact checkpoint", "detected after injection (s)", "runbook s",
-                         "trainer restart s", "config changes"], rows_, right={3, 4, 5, 6, 7, 8, 9})
+                         "trainer restart s", "config changes", "note"], rows_, right={3, 4, 5, 6, 7, 8, 9})
 
 
 def main() -> int:
@@ -538,15 +557,54 @@ def goals(runbook: Outcome, reference: Outcome) -> str:
     return "; ".join(f"{text}: {'met' if ok else '**missed**'}" for text, ok in checks)
 
 
+def time_budget(runbook: Outcome, reference: Outcome) -> str:
+    """Where runbook's wall time beyond the reference's went."""
+    if not runbook.completed:
+        return ""
+    extra = runbook.wall_s - reference.wall_s
+    restarts = sum(d["trainer_restart_s"] or 0 for d in runbook.details)
+    waits = sum(d["after_injection_s"] or 0 for d in runbook.details)
+    own = sum(d["runbook_s"] or 0 for d in runbook.details)
+    false_hangs = sum("false alarm" in d["note"] for d in runbook.details)
+    return (f"Where runbook's {extra:.0f} s beyond the reference went, about: {restarts:.0f} s of trainer restarts (relaunch ->"
+            f" first new progress: litgpt's start-up and resume, {len([d for d in runbook.details if d['trainer_restart_s']])}"
+            f" relaunches), {waits:.0f} s between the injections and their detection (nearly all of it the hang timeout),"
+            f" {own:.1f} s of runbook's own actions; the rest is the {runbook.steps_computed - (runbook.steps or 0)} optimizer"
+            f" steps computed again and the launch that died of the OOM."
+            + (f" {false_hangs} hang incident(s) were false alarms (see the note column)." if false_hangs else ""))
+
+
+def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
+    import re
+
+    if nan_rb is None or nan_rb.val_loss is None or reference.first_loss is None:
+        return ""
+    text = (f"runbook's delivered model has a final val loss of {nan_rb.val_loss:.2f}, against {reference.val_loss:.2f} for the"
+            f" reference and {reference.first_loss:.2f} for the untrained model (the reference's first logged train loss)")
+    baselines = [float(m.group(1)) for d in nan_rb.details if d["playbook"] == "loss-spike"
+                 and (m := re.search(r"best rolling median ([\d.]+)", d["note"]))]
+    if nan_rb.val_loss > reference.first_loss and len(baselines) > 1:
+        text += (f": worse than no training at all. The later loss-spike incidents judged the loss against a baseline of"
+                 f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), far above the untrained model's"
+                 " loss: the spike baseline starts afresh at every relaunch (engine/observer.py MetricTracker.new_launch), so"
+                 " the diverged level after the first rollback passed as normal, and the next rollback resumed from a"
+                 " checkpoint saved at that level")
+    return text + "."
+
+
 def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference,
              nan_rb=None) -> str:
-    mode = "quick" if args.quick else "default"
+    mode = ("quick" if args.quick else "default") + (" mode with --assisted" if args.assisted else " mode")
     oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
            if DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
            "CUDA OOM is benchmarks/gpu_drill.sh's drill)")
     steps = ", ".join(f"({i}) {label} once checkpoint {step} is saved" for i, (step, label, _) in enumerate(SCHEDULE, 2))
     disk = (f"({len(SCHEDULE) + 2}) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB; litgpt deletes none)"
             + (" -- skipped (--no-disk)" if args.no_disk else ""))
+    assisted = ("" if not args.assisted else f"""
+(c') is the naive loop with an on-call human: the micro-batch fixed by hand to {GOOD_MB} before the launch,
+and the hung trainer SIGKILLed by hand after {args.patience:g} s without progress (each counted as a human action;
+the human's own reaction time is not counted).""")
     nan_text = (f"""
 **Divergence / NaN segment**: engine/faults.py `nan` (lr {faults.FAULTS['nan'].config['lr']:g} in the run config), otherwise
 the same run, no other fault. It runs as its own segment: a mid-run lr change cannot be injected into both
@@ -560,9 +618,11 @@ runbook's incidents in this segment:
 
 {nan_details}
 
+{divergence_note(nan_rb, reference)}
+
 Goals (issue 7) for runbook in this segment: {goals(nan_rb, reference)}.
 """ if nan_table else "\nThe divergence/NaN segment was not run in this mode (--quick or --no-nan).\n")
-    return f"""Command: `{common.command_line()}` ({mode} mode, {elapsed / 60:.1f} min in all).
+    return f"""Command: `{common.command_line()}` ({mode}, {elapsed / 60:.1f} min in all).
 
 Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: wall times are comparable only
 roughly (the load average at each contender's start is in the table).
@@ -576,7 +636,7 @@ own injectors, keyed to the checkpoint step so every contender gets them at the 
 loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's adapter
 generates; same environment and memory limit), at most {cap} restarts (`NAIVE_LOOP` in benchmarks/bench_chaos.py).
 Goodput: reference wall / contender wall (for a completed run), and optimizer steps in the delivered model / all
-optimizer steps computed, repeats included.
+optimizer steps computed, repeats included.{assisted}
 
 {main_table}
 
@@ -585,6 +645,8 @@ start has no injection to measure from; runbook s: detected -> trainer relaunche
 first new progress line):
 
 {rb_details}
+
+{time_budget(runbook, reference)}
 
 Goals (issue 7) for runbook on this schedule: {goals(runbook, reference)}.
 {nan_text}"""

@@ -155,10 +155,12 @@ def main() -> int:
         rows.append([r["class"], f"{r.get('playbook', '-')} ({r.get('outcome', '-')})", fmt(r.get("exit_to_detected"), ".3f"),
                      fmt(r.get("injected_to_detected"), ".2f") + (f" (timeout {r['hang_timeout']:.1f})" if r.get("hang_timeout") else ""),
                      fmt(r.get("runbook_s"), ".3f"), fmt(r.get("verify_s"), ".3f"), fmt(r.get("resume_s"), ".3f"),
-                     fmt(own, ".3f"), fmt(r.get("restart_s")), fmt(r.get("to_progress")), str(r["watch_exit"]), r["load"]])
+                     fmt(own, ".3f"), fmt(r.get("restart_s")), fmt(r.get("to_progress")), "; ".join(r["incidents"]) or "-",
+                     str(r["watch_exit"]), r["load"]])
     headers = ["fault", "playbook (outcome)", "exit -> detected s", "injected -> detected s", "runbook s (detected -> relaunched)",
                "of which verify_checkpoints s", "of which resume s", "runbook s without verify_checkpoints",
-               "trainer restart s (relaunch -> progress)", "fault -> first new progress s", "watch exit", "load avg after"]
+               "trainer restart s (relaunch -> progress)", "fault -> first new progress s", "all incidents of the run",
+               "watch exit", "load avg after"]
     text = common.table(headers, rows, right=set(range(2, 10)))
     crash = [r["exit_to_detected"] for r in results if r.get("exit_to_detected") is not None]
     own = [r["runbook_s"] - r["verify_s"] for r in results if r.get("runbook_s") is not None and r.get("outcome") == "recovered"]
@@ -179,9 +181,14 @@ One scratch run per line (runbook drill's run: 40 optimizer steps of 16 x 64 tok
 SIGKILL. The exit time comes from a pidfd this benchmark holds on each trainer pid (exact, no polling);
 detected is the incident's `detected_at`; runbook s is `runbook_seconds` (detected -> trainer relaunched,
 every action included); trainer restart s is `trainer_restart_seconds` (relaunch -> first new progress
-line read by runbook). The first incident of each run is shown (the OOM drill has two: 512 -> 256 -> 128).
-Checkpoint verification inside a recovery: `verify_checkpoints` is its own action (shown); `resume`
-verifies every checkpoint once more before it relaunches, inside its own seconds.
+line read by runbook). The figures are those of the first incident of each run; the column "all incidents"
+lists every incident. Checkpoint verification inside a recovery: `verify_checkpoints` is its own action
+(shown); `resume` verifies every checkpoint once more before it relaunches, inside its own seconds. Both
+passes seal every checkpoint again (CRC32 + sha256 of each file, manifest rewritten): cheap for these
+2 MB checkpoints, but at the seal speeds in "Checkpoint verification" (about 0.5-0.9 GB/s here) a run
+keeping ten 10 GB checkpoints would spend minutes in them per recovery. A SIGKILL with no memory
+evidence in the log is claimed by no recovering playbook: unknown-crash escalates it (watch exit 4), as
+the shipped playbooks intend.
 
 {text}
 

@@ -103,13 +103,6 @@ def table(headers: list[str], rows: list[list], right: set[int] | None = None) -
 # --- scratch projects ---------------------------------------------------------------------------
 
 
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 def scratch_project(root: Path, **settings) -> Path:
     """A scratch project under root trained on the repo's data with the repo's playbooks (runbook
     drill's make_scratch_project: a 40-step run, a checkpoint every 10 steps) plus `settings`
@@ -207,6 +200,7 @@ class LogFigures:
     last_step: int | None = None
     final_val_loss: float | None = None
     iter_ms: list | None = None
+    first_loss: float | None = None  # the train loss on the first progress line: the untrained model's
 
 
 def read_log(log: Path) -> str:
@@ -232,6 +226,11 @@ def log_figures(logs: list[Path]) -> LogFigures:
         text = read_log(log)
         for m in PROGRESS.finditer(text):
             out.progress_lines += 1
+            if out.first_loss is None:
+                try:
+                    out.first_loss = float(m.group(3).rstrip(","))
+                except ValueError:
+                    pass
             out.steps_computed += m.group(5) is not None
             out.last_step = int(m.group(2))
             out.iter_ms.append(float(m.group(4)))

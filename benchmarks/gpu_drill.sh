@@ -41,7 +41,7 @@ else PY=python3
 fi
 
 # The packages the GPU image lacks (its list: /work/.library/device/KINDS.md), at this venv's versions.
-WHEELS="litgpt litdata jsonargparse docstring-parser typeshed-client importlib-resources boto3 botocore s3transfer
+WHEELS="litgpt litdata jsonargparse docstring-parser typeshed-client boto3 botocore s3transfer
 jmespath obstore pydantic pydantic-core annotated-types typing-inspection APScheduler tzlocal ruamel.yaml slack-sdk
 huggingface-hub"
 
