@@ -143,7 +143,8 @@ def data_cache(root: Path) -> Path:
     has the same memory footprint (the first launch's preprocessing adds about 200 MB of address
     space, which would otherwise decide whether a micro-batch fits)."""
     cache = root / "data-cache"
-    if any(cache.glob("*/train/train/index.json")):
+    key = common.data_hash(common.RUN_CONFIG).removeprefix("sha256:")[:16]  # runbook stages data per data hash
+    if (cache / key / "train" / "train" / "index.json").exists():
         return cache
     warm_up = settings(GOOD_MB, 1)
     warm_up["trainer"]["memory_limit_mb"] = None  # preprocessing needs more than the limit allows
@@ -246,8 +247,9 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            common.stop(proc)
             code = None
+        finally:
+            common.stop(proc)  # only if still running
         out.wall_s = time.time() - started
         injector.join(timeout=5)
         delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
@@ -332,6 +334,7 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
     out = Outcome(name, load=common.load_average())
     logs_dir = cfg.run_dir / "logs"
     logs_dir.mkdir(parents=True, exist_ok=True)
+    proc = None
     try:
         spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "naive", resume="auto")
         script = cfg.run_dir / "naive_loop.sh"
@@ -387,6 +390,8 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
         if injector.error and not out.completed:
             out.note += f"; never reached: {injector.error.split(':')[0]} and later faults"
     finally:
+        if proc is not None:
+            common.stop(proc)  # only if still running
         if not disk_skip:
             keep_disk_evidence(cfg.out_dir, root)
             common.unmount(cfg.out_dir)
@@ -566,11 +571,11 @@ def time_budget(runbook: Outcome, reference: Outcome) -> str:
     waits = sum(d["after_injection_s"] or 0 for d in runbook.details)
     own = sum(d["runbook_s"] or 0 for d in runbook.details)
     false_hangs = sum("false alarm" in d["note"] for d in runbook.details)
-    return (f"Where runbook's {extra:.0f} s beyond the reference went, about: {restarts:.0f} s of trainer restarts (relaunch ->"
-            f" first new progress: litgpt's start-up and resume, {len([d for d in runbook.details if d['trainer_restart_s']])}"
+    return (f"runbook took {extra:.0f} s more than the reference. Inside its run: {restarts:.0f} s of trainer restarts"
+            f" (relaunch -> first new progress: litgpt's start-up and resume, {len([d for d in runbook.details if d['trainer_restart_s']])}"
             f" relaunches), {waits:.0f} s between the injections and their detection (nearly all of it the hang timeout),"
-            f" {own:.1f} s of runbook's own actions; the rest is the {runbook.steps_computed - (runbook.steps or 0)} optimizer"
-            f" steps computed again and the launch that died of the OOM."
+            f" {own:.1f} s of runbook's own actions, {runbook.steps_computed - (runbook.steps or 0)} optimizer steps computed"
+            f" again, and the first launch, which died of the OOM."
             + (f" {false_hangs} hang incident(s) were false alarms (see the note column)." if false_hangs else ""))
 
 

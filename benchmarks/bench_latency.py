@@ -97,6 +97,8 @@ def run_class(name: str, root: Path, timeout: float) -> dict:
     except (subprocess.TimeoutExpired, TimeoutError, RuntimeError) as err:
         common.stop(proc)
         code = f"failed: {err}"
+    finally:
+        common.stop(proc)  # only if still running (an interrupted benchmark leaves no watcher behind)
     time.sleep(0.1)
     clock.stop.set()
     clock.join()
@@ -170,6 +172,10 @@ def main() -> int:
     if args.quick and not args.write:
         print("\n(--quick: docs/benchmarks.md not written; add --write)")
         return 0
+    killed = next((r for r in results if r["class"] == "sigkill" and r.get("playbook")), None)
+    sigkill_text = "" if killed is None else (
+        f" A SIGKILL with no message in the log was answered by the `{killed['playbook']}` playbook ({killed['outcome']}"
+        f", watch exit {killed['watch_exit']}).")
     body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode, {args.repeats} run(s) per
 fault class, {elapsed / 60:.1f} min in all).
 
@@ -186,9 +192,7 @@ lists every incident. Checkpoint verification inside a recovery: `verify_checkpo
 (shown); `resume` verifies every checkpoint once more before it relaunches, inside its own seconds. Both
 passes seal every checkpoint again (CRC32 + sha256 of each file, manifest rewritten): cheap for these
 2 MB checkpoints, but at the seal speeds in "Checkpoint verification" (about 0.5-0.9 GB/s here) a run
-keeping ten 10 GB checkpoints would spend minutes in them per recovery. A SIGKILL with no memory
-evidence in the log is claimed by no recovering playbook: unknown-crash escalates it (watch exit 4), as
-the shipped playbooks intend.
+keeping ten 10 GB checkpoints would spend minutes in them per recovery.{sigkill_text}
 
 {text}
 
