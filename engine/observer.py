@@ -59,7 +59,7 @@ class MetricTracker:
     best_val_step: int | None = None
     final_val_loss: float | None = None
     last_progress_time: float | None = None
-    longest_gap_s: float | None = None     # between two progress lines of this launch (covers eval + save)
+    longest_gap_s: float | None = None     # between two progress lines of any launch (covers eval + save)
     save_started: float | None = None
     save_seconds: deque = field(default_factory=lambda: deque(maxlen=10))
     step_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
@@ -67,19 +67,26 @@ class MetricTracker:
     saving: list[str] = field(default_factory=list)
 
     def new_launch(self, tokens_per_iter: int) -> None:
+        """A relaunch keeps what describes the run (throughput baseline, longest progress gap, the
+        spike baseline and the last healthy step) and forgets what describes the old process."""
         self.tokens_per_iter = tokens_per_iter
         self.progress_since_launch = 0
         self.iter_times.clear()
         self.baseline_samples.clear()  # a new process warms up again; the baseline itself is kept
-        self.longest_gap_s = None
+        # longest_gap_s is kept: a relaunch's first save is as slow as the last launch's, and a
+        # timeout learnt from its few save-free gaps would call that save a hang.
         self.last_progress_time = None
-        # A relaunch may resume from an earlier step (a rollback): the spike baseline starts afresh.
+        self.save_started = None
+        # The recent losses go (they may be the spike just rolled back, and would match again at
+        # once); the best median stays, so a run resumed from a checkpoint saved mid-divergence is
+        # still measured against the healthy loss, not against its own diverged level.
         self.losses.clear()
-        self.best_median = None
-        self.last_healthy_step = None
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
+            if self.progress_since_launch == 0 and self.last_healthy_step is not None:
+                # Resumed at event.step - 1: after a rollback, nothing later than that is known healthy.
+                self.last_healthy_step = min(self.last_healthy_step, event.step - 1)
             self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
             self.losses.append(event.loss)
             self._update_best_median()

@@ -21,6 +21,7 @@ class EngineRuntime:
         self.incident = incident
         self.escalated_reason: str | None = None
         self.resumed = False
+        self.verified_all = False   # a full verification already ran in this incident
 
     @property
     def loaded(self):
@@ -38,8 +39,9 @@ class EngineRuntime:
         sup = self.sup
         if sup.trainer is not None and sup.trainer.alive:
             sup.stop_trainer("restart for resume")
-        # Verify everything again right before resuming: a file can rot after it was sealed.
-        sup.refresh_verification(quarantine_corrupt=True, force=True)
+        # Verify everything again right before resuming (a file can rot after it was sealed), unless
+        # verify_checkpoints just did: with 10 GB checkpoints a second full read costs minutes.
+        sup.refresh_verification(quarantine_corrupt=True, force=not self.verified_all)
         candidates = ckpts.list_checkpoints(sup.loaded.out_dir)
         if source == "step":
             chosen = next((c for c in candidates if c.step == step and c.step in sup.verified), None)
@@ -77,6 +79,7 @@ class EngineRuntime:
     # --- checkpoints and disk ------------------------------------------------------------------
     def verify_all(self) -> str:
         bad = self.sup.refresh_verification(quarantine_corrupt=True, force=True)
+        self.verified_all = True
         return f"quarantined {len(bad)} corrupt checkpoint(s): {', '.join(bad)}" if bad else "all checkpoints verified"
 
     def rollback(self, bad_step: int | None, steps: int, scan_nonfinite: bool) -> str:

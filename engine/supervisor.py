@@ -171,7 +171,7 @@ class Supervisor(IncidentHandling):
         self.launch_count += 1
         launch_dir = self.loaded.run_dir / "launches" / f"launch-{self.launch_count:03d}"
         launch_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self.loaded.path, launch_dir / "run_config.yaml")  # the hyperparameters of this launch
+        self.loaded.save_copy(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
         tmp = self.loaded.out_dir / ".tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -219,6 +219,8 @@ class Supervisor(IncidentHandling):
         current_step = self.observer.tracker.step or 0
         newly_verified = False
         bad = []
+        read: dict[str, list[int]] = {"sealed": [], "rechecked": []}
+        started = time.monotonic()
         for c in ckpts.list_checkpoints(out_dir):
             if c.step in self.verified and not force:
                 continue
@@ -228,7 +230,11 @@ class Supervisor(IncidentHandling):
             if c.step in self.corrupt and not force:
                 bad.append(c.path.name)
                 continue
-            result = ckpts.verify_checkpoint(c) if self.dry_run else ckpts.seal_checkpoint(c)
+            # A sealed checkpoint is checked against its manifest, not re-sealed: rewriting it would
+            # cost a write per file and could seal over damage the manifest is there to catch.
+            recheck = self.dry_run or ckpts.has_manifest(c)
+            result = ckpts.verify_checkpoint(c) if recheck else ckpts.seal_checkpoint(c)
+            read["rechecked" if recheck else "sealed"].append(c.step)
             if result.ok:
                 self.verified.add(c.step)
                 self.corrupt.pop(c.step, None)
@@ -237,6 +243,8 @@ class Supervisor(IncidentHandling):
                 self.corrupt[c.step] = result.reason or "failed verification"
                 self.verified.discard(c.step)
                 bad.append(c.path.name)
+        if not self.dry_run and (read["sealed"] or read["rechecked"]):
+            self.journal.append("verified", forced=force, bad=bad, seconds=round(time.monotonic() - started, 3), **read)
         if quarantine_corrupt:
             for c in ckpts.list_checkpoints(out_dir):
                 if c.step in self.corrupt:

@@ -8,6 +8,8 @@ Relative paths resolve against the *project folder*: the folder that holds the c
 from __future__ import annotations
 
 import hashlib
+import io
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine.upkeep import UpkeepSettings
 from runbook.slack import SlackSettings
-from runbook.yaml_source import SourceError, describe_validation_error, load_yaml, plain, update_yaml_values
+from runbook.yaml_source import (
+    SourceError, atomic_write_text, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
+)
 
 
 class Strict(BaseModel):
@@ -148,6 +152,22 @@ class LoadedConfig:
 
     def reload(self) -> "LoadedConfig":
         return load_config(self.path)
+
+    def save_copy(self, dest: Path) -> None:
+        """Write the config this process is using to `dest`: the user's file (comments kept) while it
+        still says the same, else the in-memory values, marked as such (the file was edited since)."""
+        try:
+            on_disk = load_config(self.path).config
+        except (SourceError, OSError):
+            on_disk = None
+        if on_disk == self.config:
+            shutil.copy2(self.path, dest)
+            return
+        buffer = io.StringIO()
+        round_trip_yaml().dump(self.config.model_dump(mode="json"), buffer)
+        header = (f"# The config this launch used. {self.path} was edited after runbook loaded it and\n"
+                  "# says something else; runbook reads it again only when it writes a change back.\n")
+        atomic_write_text(dest, header + buffer.getvalue())
 
     def write_back(self, updates: dict[str, Any]) -> "LoadedConfig":
         """Persist changed hyperparameters into the user's file (comments and order kept)."""

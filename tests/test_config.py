@@ -65,6 +65,19 @@ def test_write_back_keeps_comments_and_order(tmp_path):
     assert path.read_text() == after
 
 
+def test_launch_copy_is_the_config_in_use_even_after_the_file_was_edited(tmp_path):
+    path = write(tmp_path, (REPO / "configs" / "run_config.yaml").read_text())
+    loaded = load_config(path)
+    loaded.save_copy(tmp_path / "same.yaml")
+    assert (tmp_path / "same.yaml").read_text() == path.read_text()  # unchanged: the user's file, comments kept
+
+    path.write_text(path.read_text().replace("lr: 0.003 ", "lr: 0.5 "))  # edited while the watcher runs
+    loaded.save_copy(tmp_path / "used.yaml")
+    copy = load_config(tmp_path / "used.yaml")
+    assert copy.config == loaded.config and copy.config.lr == 0.003
+    assert "was edited after runbook loaded it" in (tmp_path / "used.yaml").read_text()
+
+
 def test_bad_config_exits_3_with_file_line(tmp_path):
     path = write(tmp_path, "micro_batch_size: 4\nbatch_size: 16\nlr_typo: 1\n")
     result = subprocess.run([RUNBOOK, "watch", str(path)], capture_output=True, text=True, timeout=60)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoints import list_checkpoints, verify_checkpoint
+from engine.checkpoints import MANIFEST_NAME, list_checkpoints, verify_checkpoint
+from engine.journal import Journal
 from tests.conftest import REPO, stop_process, wait_for
 
 
@@ -87,6 +88,8 @@ def test_truncated_and_bit_flipped_checkpoints_are_quarantined_and_the_newest_go
     watcher = project.watch()
     wait_for(lambda: (project.step_dir(30) / "model_config.yaml").exists(), 240, what="checkpoint 30")
     os.kill(project.trainer_pid(), signal.SIGSTOP)  # hold the trainer still while we damage its files
+    wait_for(lambda: (project.step_dir(10) / MANIFEST_NAME).exists(), 30, what="step 10 sealed")
+    sealed_at = (project.step_dir(10) / MANIFEST_NAME).stat().st_mtime_ns
     newest, other = project.step_dir(30) / "lit_model.pth", project.step_dir(20) / "lit_model.pth"
     size = newest.stat().st_size
     with open(newest, "r+b") as fh:
@@ -106,6 +109,15 @@ def test_truncated_and_bit_flipped_checkpoints_are_quarantined_and_the_newest_go
     resumed = [i for i in project.incidents() if i.get("resumed_step") is not None]
     assert resumed and resumed[0]["resumed_step"] == 10
     assert project.final_progress() == reference_run["progress"]
+    # One full verification per incident (verify_checkpoints; resume does not read everything again),
+    # and a sealed checkpoint is checked against its manifest, never re-sealed.
+    entries = Journal(project.run_dir / "journal.jsonl").entries()
+    opened = next(i for i, e in enumerate(entries) if e["kind"] == "incident_opened")
+    closed = next(i for i, e in enumerate(entries) if e["kind"] == "incident_closed" and i > opened)
+    forced = [e for e in entries[opened:closed] if e["kind"] == "verified" and e["forced"]]
+    assert len(forced) == 1, forced
+    assert 10 in forced[0]["rechecked"] and 10 not in forced[0]["sealed"]
+    assert (project.step_dir(10) / MANIFEST_NAME).stat().st_mtime_ns == sealed_at
 
 
 def test_sigstop_hang_is_detected_within_timeout_and_resumed_with_nccl_debug(project, reference_run):

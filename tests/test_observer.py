@@ -1,0 +1,77 @@
+"""What the observer remembers across a relaunch: the run's measures stay, the old process's go.
+
+Fed with real litgpt log lines through the real adapter; the spike check uses the shipped
+loss-spike playbook through the real matcher.
+"""
+
+from __future__ import annotations
+
+from engine.matcher import AttemptHistory, MatchMemory, decide
+from engine.observer import MetricTracker
+from engine.playbook_loader import load_playbook_file
+from engine.playbook_testing import build_config
+from engine.state import StateSnapshot, TrainerStatus
+from engine.trainers.litgpt import LitGPTAdapter
+from tests.conftest import REPO
+
+ADAPTER = LitGPTAdapter()
+
+
+def progress(step: int, loss: float) -> str:
+    return (f"Epoch 1 | iter {4 * step} step {step} | loss train: {loss:.3f}, val: n/a | "
+            f"iter time: 11.00 ms (step) remaining time: 0:00:05")
+
+
+def feed(tracker: MetricTracker, lines: list[tuple[float, str]]) -> None:
+    for now, line in lines:
+        event = ADAPTER.parse_line(line)
+        assert event is not None, line
+        tracker.on_event(event, now)
+
+
+def spike_fires(tracker: MetricTracker) -> bool:
+    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics=tracker.metrics())
+    outcome = decide(snapshot, build_config({}), [playbook], MatchMemory(), AttemptHistory())
+    return outcome.decision is not None and outcome.decision.playbook.name == "loss-spike"
+
+
+def test_the_longest_progress_gap_survives_a_relaunch():
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(0.0, progress(1, 6.4)), (0.1, progress(2, 6.3)),
+                   (0.2, "Saving checkpoint to '/x/step-00000002/lit_model.pth'"), (8.2, progress(3, 6.2))])
+    assert abs(tracker.longest_gap_s - 8.1) < 1e-9
+    tracker.new_launch(tokens_per_iter=256)
+    feed(tracker, [(100.0, progress(3, 6.2)), (100.1, progress(4, 6.1))])
+    # The relaunch's save-free gaps (0.1 s) must not shrink the hang timeout below the save time.
+    assert abs(tracker.longest_gap_s - 8.1) < 1e-9
+
+
+def test_the_spike_baseline_survives_a_rollback_and_a_diverged_resume_still_fires():
+    tracker = MetricTracker(tokens_per_iter=256)
+    healthy = [6.4, 6.3, 6.2, 6.1]
+    spike = [13.0, 25.0, 32.0, 34.0]
+    feed(tracker, [(i, progress(i + 1, loss)) for i, loss in enumerate(healthy + spike)])
+    assert tracker.best_median == 6.2 and tracker.last_healthy_step == 4
+    assert spike_fires(tracker)
+
+    # Rolled back to a checkpoint saved mid-divergence (step 6): a NaN rollback can only reach the
+    # newest finite checkpoint. The stale spike lines must not fire again before anything new is seen...
+    tracker.new_launch(tokens_per_iter=256)
+    assert tracker.metrics().loss_history == [] and not spike_fires(tracker)
+    # ...and the diverged level must still count as a spike against the healthy baseline.
+    feed(tracker, [(50 + i, progress(7 + i, 30.0)) for i in range(4)])
+    assert tracker.best_median == 6.2
+    assert tracker.last_healthy_step == 4, "a resume from inside the spike is not healthy"
+    assert spike_fires(tracker)
+
+
+def test_a_resume_before_the_last_healthy_step_moves_it_back():
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
+    assert tracker.last_healthy_step == 10
+    tracker.new_launch(tokens_per_iter=256)
+    feed(tracker, [(20.0, progress(5, 20.0))])  # resumed from step 4, and the first step is bad
+    assert tracker.last_healthy_step == 4
+    feed(tracker, [(21.0, progress(6, 6.0))])
+    assert tracker.last_healthy_step == 6
