@@ -591,9 +591,7 @@ def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
     if nan_rb.val_loss > reference.first_loss and len(baselines) > 1:
         text += (f": worse than no training at all. The later loss-spike incidents judged the loss against a baseline of"
                  f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), far above the untrained model's"
-                 " loss: the spike baseline starts afresh at every relaunch (engine/observer.py MetricTracker.new_launch), so"
-                 " the diverged level after the first rollback passed as normal, and the next rollback resumed from a"
-                 " checkpoint saved at that level")
+                 " loss: a diverged level passed as normal")
     return text + "."
 
 

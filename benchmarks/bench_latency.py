@@ -189,10 +189,10 @@ detected is the incident's `detected_at`; runbook s is `runbook_seconds` (detect
 every action included); trainer restart s is `trainer_restart_seconds` (relaunch -> first new progress
 line read by runbook). The figures are those of the first incident of each run; the column "all incidents"
 lists every incident. Checkpoint verification inside a recovery: `verify_checkpoints` is its own action
-(shown); `resume` verifies every checkpoint once more before it relaunches, inside its own seconds. Both
-passes seal every checkpoint again (CRC32 + sha256 of each file, manifest rewritten): cheap for these
-2 MB checkpoints, but at the seal speeds in "Checkpoint verification" (about 0.5-0.9 GB/s here) a run
-keeping ten 10 GB checkpoints would spend minutes in them per recovery.{sigkill_text}
+(shown); `resume` verifies every checkpoint before it relaunches (inside its own seconds) unless
+`verify_checkpoints` already did in the same incident, so each recovery reads every checkpoint once. A
+sealed checkpoint is checked against its manifest (CRC32 + sha256), never re-sealed; each pass is in the
+run's journal as a `verified` entry.{sigkill_text}
 
 {text}
 

@@ -11,20 +11,19 @@ Pure planning functions: ``newest_verified``, ``plan_prune``. Everything else to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import struct
 import tempfile
 import time
 import uuid
 import zipfile
-import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+
+from engine.pth_scan import scan_pth, sha256_file
 
 PTH_NAME = "lit_model.pth"
 MANIFEST_NAME = "runbook-manifest.json"
@@ -33,8 +32,6 @@ QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
 LAST_LINK_NAME = "last"
 OWN_TMP_PREFIX = "tmp-runbook-"  # find_partial_saves reports leftovers of ours too ("tmp*")
 STEP_DIR_RE = re.compile(r"^step-(\d+)$")
-_BLOCK = 4 * 1024 * 1024  # large sequential reads: hashing/CRC then runs at memory speed
-_LOCAL_HEADER = struct.Struct("<4s22xHH")  # zip local header: signature, ..., name len, extra len
 
 
 @dataclass(frozen=True)
@@ -79,77 +76,6 @@ def list_checkpoints(out_dir: Path) -> list[Checkpoint]:
 # --- verification without unpickling ---------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    h, buf = hashlib.sha256(), bytearray(_BLOCK)
-    view = memoryview(buf)
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def _scan_pth(pth: Path, want_sha256: bool) -> tuple[str | None, str | None]:
-    """CRC-check every zip member, and optionally sha256 the file, in ONE sequential read.
-
-    torch.save writes an uncompressed zip, so a member's stored bytes are its data and their CRC32
-    can be computed on the fly. Returns (problem or None, sha256 hex or None). A flipped byte
-    inside a tensor is caught here but not by torch.load.
-    """
-    with open(pth, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        try:
-            with zipfile.ZipFile(f) as zf:  # reads only the central directory at the end
-                infos = zf.infolist()
-                if not any(i.filename.rsplit("/", 1)[-1] == "data.pkl" for i in infos):
-                    return f"{PTH_NAME} has no data.pkl (not a torch.save file)", None
-                if any(i.compress_type != zipfile.ZIP_STORED for i in infos):
-                    if (bad := zf.testzip()) is not None:  # not torch's layout: slow general path
-                        return f"{PTH_NAME} member {bad!r} fails its CRC (corrupted)", None
-                    return None, (_sha256_file(pth) if want_sha256 else None)
-        except (zipfile.BadZipFile, EOFError):
-            return f"{PTH_NAME} is not a zip archive (truncated?)", None
-
-        spans = []  # (data start, data end, info); data follows a variable-length local header
-        for info in infos:
-            f.seek(info.header_offset)
-            header = f.read(_LOCAL_HEADER.size)
-            if len(header) < _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
-                return f"{PTH_NAME} member {info.filename!r} has a bad local header (corrupted)", None
-            _sig, name_len, extra_len = _LOCAL_HEADER.unpack(header)
-            start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
-            if start + info.compress_size > size:
-                return f"{PTH_NAME} member {info.filename!r} runs past end of file (truncated?)", None
-            spans.append((start, start + info.compress_size, info))
-        spans.sort(key=lambda s: s[0])
-        for (_s0, e0, a), (s1, _e1, b) in zip(spans, spans[1:]):
-            if s1 < e0:
-                return f"{PTH_NAME} members {a.filename!r} and {b.filename!r} overlap (corrupted)", None
-
-        hasher = hashlib.sha256() if want_sha256 else None
-        buf = bytearray(_BLOCK)
-        view = memoryview(buf)
-        f.seek(0)
-        pos, j, crc = 0, 0, 0
-        while n := f.readinto(buf):
-            chunk, block_end = view[:n], pos + n
-            if hasher:
-                hasher.update(chunk)
-            while j < len(spans) and spans[j][0] <= block_end:
-                start, end, info = spans[j]
-                lo, hi = max(start, pos), min(end, block_end)
-                if hi > lo:
-                    crc = zlib.crc32(chunk[lo - pos : hi - pos], crc)
-                if end > block_end:
-                    break  # member continues in the next block
-                if crc != info.CRC:
-                    return f"{PTH_NAME} member {info.filename!r} fails its CRC (corrupted)", None
-                j, crc = j + 1, 0
-            pos = block_end
-        if j < len(spans):
-            return f"{PTH_NAME} changed size while being read", None
-        return None, (hasher.hexdigest() if hasher else None)
-
-
 def _manifest_files(ckpt: Checkpoint) -> list[str]:
     """Regular files of the folder, minus the manifest and temporaries."""
     return sorted(
@@ -180,12 +106,12 @@ def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[V
             return Verification(False, f"{MANIFEST_NAME} is unreadable: {type(e).__name__}: {e}"), {}
 
     need_sha = want_digests or (manifest is not None and PTH_NAME in manifest)
-    problem, pth_sha = _scan_pth(pth, want_sha256=need_sha)
+    problem, pth_sha = scan_pth(pth, want_sha256=need_sha)
     if problem:
         return Verification(False, problem), {}
 
     def sha(name: str) -> str:
-        return pth_sha if name == PTH_NAME else _sha256_file(ckpt.path / name)
+        return pth_sha if name == PTH_NAME else sha256_file(ckpt.path / name)
 
     digests = {}
     if want_digests:
@@ -242,7 +168,7 @@ def _write_manifest_entries(ckpt: Checkpoint, files: dict) -> Path:
 def write_manifest(ckpt: Checkpoint) -> Path:
     """Record size and sha256 of every regular file in the folder. Call only after verify passes;
     seal_checkpoint does both with one read of lit_model.pth."""
-    files = {n: {"size": (ckpt.path / n).stat().st_size, "sha256": _sha256_file(ckpt.path / n)}
+    files = {n: {"size": (ckpt.path / n).stat().st_size, "sha256": sha256_file(ckpt.path / n)}
              for n in _manifest_files(ckpt)}
     return _write_manifest_entries(ckpt, files)
 

@@ -181,10 +181,11 @@ class Observer:
         return lines
 
     def hang_timeout(self, watch) -> float:
-        """The run's own measure of "too long without progress": the longest gap seen x a safety
-        factor, clamped to [floor, ceiling]; the ceiling until progress has been seen at all."""
+        """The run's own measure of "too long without progress": the longest gap seen (in any launch)
+        x a safety factor, clamped to [floor, ceiling]; the ceiling until this launch has printed its
+        first progress line, since start-up (imports, data, model, resume) is not a progress gap."""
         gap = self.tracker.longest_gap_s
-        if gap is None:
+        if gap is None or self.tracker.progress_since_launch == 0:
             return watch.hang_timeout_s
         return min(watch.hang_timeout_s, max(watch.hang_floor_s, watch.hang_safety_factor * gap))
 

@@ -304,3 +304,37 @@ def test_find_nonfinite_tensors(tmp_path):
     assert find_nonfinite_tensors(ckpt.pth) == ["0.weight", "1.bias"]
     assert find_nonfinite_tensors(ckpt.pth, limit=1) == ["0.weight"]
     assert verify_checkpoint(ckpt).ok  # NaN weights are a valid file: verify is about bytes
+
+
+# ------------------------------------------------------------------------- parallel scan
+def test_split_by_bytes_keeps_members_whole_contiguous_and_balanced():
+    from engine.pth_scan import split_by_bytes
+
+    spans = [(i * 10, i * 10 + size, None) for i, size in enumerate([5, 5, 5, 5, 10, 10])]
+    groups = split_by_bytes(spans, 2)
+    assert [s for g in groups for s in g] == spans and len(groups) == 2
+    sizes = [sum(e - s for s, e, _ in g) for g in groups]
+    assert abs(sizes[0] - sizes[1]) <= 10, sizes
+    assert split_by_bytes(spans, 1) == [spans]
+    assert len(split_by_bytes(spans[:1], 4)) == 1  # never an empty group
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_parallel_scan_finds_a_flipped_byte_anywhere_and_hashes_like_sha256(tmp_path, workers):
+    from engine.pth_scan import scan_pth
+
+    ckpt = make_ckpt(tmp_path, 10)
+    pth = ckpt.pth
+    assert scan_pth(pth, want_sha256=True, workers=workers, parallel_min_bytes=0) == (None, _sha(pth))
+    with zipfile.ZipFile(pth) as zf:
+        members = sorted((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.header_offset)
+    for info in (members[0], members[-1]):  # one in the first reader's range, one in the last's
+        damaged = tmp_path / f"damaged-{info.header_offset}.pth"
+        data = bytearray(pth.read_bytes())
+        with open(pth, "rb") as f:
+            f.seek(info.header_offset)
+            name_len, extra_len = struct.unpack("<HH", f.read(30)[26:30])
+        data[info.header_offset + 30 + name_len + extra_len] ^= 0xFF
+        damaged.write_bytes(bytes(data))
+        problem, digest = scan_pth(damaged, want_sha256=True, workers=workers, parallel_min_bytes=0)
+        assert problem == f"{damaged.name} member {info.filename!r} fails its CRC (corrupted)" and digest is None

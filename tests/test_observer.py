@@ -75,3 +75,17 @@ def test_a_resume_before_the_last_healthy_step_moves_it_back():
     assert tracker.last_healthy_step == 4
     feed(tracker, [(21.0, progress(6, 6.0))])
     assert tracker.last_healthy_step == 6
+
+
+def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_learnt_timeout():
+    from engine.observer import Observer
+    from runbook.config import WatchSettings
+
+    watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)
+    observer = Observer(ADAPTER, REPO, tokens_per_iter=256)
+    feed(observer.tracker, [(0.0, progress(1, 6.4)), (0.5, progress(2, 6.3))])
+    assert observer.hang_timeout(watch) == 5.0          # 5 x 0.5 s, raised to the floor
+    observer.tracker.new_launch(tokens_per_iter=256)
+    assert observer.hang_timeout(watch) == 60.0         # start-up: imports, data, resume
+    feed(observer.tracker, [(30.0, progress(3, 6.2))])
+    assert observer.hang_timeout(watch) == 5.0
