@@ -11,7 +11,7 @@ measured (the 1 GB one needs 1 GB of free disk and about 2 GB of memory while it
 Methods on the same file, in interleaved rounds (every method once per round, in turn):
   dd             `dd if=lit_model.pth of=/dev/null bs=4M`: the disk's own sequential read speed (dd's own
                  reported seconds, so its start-up is not counted)
-  python read    the reads verify does (4 MB readinto) and nothing else, in this process
+  python read    4 MB readinto calls and nothing else, in this process (a plain Python read)
   sha256sum      `sha256sum lit_model.pth` (wall time, process start-up included)
   verify         engine.checkpoints.verify_checkpoint with no manifest: zip central directory + CRC32 of
                  every member, the members split into one contiguous byte range per core (2 here), each
@@ -92,7 +92,7 @@ def run_dd(ckpt: ckpts.Checkpoint) -> float:
 
 
 def run_python_read(ckpt: ckpts.Checkpoint) -> None:
-    """Only the reads verify does (4 MB readinto, sequential), in this process: the I/O share of verify."""
+    """4 MB readinto calls, sequential, in this process: what a plain Python read of the file costs."""
     buf = bytearray(4 * 1024 * 1024)
     with open(ckpt.pth, "rb", buffering=0) as f:
         while f.readinto(buf):
@@ -223,8 +223,8 @@ Cold cache: {'`sync; echo 3 > /proc/sys/vm/drop_caches` before every timed read 
 Synthetic `torch.save` checkpoints (random float32 tensors of at most 16 MB in a model and an optimizer
 state, plus the yaml side files) as litgpt writes them. dd is the disk's own sequential read
 (`dd bs=4M` to /dev/null, dd's own reported seconds; a cache drop empties this VM's page cache, and what
-the host caches below it is out of reach); python read is the reads verify makes (4 MB
-`readinto`) with no CRC; sha256sum is coreutils (wall time, process start-up included); verify (CRC) is `verify_checkpoint` without a
+the host caches below it is out of reach); python read is 4 MB `readinto` calls
+with no CRC; sha256sum is coreutils (wall time, process start-up included); verify (CRC) is `verify_checkpoint` without a
 manifest (zip central directory, then CRC32 of every member, the members split into one contiguous byte
 range per core, each read and checksummed by its own thread: what runbook does to each new checkpoint's
 file); verify, 1 thread is the same scan read-then-CRC in one thread (the engine before the ranges, side by
