@@ -48,7 +48,7 @@ class Metrics(Frozen):
     best_val_step: int | None = None
     loss_median: float | None = None    # rolling median of recent train losses
     loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
-    last_healthy_step: int | None = None   # last step whose loss was <= 1.5 x that baseline (where a spike began)
+    last_healthy_step: int | None = None   # last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1)
     loss_history: list[float] = Field(default_factory=list)
     tokens_per_sec: float | None = None
     baseline_tokens_per_sec: float | None = None
