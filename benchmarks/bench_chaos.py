@@ -588,10 +588,17 @@ def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
             f" reference and {reference.first_loss:.2f} for the untrained model (the reference's first logged train loss)")
     baselines = [float(m.group(1)) for d in nan_rb.details if d["playbook"] == "loss-spike"
                  and (m := re.search(r"best rolling median ([\d.]+)", d["note"]))]
-    if nan_rb.val_loss > reference.first_loss and len(baselines) > 1:
+    lrs = [f"lr {d['config_changes']['lr'][0]:g} -> {d['config_changes']['lr'][1]:g}" for d in nan_rb.details
+           if d["playbook"] == "loss-spike" and "lr" in d["config_changes"]]
+    if nan_rb.val_loss > reference.first_loss and any(b > reference.first_loss for b in baselines[1:]):
         text += (f": worse than no training at all. The later loss-spike incidents judged the loss against a baseline of"
-                 f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), far above the untrained model's"
+                 f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), above the untrained model's"
                  " loss: a diverged level passed as normal")
+    elif nan_rb.val_loss > reference.val_loss * 1.05 and lrs:
+        text += (f". Every spike was caught against the healthy baseline ({', '.join(f'{b:.2f}' for b in baselines)}) and"
+                 f" rolled back to before it; what is left is the lr: each loss-spike incident divides it by 4"
+                 f" ({'; '.join(lrs)}), so the run finished at an lr still far above the reference's, which no longer"
+                 " diverges but trains worse in the steps that remain")
     return text + "."
 
 
