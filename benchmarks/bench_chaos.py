@@ -476,6 +476,7 @@ def main() -> int:
     parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
     parser.add_argument("--no-disk", action="store_true", help="skip the tmpfs disk fault")
     parser.add_argument("--no-nan", action="store_true", help="skip the NaN segment")
+    parser.add_argument("--only-nan", action="store_true", help="the reference and the NaN segment only; docs untouched")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=900.0, help="per contender")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-chaos"))
@@ -498,6 +499,8 @@ def main() -> int:
     reference = run_reference(args.root / "reference", args.steps, cache)
     print(f"  reference: {reference.wall_s:.0f} s, steps {reference.steps}", flush=True)
     contenders = [reference]
+    if args.only_nan:
+        return report_nan_only(args, reference, cap, cache)
     runbook = run_runbook(args.root / "runbook", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout,
                           "(b) runbook watch", cache)
     print(f"  runbook: {runbook.wall_s:.0f} s, completed {runbook.completed}, {runbook.incidents}", flush=True)
@@ -513,16 +516,7 @@ def main() -> int:
         helped.human_actions += 1  # the micro-batch edit before the launch
         print(f"  naive assisted: {helped.wall_s:.0f} s, completed {helped.completed}, {helped.note}", flush=True)
         contenders.append(helped)
-    nan_rows = []
-    if nan_segment:
-        lr = faults.FAULTS["nan"].config["lr"]
-        nan_rb = run_runbook(args.root / "nan-runbook", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout,
-                             f"(b) runbook watch, lr {lr:g}", cache)
-        print(f"  nan runbook: {nan_rb.wall_s:.0f} s, completed {nan_rb.completed}, {nan_rb.incidents}", flush=True)
-        nan_nv = run_naive(args.root / "nan-naive", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout, cap,
-                           f"(c) naive loop, cap {cap}, lr {lr:g}", cache)
-        print(f"  nan naive: {nan_nv.wall_s:.0f} s, completed {nan_nv.completed}, {nan_nv.note}", flush=True)
-        nan_rows = [reference, nan_rb, nan_nv]
+    nan_rows = run_nan_segment(args, reference, cap, cache) if nan_segment else []
     elapsed = time.time() - t0
 
     main_table = common.table(HEADERS, rows(contenders, reference), right={2, 3, 4, 5, 8})
@@ -540,6 +534,28 @@ def main() -> int:
                     details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None)
     common.write_section(args.section, body, first=True)
     print(f"\nwrote the '{args.section}' section of {common.DOCS}")
+    return 0
+
+
+def run_nan_segment(args, reference: Outcome, cap: int, cache: Path) -> list[Outcome]:
+    """The divergence segment: the same run at the `nan` fault's lr, runbook and the naive loop."""
+    lr = faults.FAULTS["nan"].config["lr"]
+    nan_rb = run_runbook(args.root / "nan-runbook", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout,
+                         f"(b) runbook watch, lr {lr:g}", cache)
+    print(f"  nan runbook: {nan_rb.wall_s:.0f} s, completed {nan_rb.completed}, {nan_rb.incidents}", flush=True)
+    nan_nv = run_naive(args.root / "nan-naive", settings(GOOD_MB, args.steps, lr=lr), [], False, args.timeout, cap,
+                       f"(c) naive loop, cap {cap}, lr {lr:g}", cache)
+    print(f"  nan naive: {nan_nv.wall_s:.0f} s, completed {nan_nv.completed}, {nan_nv.note}", flush=True)
+    return [reference, nan_rb, nan_nv]
+
+
+def report_nan_only(args, reference: Outcome, cap: int, cache: Path) -> int:
+    """--only-nan: print the segment's tables and goals; the docs keep the last full run."""
+    nan_rows = run_nan_segment(args, reference, cap, cache)
+    print("\n" + common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8}))
+    print("\n" + details_table(nan_rows[1]))
+    print("\n" + divergence_note(nan_rows[1], reference))
+    print("\ngoals: " + goals(nan_rows[1], reference))
     return 0
 
 
@@ -594,11 +610,13 @@ def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
         text += (f": worse than no training at all. The later loss-spike incidents judged the loss against a baseline of"
                  f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), above the untrained model's"
                  " loss: a diverged level passed as normal")
-    elif nan_rb.val_loss > reference.val_loss * 1.05 and lrs:
+    elif lrs:
         text += (f". Every spike was caught against the healthy baseline ({', '.join(f'{b:.2f}' for b in baselines)}) and"
-                 f" rolled back to before it; what is left is the lr: each loss-spike incident divides it by 4"
-                 f" ({'; '.join(lrs)}), so the run finished at an lr still far above the reference's, which no longer"
-                 " diverges but trains worse in the steps that remain")
+                 f" rolled back to before it, and each repeat cut the lr four times harder than the one before"
+                 f" (`lr / 4 ** attempt`: {'; '.join(lrs)})")
+        if nan_rb.val_loss > reference.val_loss * 1.05:
+            text += (", yet the run finished at an lr still too far above the reference's, which no longer diverges but"
+                     " trains worse in the steps that remain")
     return text + "."
 
 
@@ -620,7 +638,9 @@ the human's own reaction time is not counted).""")
 the same run, no other fault. It runs as its own segment: a mid-run lr change cannot be injected into both
 contenders alike (runbook launches from the config it loaded at start plus its own write-backs, so an edit of
 the file mid-run would reach the naive loop's next launch and not runbook's). The reference row is the run
-above at its configured lr.
+above at its configured lr. A loss-spike incident has no "steps since the last intact checkpoint" bound: its
+rollback goes back to before the spike on purpose (every step after it trained on diverged weights), so the
+steps it loses are the spike's, reported as they are.
 
 {nan_table}
 

@@ -133,3 +133,16 @@ def test_a_cuda_config_on_a_cpu_machine_is_refused_with_the_fix(project):
     assert result.returncode == 3, result.stderr
     assert "trainer.device is 'cuda'" in result.stderr and "set trainer.device: auto" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_lr_cut_below_min_lr_takes_the_schedule_floor_with_it(tmp_path):
+    """litgpt's cosine decays from lr to min_lr: with lr < min_lr it would climb back up to min_lr."""
+    from engine.trainers.litgpt import LitGPTAdapter
+
+    path = write(tmp_path, (REPO / "configs" / "run_config.yaml").read_text())
+    loaded = load_config(path)
+    generated = LitGPTAdapter().trainer_config(loaded, tmp_path, tmp_path, None)
+    assert generated["train"]["min_lr"] == loaded.config.trainer.min_lr == 0.0001  # untouched while lr is above it
+    cut = loaded.write_back({"lr": 0.00002})
+    generated = LitGPTAdapter().trainer_config(cut, tmp_path, tmp_path, None)
+    assert generated["optimizer"]["init_args"]["lr"] == 0.00002 and generated["train"]["min_lr"] == 0.00002

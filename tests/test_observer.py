@@ -89,3 +89,21 @@ def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_lear
     assert observer.hang_timeout(watch) == 60.0         # start-up: imports, data, resume
     feed(observer.tracker, [(30.0, progress(3, 6.2))])
     assert observer.hang_timeout(watch) == 5.0
+
+
+def test_each_repeated_spike_cuts_the_lr_four_times_harder():
+    """lr 10 (the chaos benchmark's divergence) reaches a sane lr in three incidents: / 4, / 16, / 64."""
+    from engine.planner import plan
+    from runbook.config import RunConfig
+
+    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
+                                                                          "loss_best_median": 6.4, "last_healthy_step": 3})
+    lr, seen = 10.0, []
+    for attempt in (1, 2, 3):
+        steps = plan(playbook, snapshot, RunConfig.model_validate({"lr": lr}), attempt)
+        [change] = [s for s in steps if s.verb == "set_hyperparameters"]
+        assert change.error is None and change.skipped is None
+        lr = change.params.lr
+        seen.append(lr)
+    assert seen == [2.5, 2.5 / 16, 2.5 / 16 / 64]

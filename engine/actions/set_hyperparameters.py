@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from engine.actions.base import ActionDef, ActionResult, Params
 
@@ -10,10 +10,6 @@ class SetHyperparametersParams(Params):
     batch_size: int | None = Field(None, gt=0)
     lr: float | None = Field(None, gt=0)
     save_interval: int | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _something(self):
-        return self
 
     def updates(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}

@@ -149,7 +149,9 @@ class LitGPTAdapter:
                 "max_tokens": cfg.max_tokens,
                 "max_seq_length": model.block_size,
                 "max_norm": 1.0,
-                "min_lr": cfg.trainer.min_lr,
+                # litgpt's cosine decays from lr to min_lr; with an lr cut below min_lr it would climb
+                # back up to min_lr instead, undoing the cut. The floor follows the cut.
+                "min_lr": min(cfg.trainer.min_lr, cfg.lr),
             },
             "eval": {
                 "interval": cfg.trainer.eval_interval,
