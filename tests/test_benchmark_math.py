@@ -1,0 +1,47 @@
+"""The arithmetic the overhead benchmark's verdict rests on (benchmarks/alternating_blocks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.alternating_blocks import Block, merge, paired_rates, steps_at
+
+
+def synthetic_run(cost: float, drift_per_s: float, block_s: float = 1.5, blocks: int = 21):
+    """Step lines every 10 ms of a trainer whose speed drifts linearly, slowed by `cost` while the
+    watcher runs; the blocks alternate paused / running from t = 1 s."""
+    edges = [1.0 + i * block_s for i in range(blocks + 1)]
+    plan = [Block("paused" if i % 2 == 0 else "running", edges[i], edges[i + 1]) for i in range(blocks)]
+    stamps, step, t = [(0, 0.0)], 0.0, 0.0
+    while t < edges[-1] + 1.0:
+        running = any(b.state == "running" and b.start <= t < b.end for b in plan)
+        rate = (20.0 + drift_per_s * t) * ((1 - cost) if running else 1.0)
+        t += 0.01
+        step += rate * 0.01
+        stamps.append((step, t))
+    return stamps, plan
+
+
+def test_steps_between_step_lines_are_interpolated():
+    stamps = [(10, 1.0), (20, 2.0)]
+    assert steps_at(stamps, 1.5) == 15 and steps_at(stamps, 0.0) == 10 and steps_at(stamps, 9.0) == 20
+
+
+@pytest.mark.parametrize("cost", [0.0, 0.01, 0.10])
+def test_the_a_b_a_ratio_recovers_the_cost_under_a_linear_drift(cost):
+    stamps, plan = synthetic_run(cost, drift_per_s=0.5)   # the trainer speeds up 2.5% a second
+    result = paired_rates(stamps, plan)
+    assert len(result.ratios) == 10
+    assert result.mean_ratio == pytest.approx(1 - cost, abs=0.002)
+    low, high = result.ci95
+    assert low <= result.mean_ratio <= high
+
+
+def test_blocks_outside_the_training_window_and_non_adjacent_ones_are_left_out():
+    stamps, plan = synthetic_run(0.05, drift_per_s=0.0)
+    late = Block("running", plan[-1].end + 5.0, plan[-1].end + 6.5)   # after the last step line
+    gap = [plan[0], plan[1], Block("paused", plan[1].end + 2.0, plan[1].end + 3.5)]
+    assert len(paired_rates(stamps, plan + [late]).ratios) == 10
+    assert paired_rates(stamps, gap).ratios == []
+    both = merge([paired_rates(stamps, plan), paired_rates(stamps, plan)])
+    assert len(both.ratios) == 20 and both.mean_ratio == pytest.approx(0.95, abs=0.002)
