@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 import uuid
 import zipfile
@@ -24,6 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from engine.pth_scan import scan_pth, sha256_file
+from runbook.durable import atomic_write, fsync_dir
 
 PTH_NAME = "lit_model.pth"
 MANIFEST_NAME = "runbook-manifest.json"
@@ -134,34 +134,11 @@ def verify_checkpoint(ckpt: Checkpoint, require_side_files=REQUIRED_SIDE_FILES) 
     return _verify(ckpt, require_side_files, want_digests=False)[0]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(dst: Path, write) -> None:
-    """write(file) into a temp file beside dst, fsync, os.replace: readers see old or new, never half."""
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=OWN_TMP_PREFIX, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(dst.parent)
-
-
 def _write_manifest_entries(ckpt: Checkpoint, files: dict) -> Path:
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     data = json.dumps({"format": 1, "step": ckpt.step, "created_utc": created, "files": files}, indent=1)
     dst = ckpt.path / MANIFEST_NAME
-    _atomic_write(dst, lambda f: f.write(data.encode() + b"\n"))
+    atomic_write(dst, lambda f: f.write(data.encode() + b"\n"), prefix=OWN_TMP_PREFIX)
     return dst
 
 
@@ -208,7 +185,7 @@ def update_last_link(out_dir: Path, ckpt: Checkpoint) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(out_dir)
+    fsync_dir(out_dir)
 
 
 def last_link_target(out_dir: Path) -> Path | None:
@@ -358,7 +335,7 @@ def rescaled_copy(src_pth: Path, dst_pth: Path, iter_num_factor: float) -> dict:
         raise ValueError(f"iter_num {before} x {iter_num_factor} = {float(after)} is not an integer")
     state["iter_num"] = int(after)
     dst_pth.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(dst_pth, lambda f: torch.save(state, f))  # .part temp: never matches step-*/*.pth
+    atomic_write(dst_pth, lambda f: torch.save(state, f), prefix=OWN_TMP_PREFIX)  # .part temp: never matches step-*/*.pth
     return {"iter_num_before": before, "iter_num_after": int(after), "step_count": int(state["step_count"])}
 
 

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from runbook.yaml_source import atomic_write_text
+from runbook.durable import atomic_write_text
 
 ID_PATTERN = re.compile(r"^incident-(\d+)$")
 

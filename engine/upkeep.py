@@ -37,7 +37,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import checkpoints as ckpts
-from runbook.yaml_source import atomic_write_text
+from runbook.durable import atomic_write_text
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600

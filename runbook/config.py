@@ -16,9 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.upkeep import UpkeepSettings
+from runbook.durable import atomic_write_text
 from runbook.slack import SlackSettings
 from runbook.yaml_source import (
-    SourceError, atomic_write_text, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
+    SourceError, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
 )
 
 

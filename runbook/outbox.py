@@ -16,10 +16,11 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from runbook.durable import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -29,31 +30,10 @@ STATE_FILE = "state.json"
 FAILED_DIR = "failed"
 
 
-def _fsync_dir(path: Path) -> None:
-    # The rename itself is only durable once the directory entry is on disk.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` so readers see the old or the new file, never a mix."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".part")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
+    atomic_write(path, lambda f: f.write(json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")),
+                 prefix=_TMP_PREFIX)
 
 
 class Outbox:

@@ -65,7 +65,7 @@ def check_trainer(loaded) -> None:
     adapter = adapter_for(loaded.config.trainer.kind)
     if not adapter.is_installed():
         raise Refusal(ExitCode.TRAINER_MISSING, f"{adapter.name} is not installed in this Python environment; "
-                      "run `pip install -e .` (see README.md)")
+                      "run `bash scripts/setup.sh` (README.md), or `pip install litgpt` into the Python that runs runbook")
     if loaded.config.trainer.device == "cuda":
         import torch
 

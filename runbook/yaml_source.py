@@ -7,7 +7,6 @@ reports an error location as a tuple of keys. `locate` walks one with the other.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
+
+from runbook.durable import atomic_write_text
 
 
 class SourceError(ValueError):
@@ -88,26 +89,6 @@ def plain(node: Any) -> Any:
     if isinstance(node, list):
         return [plain(v) for v in node]
     return node
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder, fsync, rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk must not leave half a file behind, even a hidden one
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def update_yaml_values(path: Path, updates: dict[str, Any]) -> None:

@@ -45,3 +45,17 @@ def test_blocks_outside_the_training_window_and_non_adjacent_ones_are_left_out()
     assert paired_rates(stamps, gap).ratios == []
     both = merge([paired_rates(stamps, plan), paired_rates(stamps, plan)])
     assert len(both.ratios) == 20 and both.mean_ratio == pytest.approx(0.95, abs=0.002)
+
+
+def test_the_chaos_goals_are_checked_on_the_figures():
+    from benchmarks.chaos_report import Outcome, goals
+
+    reference = Outcome("ref", completed=True, steps=12, tokens=196_608, val_loss=5.58)
+    detail = {"id": "incident-4", "allowed": 4, "steps_lost": 4}
+    good = Outcome("rb", completed=True, steps=12, tokens=196_608, val_loss=5.43, details=[detail])
+    assert "**missed**" not in goals(good, reference)
+    worse = Outcome("rb", completed=True, steps=12, tokens=196_608, val_loss=7.17, details=[{**detail, "steps_lost": 5}])
+    text = goals(worse, reference)
+    assert "final val loss within 5% of the reference (28.49%): **missed**" in text
+    assert "(exceeded by incident-4): **missed**" in text
+    assert "no human action: met" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -146,3 +147,17 @@ def test_an_lr_cut_below_min_lr_takes_the_schedule_floor_with_it(tmp_path):
     cut = loaded.write_back({"lr": 0.00002})
     generated = LitGPTAdapter().trainer_config(cut, tmp_path, tmp_path, None)
     assert generated["optimizer"]["init_args"]["lr"] == 0.00002 and generated["train"]["min_lr"] == 0.00002
+
+
+def test_a_missing_trainer_exits_6_with_the_fix_and_launches_nothing(project, tmp_path):
+    # sys.modules["litgpt"] = None is how Python spells "not importable": find_spec() answers None.
+    hide = tmp_path / "hide-litgpt"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['litgpt'] = None\n")
+    env = {**os.environ, "PYTHONPATH": str(hide)}
+    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=project.root)
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert "litgpt is not installed" in result.stderr and "scripts/setup.sh" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(project.root.rglob("trainer-*.log")), "a trainer was launched"

@@ -9,7 +9,7 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.clauses import MatchContext
-from engine.expressions import _ENV, compile_expression, evaluate_condition
+from engine.expressions import _ENV, compile_expression
 from engine.matcher import AttemptHistory, MatchMemory, decide, ordered
 from engine.planner import plan
 from engine.playbook import build_playbook

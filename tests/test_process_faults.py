@@ -12,7 +12,7 @@ import pytest
 
 from engine.checkpoints import MANIFEST_NAME, list_checkpoints, verify_checkpoint
 from engine.journal import Journal
-from tests.conftest import REPO, stop_process, wait_for
+from tests.conftest import stop_process, wait_for
 
 
 def finish(watcher, project, timeout=300) -> int:

@@ -10,7 +10,8 @@ import typer
 from pydantic import ValidationError
 
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError, atomic_write_text
+from runbook.durable import atomic_write_text
+from runbook.yaml_source import SourceError
 
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
 DEFAULT_PLAYBOOKS = Path("playbooks")

@@ -149,7 +149,8 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine import checkpoints as ckpts
     from engine.incidents import ID_PATTERN
-    from runbook.yaml_source import atomic_write_text, round_trip_yaml
+    from runbook.durable import atomic_write_text
+    from runbook.yaml_source import round_trip_yaml
 
     incident_id = str(record.get("id"))
     if not ID_PATTERN.match(incident_id):

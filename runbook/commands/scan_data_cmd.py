@@ -150,7 +150,8 @@ def _config_value(loaded, key: str, target: Path) -> str:
 def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
     """Set data.<key> in the config file, comments and order kept (write_back only sets top-level keys)."""
     from runbook.config import RunConfig
-    from runbook.yaml_source import atomic_write_text, round_trip_yaml
+    from runbook.durable import atomic_write_text
+    from runbook.yaml_source import round_trip_yaml
 
     values = {key: _config_value(loaded, key, target) for key, target in repoint.items()}
     data = {**loaded.config.data.model_dump(), **values}

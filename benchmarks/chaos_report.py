@@ -1,0 +1,117 @@
+"""The chaos benchmark's outcome model and its tables, goal checks and notes (no processes, no files)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from benchmarks import common
+
+
+@dataclass
+class Outcome:
+    name: str
+    completed: bool = False
+    steps: int | None = None          # optimizer steps in the delivered model (final/)
+    tokens: int | None = None
+    val_loss: float | None = None
+    wall_s: float = 0.0
+    steps_computed: int = 0
+    incidents: list = field(default_factory=list)   # one short text per incident
+    steps_lost: list = field(default_factory=list)
+    human_actions: int = 0
+    first_loss: float | None = None
+    note: str = ""
+    load: str = ""
+    details: list = field(default_factory=list)
+
+
+def fmt(x, spec="") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def rows(outcomes: list[Outcome], reference: Outcome) -> list[list]:
+    out = []
+    for o in outcomes:
+        goodput_wall = reference.wall_s / o.wall_s if o.completed and o.wall_s else None
+        goodput_steps = (o.steps or 0) / o.steps_computed if o.steps_computed else None
+        lost = ", ".join("-" if s is None else str(s) for s in o.steps_lost) or "-"
+        out.append([o.name, "yes" if o.completed else "**no**", fmt(o.steps), fmt(o.tokens, ","), fmt(o.val_loss, ".4f"),
+                    f"{o.wall_s:.0f}", f"{len(o.incidents)}" + (f" ({'; '.join(o.incidents)})" if o.incidents else ""),
+                    lost, fmt(goodput_wall, ".2f"), f"{o.steps or 0}/{o.steps_computed}" + (f" = {goodput_steps:.2f}" if goodput_steps is not None else ""),
+                    str(o.human_actions), o.note or "", o.load])
+    return out
+
+
+HEADERS = ["contender", "completed", "optimizer steps", "tokens", "final val loss", "wall s", "incidents",
+           "steps lost per incident", "goodput (ref wall / wall)", "useful / computed steps", "human actions", "outcome",
+           "load avg at start"]
+
+
+def details_table(outcome: Outcome) -> str:
+    rows_ = [[d["id"], d["playbook"], d["outcome"], fmt(d["step_at_failure"]), fmt(d["resumed_step"]), fmt(d["steps_lost"]),
+              fmt(d["allowed"]), fmt(d["after_injection_s"]), fmt(d["runbook_s"]), fmt(d["trainer_restart_s"]),
+              ", ".join(f"{k} {v[0]} -> {v[1]}" for k, v in d["config_changes"].items()) or "-", d["note"] or "-"]
+             for d in outcome.details]
+    return common.table(["incident", "playbook", "outcome", "step at failure", "resumed from step", "steps lost",
+                         "steps since the last intact checkpoint", "detected after injection (s)", "runbook s",
+                         "trainer restart s", "config changes", "note"], rows_, right={3, 4, 5, 6, 7, 8, 9})
+
+
+def goals(runbook: Outcome, reference: Outcome) -> str:
+    """The issue's goals for runbook, checked on this run's figures."""
+    checks = []
+    checks.append(("completes", runbook.completed))
+    checks.append((f"same optimizer steps ({runbook.steps} vs {reference.steps}) and tokens "
+                   f"({fmt(runbook.tokens, ',')} vs {fmt(reference.tokens, ',')}) as the reference",
+                   runbook.completed and runbook.steps == reference.steps and runbook.tokens == reference.tokens))
+    if runbook.val_loss is not None and reference.val_loss:
+        diff = abs(runbook.val_loss - reference.val_loss) / reference.val_loss
+        checks.append((f"final val loss within 5% of the reference ({100 * diff:.2f}%)", diff <= 0.05))
+    else:
+        checks.append(("final val loss within 5% of the reference (no final val loss)", False))
+    over = [d for d in runbook.details if d["allowed"] is not None and d["steps_lost"] is not None and d["steps_lost"] > d["allowed"]]
+    checks.append(("steps lost per incident no more than the steps since the last intact checkpoint"
+                   + (f" (exceeded by {', '.join(d['id'] for d in over)})" if over else ""), not over))
+    checks.append(("no human action", runbook.human_actions == 0))
+    return "; ".join(f"{text}: {'met' if ok else '**missed**'}" for text, ok in checks)
+
+
+def time_budget(runbook: Outcome, reference: Outcome) -> str:
+    """Where runbook's wall time beyond the reference's went."""
+    if not runbook.completed:
+        return ""
+    extra = runbook.wall_s - reference.wall_s
+    restarts = sum(d["trainer_restart_s"] or 0 for d in runbook.details)
+    waits = sum(d["after_injection_s"] or 0 for d in runbook.details)
+    own = sum(d["runbook_s"] or 0 for d in runbook.details)
+    false_hangs = sum("false alarm" in d["note"] for d in runbook.details)
+    return (f"runbook took {extra:.0f} s more than the reference. Inside its run: {restarts:.0f} s of trainer restarts"
+            f" (relaunch -> first new progress: litgpt's start-up and resume, {len([d for d in runbook.details if d['trainer_restart_s']])}"
+            f" relaunches), {waits:.0f} s between the injections and their detection (nearly all of it the hang timeout),"
+            f" {own:.1f} s of runbook's own actions, {runbook.steps_computed - (runbook.steps or 0)} optimizer steps computed"
+            f" again, and the first launch, which died of the OOM."
+            + (f" {false_hangs} hang incident(s) were false alarms (see the note column)." if false_hangs else ""))
+
+
+def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
+    if nan_rb is None or nan_rb.val_loss is None or reference.first_loss is None:
+        return ""
+    text = (f"runbook's delivered model has a final val loss of {nan_rb.val_loss:.2f}, against {reference.val_loss:.2f} for the"
+            f" reference and {reference.first_loss:.2f} for the untrained model (the reference's first logged train loss)")
+    baselines = [float(m.group(1)) for d in nan_rb.details if d["playbook"] == "loss-spike"
+                 and (m := re.search(r"best rolling median ([\d.]+)", d["note"]))]
+    lrs = [f"lr {d['config_changes']['lr'][0]:g} -> {d['config_changes']['lr'][1]:g}" for d in nan_rb.details
+           if d["playbook"] == "loss-spike" and "lr" in d["config_changes"]]
+    if nan_rb.val_loss > reference.first_loss and any(b > reference.first_loss for b in baselines[1:]):
+        text += (f": worse than no training at all. The later loss-spike incidents judged the loss against a baseline of"
+                 f" {', '.join(f'{b:.1f}' for b in baselines[1:])} (their best rolling median), above the untrained model's"
+                 " loss: a diverged level passed as normal")
+    elif lrs:
+        text += (f". Every spike was caught against the healthy baseline ({', '.join(f'{b:.2f}' for b in baselines)}) and"
+                 f" rolled back to before it, and each repeat cut the lr four times harder than the one before"
+                 f" (`lr / 4 ** attempt`: {'; '.join(lrs)})")
+        if nan_rb.val_loss > reference.val_loss * 1.05:
+            text += (", yet the run finished at an lr still too far above the reference's, which no longer diverges but"
+                     " trains worse in the steps that remain")
+    return text + "."

@@ -1,0 +1,41 @@
+"""Writes a crash or a full disk cannot leave half done: a temp file beside the target, fsync,
+os.replace, fsync of the folder (the rename is only durable once the directory entry is on disk).
+Readers see the old file or the new one, never a mix; a failed write leaves no temp file behind."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+TMP_PREFIX = ".tmp-"
+TMP_SUFFIX = ".part"   # no reader's glob (*.json, *.yaml, step-*/*.pth) matches it
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(dst: Path, write: Callable[[BinaryIO], object], prefix: str = TMP_PREFIX) -> None:
+    """write(file) into a temp file beside dst, then replace dst with it."""
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=prefix, suffix=TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(dst.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
