@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,12 @@ def test_a_missing_trainer_exits_6_with_the_fix_and_launches_nothing(project, tm
     assert "litgpt is not installed" in result.stderr and "scripts/setup.sh" in result.stderr
     assert "Traceback" not in result.stderr
     assert not list(project.root.rglob("trainer-*.log")), "a trainer was launched"
+
+
+def test_device_auto_on_a_machine_without_gpu_device_nodes_does_not_import_torch():
+    # torch costs the watcher ~2 s and ~200 MB for the whole run; it is only asked where a GPU may be.
+    code = ("import sys; from engine.trainers.litgpt import cuda_available; "
+            "assert cuda_available(()) is False; assert 'torch' not in sys.modules; "
+            "cuda_available(('/dev/null',)); assert 'torch' in sys.modules; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
