@@ -1,16 +1,34 @@
 """Writes a crash or a full disk cannot leave half done: a temp file beside the target, fsync,
 os.replace, fsync of the folder (the rename is only durable once the directory entry is on disk).
-Readers see the old file or the new one, never a mix; a failed write leaves no temp file behind."""
+Readers see the old file or the new one, never a mix; a failed write leaves no temp file behind.
+The file keeps its permissions (a new one gets the usual 0666 & ~umask, not mkstemp's 0600)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
 TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".part"   # no reader's glob (*.json, *.yaml, step-*/*.pth) matches it
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)   # the only portable way to read it; done once, at import, before any thread
+    os.umask(mask)
+    return mask
+
+
+_NEW_FILE_MODE = 0o666 & ~_read_umask()
+
+
+def _mode_for(dst: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(dst).st_mode)
+    except FileNotFoundError:
+        return _NEW_FILE_MODE
 
 
 def fsync_dir(path: Path) -> None:
@@ -25,6 +43,7 @@ def atomic_write(dst: Path, write: Callable[[BinaryIO], object], prefix: str = T
     """write(file) into a temp file beside dst, then replace dst with it."""
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=prefix, suffix=TMP_SUFFIX)
     try:
+        os.fchmod(fd, _mode_for(dst))
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
