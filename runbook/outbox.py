@@ -20,20 +20,18 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runbook.durable import atomic_write
+from runbook.durable import TMP_PREFIX, atomic_write
 
 log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"^(\d{12})\.json$")
-_TMP_PREFIX = ".tmp-"
 STATE_FILE = "state.json"
 FAILED_DIR = "failed"
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` so readers see the old or the new file, never a mix."""
-    atomic_write(path, lambda f: f.write(json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")),
-                 prefix=_TMP_PREFIX)
+    atomic_write(path, lambda f: f.write(json.dumps(data, ensure_ascii=False, sort_keys=True).encode("utf-8")))
 
 
 class Outbox:
@@ -124,7 +122,7 @@ class Outbox:
 
     def _remove_stale_temp_files(self) -> None:
         for name in os.listdir(self.dir):
-            if name.startswith(_TMP_PREFIX):
+            if name.startswith(TMP_PREFIX):
                 try:
                     os.unlink(self.dir / name)
                 except OSError:
