@@ -5,12 +5,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 from pathlib import Path
 
+from engine.incident_records import ID_PATTERN
 from runbook.durable import atomic_write_text
 
-ID_PATTERN = re.compile(r"^incident-(\d+)$")
+
+class IncidentsUnreadable(OSError):
+    """The incidents folder exists but cannot be listed (not a folder, no permission)."""
 
 
 class IncidentStore:
@@ -53,7 +55,15 @@ class IncidentStore:
         return json.loads(path.read_text(encoding="utf-8"))
 
     def ids(self) -> list[str]:
-        found = [(int(m.group(1)), p.stem) for p in self.dir.glob("incident-*.json") if (m := ID_PATTERN.match(p.stem))]
+        try:
+            names = os.listdir(self.dir)   # glob() would answer "none" for a folder it cannot read
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise IncidentsUnreadable(f"cannot list the incident records in {self.dir}: "
+                                      f"{error.strerror or error}") from None
+        found = [(int(m.group(1)), name[:-5]) for name in names
+                 if name.endswith(".json") and (m := ID_PATTERN.match(name[:-5]))]
         return [name for _, name in sorted(found)]
 
     def all(self) -> list[dict]:

@@ -2,17 +2,20 @@
 
 A watcher that crashed and is started again reads the journal to continue the same run: which
 launch is current, which incident is open and which of its actions already ran, how often each
-playbook fired. A torn last line (a crash mid-write) is ignored, never misread.
+playbook fired. Each line carries its own checksum (engine/journal_records.py): a torn, edited or
+garbage line is skipped and reported as file:line, and every line after it is still read, so one bad
+line can never hide the history behind it (the attempt counts of limits and the circuit breaker
+included).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.journal_records import BadLine, decode, encode, recover_glued
 from engine.matcher import AttemptHistory
 from engine.state import RunState
 
@@ -33,32 +36,61 @@ class JournalState:
     last_exit_signal: str | None = None
 
 
+@dataclass(frozen=True)
+class JournalProblem:
+    path: Path
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}; skipped that line, read the rest"
+
+
+class JournalUnreadable(OSError):
+    """The journal file itself cannot be read (a folder, no permission, an I/O error)."""
+
+
 class Journal:
     def __init__(self, path: Path):
         self.path = path
+        self.problems: list[JournalProblem] = []   # of the last entries() call
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, kind: str, **data) -> dict:
         entry = {"time": time.time(), "kind": kind, **data}
-        line = json.dumps(entry, sort_keys=True, default=str) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = encode(entry)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode())  # one write of one line: readers see all of it or a torn tail
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line   # a torn last line (crash mid-write) must not swallow this one
+            os.write(fd, line)  # one write of one line: readers see all of it or a torn tail
             os.fsync(fd)
         finally:
             os.close(fd)
         return entry
 
     def entries(self) -> list[dict]:
-        if not self.path.exists():
+        """Every valid entry in order; the skipped lines are in ``self.problems``."""
+        self.problems = []
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return []
+        except OSError as error:
+            raise JournalUnreadable(f"cannot read the journal {self.path}: {error.strerror or error}") from None
         out = []
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # torn last line from a crash mid-write
+        for number, line in enumerate(raw.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(decode(line))
+            except BadLine as bad:
+                glued = recover_glued(line)
+                if glued is not None:
+                    out.append(glued)
+                    bad = BadLine(f"{bad} (a torn line; the entry glued after it was recovered)")
+                self.problems.append(JournalProblem(self.path, number, str(bad)))
         return out
 
     def replay(self) -> JournalState:

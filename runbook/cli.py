@@ -46,6 +46,7 @@ def watch(
 # --- commands that live in their own modules: an explicit table (tests/test_cli.py keeps it in sync) ---
 from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
+from runbook.commands.notify_cmd import notify as notify_command  # noqa: E402
 from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
 from runbook.commands.report_cmd import report as report_command  # noqa: E402
@@ -61,6 +62,7 @@ app.command("verify")(verify_command)
 app.command("status")(status_command)
 app.command("report")(report_command)
 app.command("drill")(drill_command)
+app.command("notify")(notify_command)
 
 
 def main() -> None:

@@ -15,3 +15,4 @@ class ExitCode(IntEnum):
     INVALID = 8             # lint/test found invalid playbooks or failing playbook tests
     NOT_FOUND = 9           # an incident id or record that does not exist / cannot be read
     DATA_ISSUES = 10        # `scan-data` found bad lines
+    UNDELIVERED = 11        # `notify --flush`: notices still pending (Slack did not accept them in time)

@@ -138,3 +138,30 @@ class Outbox:
             log.error("outbox: unreadable %s (%s); starting with empty state", path, type(exc).__name__)
             return {}
         return data if isinstance(data, dict) else {}
+
+
+def pending_summary(directory: Path | str) -> dict[str, Any]:
+    """How many messages wait in ``directory`` and since when; reads only (no Outbox: that would tidy up)."""
+    folder = Path(directory)
+    try:
+        names = sorted(m.group(0) for m in map(_NAME_RE.match, os.listdir(folder)) if m)
+    except OSError:   # no outbox yet (Slack never enabled), or not a folder
+        names = []
+    oldest = None
+    for name in names[:1]:
+        try:
+            queued = json.loads((folder / name).read_text(encoding="utf-8")).get("queued_at")
+        except (OSError, ValueError, AttributeError):
+            queued = None
+        if isinstance(queued, (int, float)) and not isinstance(queued, bool) and 0 <= queued < 2e10:
+            oldest = float(queued)
+        else:   # an unreadable message: its file's age is the best answer left
+            try:
+                oldest = (folder / name).stat().st_mtime
+            except OSError:
+                pass
+    try:
+        parked = sum(1 for n in os.listdir(folder / FAILED_DIR) if _NAME_RE.match(n))
+    except OSError:
+        parked = 0
+    return {"pending": len(names), "oldest_queued_at": oldest, "parked": parked}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine import checkpoints as ckpts
 from engine.events import FinalValidation, Progress, Resumed, Validation
-from engine.journal import Journal, JournalState
+from engine.journal import Journal, JournalState, rebuild
 from engine.trainers.litgpt import LitGPTAdapter
 
 LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
@@ -63,6 +63,7 @@ class RunHistory:
     checkpoints: list[CheckpointInfo]
     final_exists: bool
     total_steps: int
+    problems: list[str] = field(default_factory=list)   # skipped journal lines and records: file and reason
 
     @property
     def useful_steps(self) -> int:
@@ -136,26 +137,53 @@ def launch_starts(entries: list[dict]) -> dict[int, int]:
     return starts
 
 
-def read_incidents(run_dir: Path) -> list[dict]:
-    """Readable incident records, oldest first (an unreadable file is skipped: this is a summary)."""
-    records = []
-    for path in (run_dir / "incidents").glob("incident-*.json"):
+def read_incident_records(run_dir: Path) -> tuple[list[dict], list[str]]:
+    """Valid incident records, oldest first, and one sentence per record skipped (file and reason)."""
+    from engine.incident_records import ID_PATTERN, problem
+    from engine.incidents import IncidentsUnreadable, IncidentStore
+
+    store = IncidentStore(run_dir, run_dir / "unused-counter")   # a reader never allocates an id
+    try:
+        ids = store.ids()
+    except IncidentsUnreadable as error:
+        return [], [str(error)]
+    records, problems = [], []
+    for incident_id in ids:
+        path = store.path(incident_id)
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError) as error:
+            problems.append(f"{path} is not a readable incident record ({type(error).__name__}); skipped it")
             continue
-        if isinstance(record, dict) and isinstance(record.get("id"), str):
-            records.append(record)
-    return sorted(records, key=lambda r: int(r["id"].rsplit("-", 1)[-1]) if r["id"].rsplit("-", 1)[-1].isdigit() else 0)
+        reason = problem(record) or (None if record.get("id") == incident_id else f"its id is {record.get('id')!r}")
+        if reason:
+            problems.append(f"{path} is not a valid incident record: {reason}; skipped it")
+            continue
+        records.append(record)
+    return sorted(records, key=lambda r: int(ID_PATTERN.match(r["id"]).group(1))), problems
+
+
+def read_incidents(run_dir: Path) -> list[dict]:
+    """Valid incident records, oldest first (a bad file is skipped: this is a summary)."""
+    return read_incident_records(run_dir)[0]
+
+
+def _resolved(path: Path) -> Path | None:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):   # a `last` link in a loop (pointing at itself)
+        return None
 
 
 def read_checkpoints(out_dir: Path) -> list[CheckpointInfo]:
     last = ckpts.last_link_target(out_dir)
-    return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last.resolve() == c.path.resolve())
+    last = _resolved(last) if last is not None else None
+    return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last == _resolved(c.path))
             for c in ckpts.list_checkpoints(out_dir)]
 
 
 def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
+    """Raises JournalUnreadable when the journal file itself cannot be read; bad lines are only skipped."""
     run_dir = loaded.run_dir
     journal = Journal(run_dir / "journal.jsonl")
     entries = journal.entries()
@@ -164,10 +192,11 @@ def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
     if only_newest_launch:
         logs = logs[-1:]
     launches = [parse_launch(n, path, starts.get(n)) for n, path in logs]
+    incidents, bad_records = read_incident_records(run_dir)
     return RunHistory(
-        journal=journal.replay(), journal_entries=entries, launches=launches, incidents=read_incidents(run_dir),
+        journal=rebuild(entries), journal_entries=entries, launches=launches, incidents=incidents,
         checkpoints=read_checkpoints(loaded.out_dir), final_exists=(loaded.out_dir / "final" / "lit_model.pth").is_file(),
-        total_steps=total_steps(loaded.config),
+        total_steps=total_steps(loaded.config), problems=[str(p) for p in journal.problems] + bad_records,
     )
 
 
@@ -177,7 +206,7 @@ def finite(values) -> list[float]:
 
 def duration(seconds: float | None) -> str:
     """A short human duration: "42 s", "3 min 05 s", "2 h 10 min"."""
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "-"
     seconds = int(max(0, seconds))
     if seconds < 90:

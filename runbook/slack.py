@@ -47,6 +47,9 @@ class SlackSettings(BaseModel, extra="forbid"):
     mention: str | None = None  # e.g. "<!subteam^S0123>", added when an incident escalates
     base_url: str | None = None  # Web API base; tests point it at 127.0.0.1
     timeout_s: float = Field(default=3.0, gt=0)
+    # When the watcher ends (completed, escalated, stopped) and for `runbook notify --flush`: how long
+    # to keep delivering what is still queued. What is left stays in the outbox for the next try.
+    delivery_timeout_s: float = Field(default=30.0, ge=0, le=86400)
 
 
 @runtime_checkable
@@ -81,6 +84,7 @@ def make_notifier(settings: SlackSettings, outbox_dir: Path, environ: Mapping[st
         raise ValueError(f"Slack is enabled but neither ${settings.bot_token_env} (bot token) nor "
                          f"${settings.webhook_url_env} (incoming webhook URL) is set in the environment")
     # A bot token wins: only the Web API can thread replies.
+    kwargs.setdefault("close_timeout_s", settings.delivery_timeout_s)
     return SlackNotifier(settings, outbox_dir, token=token or None, webhook_url=None if token else webhook, **kwargs)
 
 

@@ -74,6 +74,37 @@ def check_trainer(loaded) -> None:
                           "CUDA GPU visible to torch; set trainer.device: auto (or cpu)")
 
 
+def read_journal_state(loaded):
+    """The run state the journal says; each bad line is one warning (file:line), then skipped."""
+    from engine.journal import Journal, JournalUnreadable, rebuild
+
+    journal = Journal(loaded.run_dir / "journal.jsonl")
+    try:
+        entries = journal.entries()
+    except JournalUnreadable as error:
+        raise Refusal(ExitCode.NOT_FOUND, f"{error}; fix or move it before watching this run again") from None
+    for problem in journal.problems:
+        err.print(f"warning: {problem}", markup=False)
+    return rebuild(entries).run_state
+
+
+def deliver_leftover_notices(loaded) -> None:
+    """A run that ended while Slack was down: deliver what its watcher could not, before saying "nothing to do"."""
+    from runbook.notices import NoticesRefused, deliver_pending, pending
+
+    count = pending(loaded)
+    if not count:
+        return
+    err.print(f"delivering {count} Slack notice(s) left in {loaded.run_dir / 'outbox'} ...", markup=False)
+    try:
+        delivered, left = deliver_pending(loaded)
+    except NoticesRefused as refused:
+        err.print(f"warning: {refused}", markup=False)
+        return
+    err.print(f"delivered {delivered} notice(s)" + (f"; {left} still pending (`runbook notify --flush` retries)"
+                                                     if left else ""), markup=False)
+
+
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
     from engine.lock import RunLocked
     from engine.playbook_loader import load_playbooks
@@ -85,13 +116,12 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
 
     try:
         loaded = load_config(config_path)
-        if (loaded.run_dir / "journal.jsonl").exists():
-            from engine.journal import Journal
-
-            if Journal(loaded.run_dir / "journal.jsonl").replay().run_state == RunState.COMPLETED:
-                err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
-                          f"change run_dir and out_dir in {loaded.path} or remove {loaded.run_dir}")
-                return ExitCode.OK
+        if read_journal_state(loaded) == RunState.COMPLETED:
+            if not dry_run:
+                deliver_leftover_notices(loaded)
+            err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
+                      f"change run_dir and out_dir in {loaded.path} or remove {loaded.run_dir}")
+            return ExitCode.OK
         playbooks = load_playbooks(loaded.playbook_paths)
         check_trainer(loaded)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run)

@@ -10,6 +10,7 @@ is recorded, including the ones answered with an error, so tests can count retri
         slack.recover()
         slack.rate_limit_next(2)  # next 2 requests get 429 + Retry-After: 1
         slack.fail_next(3)        # next 3 requests get 503
+        slack.outage_after(1, "500")  # accept 1 more message, then answer 500 until recover()
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class FakeSlack:
         self._failing = 0
         self._retry_after = 1
         self._outage_503 = False
+        self._outage_status = 503
         self._outage_until: float | None = None
+        self._accept_before_outage: int | None = None
         self.reject_blocks = False  # answer invalid_blocks to any post that carries blocks
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -86,15 +89,21 @@ class FakeSlack:
         """
         if mode == "refuse":
             self.stop()
-        elif mode == "503":
+        elif mode in ("500", "503"):
             with self._lock:
-                self._outage_503 = True
+                self._outage_503, self._outage_status = True, int(mode)
                 self._outage_until = None if seconds is None else time.monotonic() + seconds
         else:
             raise ValueError(f"unknown outage mode {mode!r}")
 
+    def outage_after(self, accepted: int, mode: str = "500") -> None:
+        """Accept ``accepted`` more messages, then answer every request with HTTP ``mode`` (500/503)."""
+        with self._lock:
+            self._accept_before_outage, self._outage_status = accepted, int(mode)
+
     def recover(self) -> None:
         with self._lock:
+            self._accept_before_outage = None
             self._outage_503 = False
             self._outage_until = None
         self.start()
@@ -140,10 +149,13 @@ class FakeSlack:
             self.requests.append(req)
             if self._outage_until is not None and time.monotonic() >= self._outage_until:
                 self._outage_503, self._outage_until = False, None
+            if self._accept_before_outage == 0:
+                self._outage_503, self._accept_before_outage = True, None
             if self._outage_503 or self._failing > 0:
+                status = self._outage_status if self._outage_503 else 503
                 self._failing = max(0, self._failing - 1)
-                req.status = 503
-                return 503, {"Content-Type": "text/plain"}, b"service unavailable"
+                req.status = status
+                return status, {"Content-Type": "text/plain"}, b"service unavailable"
             if self._rate_limited > 0:
                 self._rate_limited -= 1
                 req.status = 429
@@ -163,6 +175,8 @@ class FakeSlack:
             else:
                 answer = {"ok": False, "error": "unknown_method"}
             req.status, req.response, req.ok = 200, answer, answer["ok"]
+            if req.ok and self._accept_before_outage:
+                self._accept_before_outage -= 1
             return 200, {"Content-Type": "application/json"}, json.dumps(answer).encode()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

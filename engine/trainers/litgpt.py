@@ -22,11 +22,12 @@ from ruamel.yaml import YAML
 from engine.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation
 from engine.trainers.base import LaunchSpec
 
+# At most 15 digits: a longer step or iter is a garbled line, and would overflow float arithmetic later.
 PROGRESS = re.compile(
-    r"^Epoch (\d+) \| iter (\d+) step (\d+) \| loss train: (\S+), val: (\S+) \| "
-    r"iter time: ([\d.]+) ms( \(step\))? remaining time: (.+)$"
+    r"^Epoch (\d+) \| iter (\d{1,15}) step (\d{1,15}) \| loss train: (\S+), val: (\S+) \| "
+    r"iter time: (\d{1,15}(?:\.\d*)?) ms( \(step\))? remaining time: (.+)$"
 )
-VALIDATION = re.compile(r"^iter (\d+): val loss (\S+), val time: ")
+VALIDATION = re.compile(r"^iter (\d{1,15}): val loss (\S+), val time: ")
 SAVING = re.compile(r"^Saving checkpoint to '(.+)'$")
 RESUMING = re.compile(r"^Resuming training from (.+)$")
 FINAL = re.compile(r"^Final evaluation \| val loss: (\S+) \|")

@@ -22,7 +22,11 @@ def load_started_run(config: Path):
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
-    if not (loaded.run_dir / "journal.jsonl").is_file():
+    journal = loaded.run_dir / "journal.jsonl"
+    if journal.exists() and not journal.is_file():
+        err.print(f"error: cannot read the journal {journal}: it is not a file; nothing was changed", markup=False)
+        raise typer.Exit(int(ExitCode.NOT_FOUND))
+    if not journal.is_file():
         err.print(f"error: no run has started in {loaded.run_dir} yet (no journal.jsonl); "
                   f"start it with `runbook watch {config}`", markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG))

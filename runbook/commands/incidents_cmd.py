@@ -48,30 +48,47 @@ def open_store(config: Path):
     return loaded, IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
 
 
-def read_record(store, incident_id: str) -> dict:
-    from engine.incidents import ID_PATTERN
+def _ids(store) -> list[str]:
+    from engine.incidents import IncidentsUnreadable
 
-    known = ", ".join(store.ids()) or "none"
-    if not ID_PATTERN.match(incident_id):  # also keeps "../x" out of the path
-        raise RecordProblem(ExitCode.NOT_FOUND, f"'{incident_id}' is not an incident id (incident-N); known in {store.dir}: {known}")
+    try:
+        return store.ids()
+    except IncidentsUnreadable as error:
+        raise RecordProblem(ExitCode.NOT_FOUND, f"{error}; no record could be read") from None
+
+
+def read_record(store, incident_id: str) -> dict:
+    from engine.incident_records import ID_PATTERN, problem
+
+    known = ", ".join(_ids(store)) or "none"
+    if not ID_PATTERN.match(incident_id):  # also keeps "../x" and over-long file names out of the path
+        raise RecordProblem(ExitCode.NOT_FOUND, f"'{incident_id[:40]}' is not an incident id (incident-N); "
+                            f"known in {store.dir}: {known}")
     path = store.path(incident_id)
     if not path.exists():
         raise RecordProblem(ExitCode.NOT_FOUND, f"there is no {incident_id} in {store.dir}; known: {known}")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not a readable incident record (perhaps half-written: "
-                            f"{type(error).__name__}: {error}); nothing was changed") from None
+                            f"{type(error).__name__}: {str(error)[:120]}); nothing was changed") from None
     if not isinstance(record, dict) or record.get("id") != incident_id:
         raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not an incident record (expected a JSON object with "
                             f"\"id\": \"{incident_id}\"); nothing was changed")
+    reason = problem(record)
+    if reason:
+        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not a valid incident record: {reason}; skipped it")
     return record
 
 
 def read_all(store) -> tuple[list[dict], dict[str, str]]:
-    """Every readable record, oldest first, and {id: one sentence} per unreadable file."""
+    """Every readable record, oldest first, and {id: one sentence} per unreadable file (or the folder)."""
     records, problems = [], {}
-    for incident_id in store.ids():
+    try:
+        ids = _ids(store)
+    except RecordProblem as problem:
+        return [], {"incidents/": str(problem)}
+    for incident_id in ids:
         try:
             records.append(read_record(store, incident_id))
         except RecordProblem as problem:

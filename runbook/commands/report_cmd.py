@@ -106,7 +106,8 @@ def render_markdown(loaded, history, png_name: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(loaded, output: Path) -> tuple[Path, Path]:
+def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
+    """The report and its picture, and the journal lines and records that had to be skipped."""
     from runbook.report import plot_history, read_history
 
     history = read_history(loaded)
@@ -116,7 +117,7 @@ def write_report(loaded, output: Path) -> tuple[Path, Path]:
     plot_history(history, png, title)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_markdown(loaded, history, os.path.relpath(png, output.parent)), encoding="utf-8")
-    return output, png
+    return output, png, history.problems
 
 
 def report(
@@ -126,6 +127,21 @@ def report(
     """Write a Markdown report of the run: loss curve across restarts, incidents, lost compute, goodput."""
     from runbook.commands.common import load_started_run
 
+    from engine.journal import JournalUnreadable
+    from runbook.exit_codes import ExitCode
+
     loaded = load_started_run(config)
-    markdown, png = write_report(loaded, output or loaded.run_dir / "report" / "report.md")
+    target = output or loaded.run_dir / "report" / "report.md"
+    if target.is_dir():   # `--output some/folder/`: the report goes inside it
+        target = target / "report.md"
+    try:
+        markdown, png, problems = write_report(loaded, target)
+    except JournalUnreadable as error:
+        err.print(f"error: {error}; nothing was written", markup=False)
+        raise typer.Exit(int(ExitCode.NOT_FOUND)) from None
+    except OSError as error:
+        err.print(f"error: cannot write the report to {target}: {error.strerror or error}", markup=False)
+        raise typer.Exit(int(ExitCode.USAGE)) from None
+    for problem in problems:
+        err.print(f"warning: {problem}", markup=False)
     out.print(f"wrote {markdown}\n  and {png}", markup=False)

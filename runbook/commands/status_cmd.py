@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from runbook.exit_codes import ExitCode
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
@@ -95,11 +97,18 @@ def gather(loaded, now: float | None = None) -> dict:
     if beat_path.is_file():
         try:
             beat = json.loads(beat_path.read_text(encoding="utf-8"))
+            if not math.isfinite(beat["time"]):
+                raise ValueError("heartbeat time is not finite")
             heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
                          "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid")}
         except (OSError, ValueError, KeyError, TypeError):
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer
 
+    from runbook.outbox import pending_summary
+
+    notices = pending_summary(loaded.run_dir / "outbox")
+    notices["oldest_age_seconds"] = (round(now - notices["oldest_queued_at"], 1)
+                                     if notices["oldest_queued_at"] is not None else None)
     disk = disk_status(loaded.out_dir)
     sealed = [c.step for c in h.checkpoints if c.sealed]
     last_link = next((c.step for c in h.checkpoints if c.is_last), None)
@@ -121,6 +130,8 @@ def gather(loaded, now: float | None = None) -> dict:
                  "free_percent": round(disk.free_percent, 1)},
         "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
                         "last_link_step": last_link, "final": h.final_exists},
+        "notices": notices,
+        "problems": h.problems,
         "incidents": {
             "count": len(h.incidents), "by_outcome": outcomes,
             "open": h.journal.open_incident.get("incident") if h.journal.open_incident else None,
@@ -172,6 +183,12 @@ def render(status: dict) -> list[str]:
     kept = ", ".join(str(step) + ("" if step in c["sealed_steps"] else " (unsealed)") for step in c["steps"]) or "none"
     lines.append(f"ckpts     {kept}; last -> {_number(c['last_link_step'], 'step {}')}"
                  + ("; final/ written" if c["final"] else ""))
+    n = s.get("notices") or {}
+    if n.get("pending") or n.get("parked"):
+        lines.append(f"notices   {n['pending']} pending (Slack outbox)"
+                     + (f", oldest queued {duration(n['oldest_age_seconds'])} ago" if n["pending"] else "")
+                     + (f"; {n['parked']} rejected by Slack, kept in outbox/failed/" if n.get("parked") else "")
+                     + ("; `runbook notify --flush` delivers them" if n["pending"] else ""))
     i = s["incidents"]
     summary = ", ".join(f"{n} {o}" for o, n in sorted(i["by_outcome"].items()))
     lines.append(f"incidents {i['count']}" + (f" ({summary})" if summary else "")
@@ -190,10 +207,29 @@ def status(
     """Where the run stands: state, step, loss, speed, checkpoints, incidents (live or after the end)."""
     from runbook.commands.common import load_started_run
 
+    from engine.journal import JournalUnreadable
+
     loaded = load_started_run(config)
-    data = gather(loaded)
+    try:
+        data = gather(loaded)
+    except JournalUnreadable as error:
+        err.print(f"error: {error}; nothing was changed", markup=False)
+        raise typer.Exit(int(ExitCode.NOT_FOUND)) from None
+    for problem in data["problems"]:
+        err.print(f"warning: {problem}", markup=False)
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(json_safe(data), indent=2, allow_nan=False))
     else:
         for line in render(data):
             out.print(Text(line))
+
+
+def json_safe(value):
+    """``value`` with NaN/inf as null: `status --json` is read by machines, and JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

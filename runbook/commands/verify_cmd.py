@@ -31,12 +31,20 @@ def verify(
     bad = 0
     found = ckpts.list_checkpoints(out_dir)
     last = ckpts.last_link_target(out_dir)
+    last = _resolved(last) if last is not None else None
     for ckpt in found:
         result = ckpts.verify_checkpoint(ckpt)
         bad += not result.ok
-        marker = " (last)" if last is not None and last.resolve() == ckpt.path.resolve() else ""
+        marker = " (last)" if last is not None and last == _resolved(ckpt.path) else ""
         table.add_row(ckpt.path.name + marker, f"{ckpt.size_bytes() / 1e6:.1f} MB", "yes" if ckpts.has_manifest(ckpt) else "no",
                       "ok" if result.ok else f"CORRUPT: {result.reason}")
     out.print(table)
     out.print(f"{len(found)} checkpoint(s), {bad} corrupt")
     raise typer.Exit(int(ExitCode.INVALID) if bad else 0)
+
+
+def _resolved(path: Path) -> Path | None:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):   # `last` pointing at itself: a loop resolve() refuses
+        return None

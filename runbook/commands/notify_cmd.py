@@ -1,0 +1,60 @@
+"""`runbook notify [CONFIG] [--flush]`: the Slack notices still waiting in the run's outbox; deliver them.
+
+A watcher that ended while Slack was down leaves its notices in `<run_dir>/outbox/`. Without
+`--flush` this only counts them; with it they are delivered in order, replies in their incident's
+thread. Exit 0 when nothing is left, 11 when some are still pending (Slack still down), 5 when a
+watcher holds the run folder (it delivers them itself), 3 when Slack is not configured.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from runbook.exit_codes import ExitCode
+from runbook.yaml_source import SourceError
+
+DEFAULT_CONFIG = Path("configs/run_config.yaml")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def notify(
+    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    flush: bool = typer.Option(False, "--flush", help="deliver the pending notices now"),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", min=0, help="seconds to keep trying (default: notifications.slack.delivery_timeout_s)"),
+) -> None:
+    """Count the Slack notices still waiting in the run's outbox; --flush delivers them, in order and in their threads."""
+    from runbook.config import load_config
+    from runbook.notices import NoticesRefused, deliver_pending, outbox_dir
+    from runbook.outbox import pending_summary
+    from runbook.report import duration
+
+    try:
+        loaded = load_config(config)
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
+    folder = outbox_dir(loaded)
+    summary = pending_summary(folder)
+    if not flush or not summary["pending"]:
+        since = (f", oldest queued {duration(time.time() - summary['oldest_queued_at'])} ago"
+                 if summary["oldest_queued_at"] is not None else "")
+        out.print(f"{summary['pending']} notice(s) pending in {folder}{since}"
+                  + (f"; {summary['parked']} rejected by Slack in {folder / 'failed'}" if summary["parked"] else ""),
+                  markup=False)
+        raise typer.Exit(int(ExitCode.UNDELIVERED if summary["pending"] and flush else ExitCode.OK))
+    try:
+        delivered, left = deliver_pending(loaded, timeout)
+    except NoticesRefused as refused:
+        err.print(f"error: {refused}", markup=False)
+        raise typer.Exit(int(refused.code)) from None
+    out.print(f"delivered {delivered} notice(s)" + (f"; {left} still pending in {folder} (Slack did not accept them "
+                                                     "in time; run `runbook notify --flush` again later)" if left else ""),
+              markup=False)
+    raise typer.Exit(int(ExitCode.UNDELIVERED if left else ExitCode.OK))
