@@ -3,14 +3,16 @@
 litgpt writes ``out_dir/step-XXXXXXXX/lit_model.pth`` (XXXXXXXX = optimizer ``step_count``) plus
 side files. ``--resume auto`` takes the highest ``out_dir.rglob("step-*/*.pth")``: it recurses and
 checks nothing. So this module looks only at direct children, verifies files without unpickling
-them, and never leaves ``step-*/*.pth``-shaped temporaries: every temp name here starts with
-``tmp-runbook-`` (and temp files end in ``.part``).
+them, and never leaves ``step-*/*.pth``-shaped temporaries: every temp name runbook makes in an
+out_dir starts with ``own_tmp_prefix(out_dir)`` = ``tmp-runbook-<token of that out_dir>-`` (temp files
+end in ``.part``), so a leftover of ours is told apart from anybody else's ``tmp*`` (partial_saves.py).
 
 Pure planning functions: ``newest_verified``, ``plan_prune``. Everything else touches files.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,8 +32,26 @@ MANIFEST_NAME = "runbook-manifest.json"
 REQUIRED_SIDE_FILES = ("model_config.yaml", "hyperparameters.yaml")
 QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
 LAST_LINK_NAME = "last"
-OWN_TMP_PREFIX = "tmp-runbook-"  # find_partial_saves reports leftovers of ours too ("tmp*")
+OWN_TMP_PREFIX = "tmp-runbook-"  # + a token per out_dir: see own_tmp_prefix
 STEP_DIR_RE = re.compile(r"^step-(\d+)$")
+# Every file litgpt 0.5.13's save_checkpoint puts in a step-*/final folder (fabric.save, save_hyperparameters,
+# copy_config_files, save_config), plus our manifest. A folder holding anything else is not all ours.
+CHECKPOINT_FILES = frozenset({PTH_NAME, MANIFEST_NAME, "hyperparameters.yaml", "model_config.yaml", "config.json",
+                              "generation_config.json", "tokenizer.json", "tokenizer.model", "tokenizer_config.json"})
+
+
+def own_tmp_prefix(out_dir: Path) -> str:
+    """``tmp-runbook-<token>-``: the token is fixed by out_dir's real path, so a leftover of ours is
+    recognised after a watcher restart and another tool's (or another out_dir's) ``tmp-runbook-*`` is not."""
+    token = hashlib.sha256(os.path.realpath(out_dir).encode()).hexdigest()[:10]
+    return f"{OWN_TMP_PREFIX}{token}-"
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """Names in a checkpoint folder that neither litgpt's save nor runbook writes (sorted)."""
+    prefix = own_tmp_prefix(Path(folder).parent)
+    return sorted(e.name for e in _scandir(Path(folder))
+                  if not (e.name in CHECKPOINT_FILES and e.is_file(follow_symlinks=False)) and not e.name.startswith(prefix))
 
 
 @dataclass(frozen=True)
@@ -77,11 +97,12 @@ def list_checkpoints(out_dir: Path) -> list[Checkpoint]:
 
 
 def _manifest_files(ckpt: Checkpoint) -> list[str]:
-    """Regular files of the folder, minus the manifest and temporaries."""
+    """Regular files of the folder, minus the manifest and our temporaries."""
+    prefix = own_tmp_prefix(ckpt.path.parent)
     return sorted(
         e.name
         for e in os.scandir(ckpt.path)
-        if e.is_file(follow_symlinks=False) and e.name != MANIFEST_NAME and not e.name.startswith("tmp")
+        if e.is_file(follow_symlinks=False) and e.name != MANIFEST_NAME and not e.name.startswith(prefix)
     )
 
 
@@ -138,7 +159,7 @@ def _write_manifest_entries(ckpt: Checkpoint, files: dict) -> Path:
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     data = json.dumps({"format": 1, "step": ckpt.step, "created_utc": created, "files": files}, indent=1)
     dst = ckpt.path / MANIFEST_NAME
-    atomic_write(dst, lambda f: f.write(data.encode() + b"\n"), prefix=OWN_TMP_PREFIX)
+    atomic_write(dst, lambda f: f.write(data.encode() + b"\n"), prefix=own_tmp_prefix(ckpt.path.parent))
     return dst
 
 
@@ -178,7 +199,7 @@ def update_last_link(out_dir: Path, ckpt: Checkpoint) -> None:
     if not ckpt.path.is_dir():
         raise FileNotFoundError(f"checkpoint folder {ckpt.path} does not exist")
     target = os.path.relpath(os.path.abspath(ckpt.path), os.path.abspath(out_dir))
-    tmp = out_dir / f"{OWN_TMP_PREFIX}last-{uuid.uuid4().hex[:12]}"
+    tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"
     os.symlink(target, tmp)
     try:
         os.replace(tmp, out_dir / LAST_LINK_NAME)  # fails if `last` is a real directory
@@ -220,41 +241,12 @@ def quarantine(ckpt: Checkpoint, quarantine_dir: Path, reason: str) -> Path:
     return dest
 
 
-def _valid_zip(path: Path) -> bool:
+def is_zip(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path):  # central directory only: cheap, catches truncation
             return True
     except (zipfile.BadZipFile, EOFError, OSError):
         return False
-
-
-def find_partial_saves(out_dir: Path, require_side_files=()) -> list[Path]:
-    """Leftovers of an interrupted save, sorted: files named ``tmp*`` in out_dir, step folders or
-    final/ (Lightning's temp file lands in out_dir if TMPDIR points there), our ``tmp-runbook-*``
-    folders, and step folders whose lit_model.pth is missing or not a zip (disk full leaves a
-    partial one that ``--resume auto`` then picks). Pass REQUIRED_SIDE_FILES to also report folders
-    lacking side files. Cheap: no CRC pass (verify does that). Call only while no trainer writes
-    to out_dir: a save in progress looks partial.
-    """
-    out_dir = Path(out_dir)
-    found, folders = [], []
-    for e in _scandir(out_dir):
-        if not e.is_dir(follow_symlinks=False):
-            if e.name.startswith("tmp"):  # files and stale temp links alike
-                found.append(out_dir / e.name)
-        elif e.name.startswith(OWN_TMP_PREFIX):
-            found.append(out_dir / e.name)
-        elif STEP_DIR_RE.match(e.name) or e.name == "final":
-            folders.append(out_dir / e.name)
-    for folder in folders:
-        found += [folder / e.name for e in _scandir(folder)
-                  if e.name.startswith("tmp") and not e.is_dir(follow_symlinks=False)]
-        pth = folder / PTH_NAME
-        if STEP_DIR_RE.match(folder.name) and (
-            not pth.is_file() or not _valid_zip(pth) or any(not (folder / n).is_file() for n in require_side_files)
-        ):
-            found.append(folder)
-    return sorted(found)
 
 
 def plan_prune(
@@ -270,10 +262,11 @@ def plan_prune(
     return [c for c in by_step if c.step not in keep]
 
 
-def apply_prune(out_dir: Path, doomed: list[Checkpoint]) -> int:
+def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[str] | set[str]) -> int:
     """Delete the doomed folders; return bytes freed. Refuses all (ValueError, nothing deleted) if
-    any is not a direct ``step-*`` child of out_dir, is the newest checkpoint with a manifest (the
-    last verified one), or is where ``out_dir/last`` points."""
+    any is not a direct ``step-*`` child of out_dir, was not announced by this run's trainer (see
+    partial_saves.read_announced), holds a file litgpt and runbook do not write, is the newest
+    checkpoint with a manifest (the last verified one), or is where ``out_dir/last`` points."""
     out_dir = Path(out_dir)
     root, last = out_dir.resolve(), last_link_target(out_dir)
     sealed = [c for c in list_checkpoints(out_dir) if has_manifest(c)]
@@ -282,6 +275,10 @@ def apply_prune(out_dir: Path, doomed: list[Checkpoint]) -> int:
         p = Path(c.path)
         if p.is_symlink() or p.resolve().parent != root or not STEP_DIR_RE.match(p.name):
             raise ValueError(f"refusing to delete {p}: not a step-* folder directly inside {out_dir}")
+        if p.name not in announced:
+            raise ValueError(f"refusing to delete {p}: this run's trainer never announced saving it")
+        if foreign := foreign_files(p):
+            raise ValueError(f"refusing to delete {p}: it holds file(s) runbook did not write: {', '.join(foreign)}")
         if p.resolve() == newest_sealed:
             raise ValueError(f"refusing to delete {p}: it is the newest checkpoint with a manifest")
         if last is not None and last.resolve() == p.resolve():
@@ -291,7 +288,7 @@ def apply_prune(out_dir: Path, doomed: list[Checkpoint]) -> int:
         if c.path.exists():
             freed += c.size_bytes()
             # Rename first so litgpt's `step-*/*.pth` search never sees a half-deleted folder.
-            trash = out_dir / f"{OWN_TMP_PREFIX}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"
+            trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"
             os.rename(c.path, trash)
             shutil.rmtree(trash)
     return freed

@@ -10,6 +10,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from engine import checkpoints as ckpts
+from engine import partial_saves
 from engine.actions.base import ActionFailed
 
 
@@ -111,30 +112,48 @@ class EngineRuntime:
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
         sup = self.sup
         out_dir = sup.loaded.out_dir
-        freed = 0
+        # Only what this run wrote may go: its trainer's announced saves and runbook's own temp names.
+        announced = partial_saves.read_announced(sup.loaded.run_dir / "logs", out_dir)
+        cleanup = partial_saves.find_partial_saves(out_dir, announced)
+        freed, moved, removed = 0, [], []
         trainer_alive = sup.trainer is not None and sup.trainer.alive
         if remove_partial and not trainer_alive:  # a save in progress looks partial
-            for leftover in ckpts.find_partial_saves(out_dir):
-                size = _size(leftover)
-                if leftover.is_dir() and ckpts.STEP_DIR_RE.match(leftover.name):
-                    sup.quarantine(ckpts.Checkpoint(leftover, int(leftover.name.split("-")[1])), "partial save")
-                else:
-                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-                freed += size
+            for name in cleanup.partial:
+                freed += _size(out_dir / name)
+                sup.quarantine(ckpts.Checkpoint(out_dir / name, int(name.split("-")[1])), "partial save")
+                moved.append(name)
+            freed += partial_saves.remove_temps(out_dir, cleanup.temps)
+            removed = list(cleanup.temps)
         sup.refresh_verification()
         existing = ckpts.list_checkpoints(out_dir)
         newest = ckpts.newest_verified(existing, sup.verified)
         protected = {newest.step} if newest else set()
         protected |= {c.step for c in existing if c.step not in sup.verified}  # unverified: maybe being written
         best = sup.observer.tracker.best_val_step if keep_best else None
-        doomed = ckpts.plan_prune(existing, keep_last_k or sup.loaded.config.keep_last_k, best, protected)
-        freed += ckpts.apply_prune(out_dir, doomed)
+        owned = partial_saves.owned_checkpoints(out_dir, announced)
+        doomed = ckpts.plan_prune(owned, keep_last_k or sup.loaded.config.keep_last_k, best, protected)
+        freed += ckpts.apply_prune(out_dir, doomed, announced)
         for c in doomed:
             sup.verified.discard(c.step)
         self.incident.setdefault("freed_bytes", 0)
         self.incident["freed_bytes"] += freed
+        self.incident.setdefault("deleted", []).extend(removed + [c.path.name for c in doomed])
         kept = [c.step for c in ckpts.list_checkpoints(out_dir)]
-        return f"deleted {len(doomed)} checkpoint(s), freed {freed / 1e6:.1f} MB; kept steps {kept}"
+        parts = []
+        if moved:
+            parts.append(f"moved {len(moved)} partial save(s) to quarantine ({_names(moved)})")
+        if removed:
+            parts.append(f"deleted {len(removed)} temporary file(s) of runbook's ({_names(removed)})")
+        parts.append(f"deleted {len(doomed)} checkpoint(s){f' ({_names([c.path.name for c in doomed])})' if doomed else ''}, "
+                     f"freed {freed / 1e6:.1f} MB; kept steps {kept}")
+        if cleanup.foreign:
+            warning = (f"left alone {len(cleanup.foreign)} item(s) in {out_dir} that runbook did not write: "
+                       f"{_names(cleanup.foreign)}")
+            self.incident["left_alone"] = list(cleanup.foreign)
+            self.note(warning)
+            sup.events("warning", text=warning)
+            parts.append(warning)
+        return "; ".join(parts)
 
     def compress_logs(self, min_bytes: int) -> str:
         sup = self.sup
@@ -204,6 +223,10 @@ def checkpoint_micro_batch(step_dir: Path) -> int | None:
         return int(data["train"]["micro_batch_size"])
     except Exception:  # noqa: BLE001 - unknown means "assume unchanged"
         return None
+
+
+def _names(names: list[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _size(path: Path) -> int:

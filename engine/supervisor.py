@@ -7,7 +7,6 @@ that touches processes or files for a recovery goes through EngineRuntime.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import statistics
 import threading
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 from engine import checkpoints as ckpts
+from engine import partial_saves
 from engine.dry_run import observe_without_acting
 from engine.incident_flow import IncidentHandling
 from engine.incidents import IncidentStore
@@ -172,9 +172,7 @@ class Supervisor(IncidentHandling):
         launch_dir = self.loaded.run_dir / "launches" / f"launch-{self.launch_count:03d}"
         launch_dir.mkdir(parents=True, exist_ok=True)
         self.loaded.save_copy(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
-        tmp = self.loaded.out_dir / ".tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        partial_saves.clear_trainer_tmp(self.loaded.out_dir)  # the trainer's TMPDIR: only its temporaries
         spec = self.adapter.prepare_launch(self.loaded, launch_dir, resume_file, self.data_hash)
         spec.env.update(self.extra_env)
         log_path = self.loaded.run_dir / "logs" / f"trainer-{self.launch_count:03d}.log"

@@ -37,6 +37,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import checkpoints as ckpts
+from engine import partial_saves
 from runbook.durable import atomic_write_text
 
 HEARTBEAT_NAME = "heartbeat.json"
@@ -248,8 +249,11 @@ class Upkeep:
         newest = ckpts.newest_verified(existing, verified)
         # Never the newest verified one (the resume point) nor an unverified one (maybe still being written).
         protected = ({newest.step} if newest else set()) | {c.step for c in existing if c.step not in verified}
-        doomed = ckpts.plan_prune(existing, ctx.keep_last_k, ctx.best_step(), protected)
-        freed = ckpts.apply_prune(ctx.out_dir, doomed) if doomed else 0
+        # Only checkpoints this run's trainer announced: anything else in out_dir is not ours to delete.
+        announced = partial_saves.read_announced(Path(ctx.run_dir) / "logs", ctx.out_dir)
+        owned = partial_saves.owned_checkpoints(ctx.out_dir, announced)
+        doomed = ckpts.plan_prune(owned, ctx.keep_last_k, ctx.best_step(), protected)
+        freed = ckpts.apply_prune(ctx.out_dir, doomed, announced) if doomed else 0
         kept = [c.step for c in ckpts.list_checkpoints(ctx.out_dir)]
         return f"deleted {len(doomed)} checkpoint(s) ({freed / 1e6:.1f} MB); kept steps {kept}"
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,8 +21,13 @@ from engine.upkeep import UpkeepSettings
 from runbook.durable import atomic_write_text
 from runbook.slack import SlackSettings
 from runbook.yaml_source import (
-    SourceError, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
+    SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
 )
+
+# Folders no run owns: runbook deletes and moves files in out_dir and run_dir (macOS names included).
+SYSTEM_FOLDERS = ("/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt",
+                  "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var",
+                  "/var/tmp", "/Users", "/Volumes", "/System", "/Library", "/private", "/private/tmp")
 
 
 class Strict(BaseModel):
@@ -177,6 +184,56 @@ class LoadedConfig:
         return self.reload()
 
 
+def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, config_file: Path, project_dir: Path,
+                       data_dirs: dict[str, Path], home: Path, system_folders: set[Path]) -> str | None:
+    """PURE. Why ``folder`` (out_dir or run_dir; every path absolute and resolved) cannot be a folder
+    this run owns, as one sentence, or None. runbook deletes and moves files in both, so neither may
+    be, hold or sit inside anything else of the user's."""
+    def within(a: Path, b: Path) -> bool:
+        return a == b or b in a.parents
+
+    if folder == home:
+        reason = "is your home folder"
+    elif folder in system_folders:
+        reason = "is a system folder"
+    elif folder == project_dir:
+        reason = "is the project folder (the one holding configs/)"
+    elif within(config_file, folder):
+        reason = f"holds the run config {config_file}"
+    elif same := next((name for name, d in data_dirs.items() if d == folder), None):
+        reason = f"is {same}"
+    elif holder := next((name for name, d in data_dirs.items() if within(d, folder)), None):
+        reason = f"holds {holder} ({data_dirs[holder]})"
+    elif inside := next((name for name, d in data_dirs.items() if within(folder, d)), None):
+        reason = f"is inside {inside} ({data_dirs[inside]})"
+    elif folder == other:
+        reason = f"is also {other_key}"
+    elif within(folder, other):
+        reason = f"is inside {other_key} ({other})"
+    elif within(other, folder):
+        reason = f"holds {other_key} ({other})"
+    else:
+        return None
+    return (f"{key}: {folder} {reason}, and runbook deletes and moves files in {key}, so it must be a folder "
+            f"of this run's own (e.g. {RunConfig.model_fields[key].default})")
+
+
+def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
+    real = lambda p: Path(os.path.realpath(p))  # noqa: E731 - symlinks and `..` resolved alike
+    system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS} | {real(tempfile.gettempdir())}
+    data = {f"data.{n}": real(loaded.data_path(n)) for n in ("train_dir", "val_dir", "tokenizer_dir")}
+    folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
+    problems = []
+    for key, other_key in (("out_dir", "run_dir"), ("run_dir", "out_dir")):
+        problem = run_folder_problem(key, folders[key], other_key, folders[other_key], real(path),
+                                     real(loaded.project_dir), data, real(Path.home()), system)
+        if problem:
+            where = locate(tree, (key,))
+            problems.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
+            break  # one sentence: out_dir == run_dir would otherwise be said twice
+    return problems
+
+
 def load_config(path: Path) -> LoadedConfig:
     path = Path(path)
     tree = load_yaml(path)
@@ -188,7 +245,10 @@ def load_config(path: Path) -> LoadedConfig:
         config = RunConfig.model_validate(plain(tree))
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
-    return LoadedConfig(path, config)
+    loaded = LoadedConfig(path, config)
+    if problems := _run_folder_problems(path, tree, loaded):
+        raise SourceError(problems)
+    return loaded
 
 
 def data_files(train_dir: Path, val_dir: Path) -> list[Path]:

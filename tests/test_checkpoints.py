@@ -17,7 +17,6 @@ from engine.checkpoints import (
     Checkpoint,
     apply_prune,
     find_nonfinite_tensors,
-    find_partial_saves,
     has_manifest,
     last_link_target,
     list_checkpoints,
@@ -31,6 +30,7 @@ from engine.checkpoints import (
     verify_checkpoint,
     write_manifest,
 )
+from engine.partial_saves import find_partial_saves, read_announced
 
 
 def _state(step: int) -> dict:
@@ -58,6 +58,14 @@ def make_ckpt(out_dir: Path, step: int, side_files=("model_config.yaml", "hyperp
     for name in side_files:
         (folder / name).write_text(f"{name}: {step}\n")
     return Checkpoint(path=folder, step=step)
+
+
+def announce(log_dir: Path, *ckpts: Checkpoint) -> None:
+    """Append the line litgpt prints before it writes a checkpoint, as the run's trainer log would hold it."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "trainer-000.log", "a") as log:
+        for c in ckpts:
+            log.write(f"Saving checkpoint to {str(Path(os.path.abspath(c.path)) / 'lit_model.pth')!r}\n")
 
 
 def _sha(path: Path) -> str:
@@ -186,23 +194,35 @@ def test_plan_prune_keeps_best_newest_k_and_protected():
 
 
 def test_apply_prune_deletes_and_refuses_unsafe(tmp_path):
-    out = tmp_path / "out"
+    out, logs = tmp_path / "out", tmp_path / "run" / "logs"
     cks = [make_ckpt(out, s, side_files=()) for s in (10, 20, 30)]
+    unannounced = make_ckpt(out, 5, side_files=())
+    announce(logs, *cks)
+    announced = read_announced(logs, out)
+    assert announced == {"step-00000010", "step-00000020", "step-00000030"}
     write_manifest(cks[1])  # step 20 is the newest sealed one
     outsider = make_ckpt(tmp_path / "elsewhere", 5, side_files=())
     with pytest.raises(ValueError, match="directly inside"):
-        apply_prune(out, [cks[0], outsider])
+        apply_prune(out, [cks[0], outsider], announced)
     assert cks[0].path.exists() and outsider.path.exists()  # all-or-nothing
+    with pytest.raises(ValueError, match="never announced"):
+        apply_prune(out, [unannounced], announced)
+    (cks[0].path / "notes.md").write_text("mine\n")
+    with pytest.raises(ValueError, match="did not write: notes.md"):
+        apply_prune(out, [cks[0]], announced)
+    (cks[0].path / "notes.md").unlink()
     with pytest.raises(ValueError, match="newest checkpoint with a manifest"):
-        apply_prune(out, [cks[1]])
+        apply_prune(out, [cks[1]], announced)
     update_last_link(out, cks[2])
     with pytest.raises(ValueError, match="points at it"):
-        apply_prune(out, [cks[2]])
+        apply_prune(out, [cks[2]], announced)
     size = cks[0].size_bytes()
-    assert apply_prune(out, [cks[0]]) == size > 0
-    assert not cks[0].path.exists()
-    assert [c.step for c in list_checkpoints(out)] == [20, 30]
-    assert find_partial_saves(out) == []  # no trash folder left
+    assert apply_prune(out, [cks[0]], announced) == size > 0
+    assert not cks[0].path.exists() and unannounced.path.exists()
+    assert [c.step for c in list_checkpoints(out)] == [5, 20, 30]
+    leftovers = find_partial_saves(out, announced)
+    assert leftovers.temps == [] and leftovers.partial == []  # no trash folder left
+    assert leftovers.foreign == ["step-00000005"]
 
 
 # ----------------------------------------------------------------------------------- last / quarantine
@@ -247,21 +267,40 @@ def test_quarantine_refuses_inside_and_moves_with_reason(tmp_path):
 # ----------------------------------------------------------------------------------- leftovers
 
 
-def test_find_partial_saves(tmp_path):
-    out = tmp_path / "out"
+def test_find_partial_saves_knows_only_what_this_run_wrote(tmp_path):
+    out, logs = tmp_path / "out", tmp_path / "run" / "logs"
     good = make_ckpt(out, 10)
     truncated = make_ckpt(out, 20)
     truncated.pth.write_bytes(truncated.pth.read_bytes()[:1000])
     no_pth = make_ckpt(out, 30)
     no_pth.pth.unlink()
     no_yaml = make_ckpt(out, 40, side_files=())
-    (out / "tmpab12cd").write_bytes(b"partial")
-    (good.path / "tmpxyz").write_bytes(b"partial")
+    someone_elses = make_ckpt(out, 50)
+    someone_elses.pth.write_bytes(b"not a zip")
     (out / "final").mkdir()
-    found = find_partial_saves(out)
-    assert found == sorted([truncated.path, no_pth.path, out / "tmpab12cd", good.path / "tmpxyz"])
-    assert no_yaml.path in find_partial_saves(out, require_side_files=("model_config.yaml",))
-    assert find_partial_saves(tmp_path / "missing") == []
+    announce(logs, good, truncated, no_pth, no_yaml, Checkpoint(out / "final", 0))
+    from engine.checkpoints import own_tmp_prefix
+    from engine.partial_saves import trainer_tmp_dir
+
+    ours = own_tmp_prefix(out)
+    (out / f"{ours}last-0123456789ab").symlink_to("step-00000010")
+    (good.path / f"{ours}abc.part").write_bytes(b"half a manifest")
+    trainer_tmp_dir(out).mkdir()
+    (trainer_tmp_dir(out) / "tmpk2j3h4").write_bytes(b"half a lit_model.pth")
+    # other people's files, some with names an old prefix match would have taken
+    (out / "tmpUserNotes.txt").write_text("notes\n")
+    (out / "tmp8f3k2l").write_bytes(b"x")
+    (out / "tmp-runbook-someone-else").mkdir()
+    (out / "notes.md").write_text("notes\n")
+    (good.path / "tmpxyz").write_bytes(b"someone's")
+    found = find_partial_saves(out, read_announced(logs, out))
+    assert found.partial == [truncated.path.name, no_pth.path.name]
+    assert found.temps == sorted([f"{ours}last-0123456789ab", trainer_tmp_dir(out).name, f"{good.path.name}/{ours}abc.part"])
+    assert found.foreign == sorted(["notes.md", "step-00000050", "tmp-runbook-someone-else", "tmp8f3k2l",
+                                    "tmpUserNotes.txt", "step-00000010/tmpxyz"])
+    with_yaml = find_partial_saves(out, read_announced(logs, out), require_side_files=("model_config.yaml",))
+    assert no_yaml.path.name in with_yaml.partial
+    assert find_partial_saves(tmp_path / "missing", frozenset()).partial == []
 
 
 # ----------------------------------------------------------------------------------- loading

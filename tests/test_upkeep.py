@@ -19,7 +19,7 @@ from engine.checkpoints import list_checkpoints, seal_checkpoint
 from engine.upkeep import HEARTBEAT_NAME, Upkeep, UpkeepSettings, digest_message
 from runbook.slack import NullNotifier, SlackNotifier, SlackSettings
 from tests.fake_slack import FakeSlack
-from tests.test_checkpoints import make_ckpt
+from tests.test_checkpoints import announce, make_ckpt
 
 UTC = dt.timezone.utc
 FIXED_NOW = dt.datetime(2027, 1, 15, 8, 0, 0, tzinfo=UTC)
@@ -76,6 +76,7 @@ def upkeep_for(watcher, lock=None, **settings) -> Upkeep:
 def make_checkpoints(watcher: Watcher, steps, verified) -> None:
     for step in steps:
         ckpt = make_ckpt(watcher.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml"))
+        announce(watcher.run_dir / "logs", ckpt)  # the trainer's "Saving checkpoint to" line
         if step in verified:
             assert seal_checkpoint(ckpt).ok  # as the supervisor seals what it verified
             watcher.verified.add(step)
@@ -207,7 +208,6 @@ def test_digest_goes_to_slack_as_a_top_level_message(watcher, tmp_path, monkeypa
 
 def test_jobs_skip_while_a_recovery_holds_the_lock(watcher):
     make_checkpoints(watcher, (10, 20, 30, 40), verified={10, 20, 30, 40})
-    (watcher.run_dir / "logs").mkdir()
     (watcher.run_dir / "logs" / "trainer-001.log").write_text("old\n")
     lock = threading.Lock()
     upkeep = upkeep_for(watcher, lock=lock, digest_enabled=True)
@@ -277,7 +277,7 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
     assert context.status() == {"run_state": "starting", "launches": 0, "step": None, "tokens": None,
                                 "tokens_per_sec": None}
     for step in (10, 20, 30, 40, 50):
-        make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml"))
+        announce(loaded.run_dir / "logs", make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml")))
     supervisor.refresh_verification(force=True)  # seals them, as the watcher does
     assert context.verified_steps() == {10, 20, 30, 40, 50}
     upkeep = Upkeep(UpkeepSettings(), context)

@@ -194,7 +194,11 @@ class LitGPTAdapter:
         device = cfg.trainer.device
         if device == "auto":
             device = "cuda" if cuda_available() else "cpu"
-        tmp_dir = loaded.out_dir / ".tmp"  # same filesystem as the checkpoints: saves are atomic renames
+        # Lightning's save writes a mkstemp() file in TMPDIR, then renames it onto lit_model.pth: this
+        # folder shares the checkpoints' filesystem (an atomic rename) and is ours alone by name.
+        from engine.partial_saves import trainer_tmp_dir
+
+        tmp_dir = trainer_tmp_dir(loaded.out_dir)
         tmp_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
