@@ -237,6 +237,7 @@ class ExitSpec(BaseModel):
     codes: list[int] = Field(default_factory=list, description="exit codes (negative = killed by signal)")
     signals: list[str] = Field(default_factory=list, description="signal names, e.g. SIGTERM")
     nonzero: bool = Field(False, description="any non-zero exit")
+    unknown: bool = Field(False, description="the trainer is gone and how it ended cannot be learned (its launcher died too)")
 
     @field_validator("signals")
     @classmethod
@@ -268,12 +269,14 @@ class ExitClause(Clause):
             or (signal is not None and signal in spec.signals)
             or (spec.nonzero and code not in (0, None))
             or (spec.nonzero and code is None and signal is not None)
+            or (spec.unknown and code is None and signal is None)
         )
 
     def expected(self):
         parts = [f"code in {self.exit.codes}"] if self.exit.codes else []
         parts += [f"signal in {self.exit.signals}"] if self.exit.signals else []
         parts += ["non-zero exit"] if self.exit.nonzero else []
+        parts += ["an unknown exit status"] if self.exit.unknown else []
         return "trainer exited with " + " or ".join(parts or ["(nothing)"])
 
 

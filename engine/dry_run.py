@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.matcher import MatchMemory, decide
 from engine.planner import plan
 from engine.state import RunState
-from engine.trainer_process import TrainerProcess
+from engine.trainer_process import TrainerProcess, signal_name
 
 
 def observe_without_acting(sup) -> RunState:
@@ -17,12 +17,18 @@ def observe_without_acting(sup) -> RunState:
     past = sup.journal.replay()
     sup.history = past.history
     sup.launch_count = past.launches
-    attached = (TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started)
+    attached = (TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started,
+                                      sup._exit_status_path(past.launches))
                 if past.trainer_pid else None)
+    if attached is not None and not attached.alive:
+        if attached.exit_known:   # what its launcher recorded, though no watcher saw it
+            sup.past_exit = (attached.poll(), signal_name(attached.poll()))
+        attached = None
     if past.trainer_log:
         sup.observer.follow(Path(past.trainer_log), sup._tokens_per_iter(), replay_existing=True)
     if attached is None:
-        sup.past_exit = (past.last_exit_code, past.last_exit_signal)
+        if sup.past_exit == (None, None):
+            sup.past_exit = (past.last_exit_code, past.last_exit_signal)
         sup.events("dry_run", text="no live trainer: judging the run folder as it is now")
         snapshot = sup.observe()
         outcome = decide(snapshot, sup.loaded.config, sup.playbooks, MatchMemory(), sup.history)

@@ -50,6 +50,7 @@ class MetricTracker:
     baseline: float | None = None
     best_median: float | None = None
     last_healthy_step: int | None = None
+    val_condemned_step: int | None = None   # this launch's weights failed validation from this step on
     progress_since_launch: int = 0
     step: int | None = None
     iter_num: int | None = None
@@ -81,6 +82,7 @@ class MetricTracker:
         # once); the best median stays, so a run resumed from a checkpoint saved mid-divergence is
         # still measured against the healthy loss, not against its own diverged level.
         self.losses.clear()
+        self.val_condemned_step = None   # a relaunch starts from other (checkpointed) weights
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
@@ -90,7 +92,10 @@ class MetricTracker:
             self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
             self.losses.append(event.loss)
             self._update_best_median()
-            if self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median):
+            healthy = self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median)
+            # After a failed validation a train loss that looks fine again (a collapsed model sits near
+            # ln(vocab)) vouches for nothing more in this launch.
+            if healthy and self.val_condemned_step is None:
                 self.last_healthy_step = event.step
             self.progress_since_launch += 1
             if self.last_progress_time is not None:
@@ -113,6 +118,12 @@ class MetricTracker:
                     self.baseline = sustained if self.baseline is None else max(self.baseline, sustained)
         elif isinstance(event, Validation):
             self.val_loss = event.val_loss
+            # litgpt validates the weights after update `step`, the ones checkpoint `step` holds: an
+            # unhealthy val loss condemns that checkpoint, even where the train loss still looked fine.
+            if self.step is not None and not self._val_healthy(event.val_loss):
+                self.last_healthy_step = self.step if self.last_healthy_step is None else min(self.last_healthy_step, self.step)
+                if self.val_condemned_step is None:
+                    self.val_condemned_step = self.step
             if math.isfinite(event.val_loss) and (self.best_val_loss is None or event.val_loss < self.best_val_loss):
                 self.best_val_loss, self.best_val_step = event.val_loss, self.step
         elif isinstance(event, CheckpointSaving):
@@ -120,6 +131,11 @@ class MetricTracker:
             self.save_started = now
         elif isinstance(event, FinalValidation):
             self.final_val_loss = event.val_loss
+
+    def _val_healthy(self, val_loss: float) -> bool:
+        if not math.isfinite(val_loss):
+            return False
+        return self.best_val_loss is None or val_loss <= HEALTHY_RATIO * self.best_val_loss
 
     def _update_best_median(self) -> None:
         recent = [x for x in list(self.losses)[-BEST_MEDIAN_WINDOW:] if math.isfinite(x)]

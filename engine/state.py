@@ -48,7 +48,9 @@ class Metrics(Frozen):
     best_val_step: int | None = None
     loss_median: float | None = None    # rolling median of recent train losses
     loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
-    last_healthy_step: int | None = None   # last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1)
+    # Last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1); lowered
+    # to s by a val loss at step s that is non-finite or > 1.5 x the best val loss (checkpoint s is bad).
+    last_healthy_step: int | None = None
     loss_history: list[float] = Field(default_factory=list)
     tokens_per_sec: float | None = None
     baseline_tokens_per_sec: float | None = None

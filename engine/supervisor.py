@@ -107,7 +107,7 @@ class Supervisor(IncidentHandling):
         if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
-        # exit_code is None when the trainer was re-attached after a watcher restart (not our child).
+        # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
         if not trainer.alive and trainer.exit_code in (0, None) and self._final_exists():
             self.refresh_verification(force=True)  # seal the checkpoints saved in the last moments
             self._apply_retention()
@@ -146,17 +146,24 @@ class Supervisor(IncidentHandling):
             self.state = RunState.COMPLETED
             return
         if past.trainer_pid and past.run_state in (RunState.RUNNING, RunState.STARTING):
-            attached = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started)
-            if attached is not None:
-                self.trainer = attached
-                self.observer.follow(attached.log_path, self._tokens_per_iter(), replay_existing=True)
-                self._transition(RunState.RUNNING, reason=f"re-attached to trainer pid {attached.pid}")
+            trainer = TrainerProcess.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started,
+                                            self._exit_status_path(past.launches))
+            if trainer.alive:
+                self.trainer = trainer
+                self.observer.follow(trainer.log_path, self._tokens_per_iter(), replay_existing=True)
+                self._transition(RunState.RUNNING, reason=f"re-attached to trainer pid {trainer.pid}")
+                return
+            if past.open_incident is None:
+                # It ended while no watcher was running: the next tick judges that exit (its launcher
+                # recorded it) with the launch's log, as if it had been watched.
+                self.trainer = trainer
+                self.observer.follow(trainer.log_path, self._tokens_per_iter(), replay_existing=True)
+                code = trainer.poll()
+                how = f"with exit code {code}" if trainer.exit_known else "with an exit status nobody recorded"
+                self._transition(RunState.RUNNING, reason=f"trainer pid {trainer.pid} ended {how} while no watcher was running")
                 return
         if past.open_incident is not None:
             self._continue_incident(past.open_incident, past.done_actions)
-            return
-        if past.trainer_pid and self._final_exists() and past.run_state == RunState.RUNNING:
-            self._transition(RunState.COMPLETED, reason="trainer finished while no watcher was running")
             return
         newest = ckpts.newest_verified(ckpts.list_checkpoints(self.loaded.out_dir), self.verified)
         runtime = EngineRuntime(self, {"id": "startup", "snapshot_model": None})
@@ -176,11 +183,12 @@ class Supervisor(IncidentHandling):
         spec = self.adapter.prepare_launch(self.loaded, launch_dir, resume_file, self.data_hash)
         spec.env.update(self.extra_env)
         log_path = self.loaded.run_dir / "logs" / f"trainer-{self.launch_count:03d}.log"
-        self.trainer = TrainerProcess.launch(spec, log_path)
+        self.trainer = TrainerProcess.launch(spec, log_path, self._exit_status_path(self.launch_count))
         self.observer.follow(log_path, self._tokens_per_iter())
         self.dead_observations = 0
         (self.loaded.run_dir / "trainer.pid").write_text(f"{self.trainer.pid}\n")
         self.journal.append("launch", launch=self.launch_count, pid=self.trainer.pid, log=str(log_path),
+                            exit_status=str(self.trainer.status_path),
                             started=self.trainer.started_at,
                             resume_from=str(resume_file) if resume_file else None, argv=spec.argv)
         self._transition(RunState.RUNNING, reason=f"launch {self.launch_count} (pid {self.trainer.pid})"
@@ -314,6 +322,10 @@ class Supervisor(IncidentHandling):
         now = time.time()
         earlier = [t for t in self.history.fired.get(playbook.name, ()) if now - t < playbook.limits.window]
         return len(earlier) + 1
+
+    def _exit_status_path(self, launch: int) -> Path:
+        """Where that launch's launcher records how the trainer ended (engine/launcher.py)."""
+        return self.loaded.run_dir / "launches" / f"launch-{launch:03d}" / "exit-status.json"
 
     def _final_exists(self) -> bool:
         return (self.loaded.out_dir / "final" / "lit_model.pth").is_file()

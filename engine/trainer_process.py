@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,76 +28,149 @@ def signal_name(exit_code: int | None) -> str | None:
         return None
 
 
-class TrainerProcess:
-    """A launched trainer. Output goes to a log file (not a pipe), so a restarted watcher can re-attach."""
+LAUNCHER = Path(__file__).with_name("launcher.py")
+LAUNCHER_START_TIMEOUT_S = 30.0
 
-    def __init__(self, pid: int, log_path: Path, popen: subprocess.Popen | None = None, started_at: float | None = None):
+
+def read_exit_status(path: Path | None) -> dict:
+    """The launcher's status file ({} when missing or unreadable: the exit is then unknown)."""
+    if path is None:
+        return {}
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+class TrainerProcess:
+    """A launched trainer. Output goes to a log file (not a pipe) and its exit to a status file written
+    by its launcher parent (engine/launcher.py), so a restarted watcher can re-attach and still learn
+    how it ended."""
+
+    def __init__(self, pid: int, log_path: Path, status_path: Path | None = None,
+                 launcher: subprocess.Popen | None = None, started_at: float | None = None):
         self.pid = pid
         self.log_path = log_path
-        self._popen = popen
+        self.status_path = status_path
+        self._launcher = launcher            # set only for the watcher that launched it (to reap it)
         self.started_at = started_at or time.time()
-        self._exit_code: int | None = None
+        self._exit: dict | None = None       # the launcher's final status, once read
         self._gone = False
+        self._waited_for_launcher = False
 
     @classmethod
-    def launch(cls, spec: LaunchSpec, log_path: Path) -> "TrainerProcess":
+    def launch(cls, spec: LaunchSpec, log_path: Path, status_path: Path) -> "TrainerProcess":
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        status_path.parent.mkdir(parents=True, exist_ok=True)
+        status_path.unlink(missing_ok=True)
         limit = spec.memory_limit_bytes
 
-        def limit_memory() -> None:  # runs in the child between fork and exec
+        def limit_memory() -> None:  # runs in the child between fork and exec; the trainer inherits it
             import resource
 
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
+        argv = [sys.executable, str(LAUNCHER), str(status_path), "--", *spec.argv]
         with open(log_path, "ab") as log:
             # Own session: a Ctrl-C in the watcher's terminal is not delivered to the trainer directly;
             # the watcher forwards it deliberately and records what happened.
-            popen = subprocess.Popen(
-                spec.argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
+            launcher = subprocess.Popen(
+                argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
             )
+        status = cls._wait_for_start(launcher, status_path)
+        pid = status.get("trainer_pid") or launcher.pid
         try:
-            started = psutil.Process(popen.pid).create_time()
+            started = psutil.Process(pid).create_time()
         except psutil.Error:
             started = None
-        return cls(popen.pid, log_path, popen, started)
+        return cls(pid, log_path, status_path, launcher, started)
+
+    @staticmethod
+    def _wait_for_start(launcher: subprocess.Popen, status_path: Path) -> dict:
+        deadline = time.monotonic() + LAUNCHER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            status = read_exit_status(status_path)
+            if "trainer_pid" in status:
+                return status
+            if launcher.poll() is not None:
+                return read_exit_status(status_path)
+            time.sleep(0.005)
+        return {}
 
     @classmethod
-    def attach(cls, pid: int, log_path: Path, started_at: float | None = None) -> "TrainerProcess | None":
-        """Re-attach to a trainer started by an earlier watcher, if it is still alive.
+    def attach(cls, pid: int, log_path: Path, started_at: float | None = None,
+               status_path: Path | None = None) -> "TrainerProcess":
+        """The trainer an earlier watcher launched, alive or not.
 
         A pid alone is not enough (after a reboot or on another node it may be someone else's
-        process): its start time must match the one recorded at launch."""
+        process): its start time must match the one recorded at launch. A trainer that is gone is
+        returned too, with the exit its launcher recorded (or none, when that is unknown)."""
+        process = cls(pid, log_path, status_path, None, started_at)
         try:
             proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            if started_at is not None and abs(proc.create_time() - started_at) > 1.0:
-                return None
-            return cls(pid, log_path, None, proc.create_time())
+            same = started_at is None or abs(proc.create_time() - started_at) <= 1.0
+            if same and proc.status() != psutil.STATUS_ZOMBIE:
+                return process
         except psutil.Error:
-            return None
+            pass
+        process._gone = True
+        return process
 
     def poll(self) -> int | None:
-        """The exit code once the process ended (None while alive, or when unknown after re-attach)."""
-        if self._popen is not None:
-            if self._exit_code is None:
-                self._exit_code = self._popen.poll()
-            return self._exit_code
-        return None
+        """The exit code once the process ended (None while alive, or when it cannot be known)."""
+        status = self._final_status()
+        return status.get("exit_code") if status else None
+
+    @property
+    def exit_known(self) -> bool:
+        return self._final_status() is not None
+
+    def _final_status(self) -> dict | None:
+        if self._exit is None:
+            status = read_exit_status(self.status_path)
+            if "exit_code" in status and isinstance(status["exit_code"], int):
+                self._exit = status
+        return self._exit
 
     @property
     def alive(self) -> bool:
-        if self._popen is not None:
-            return self.poll() is None
-        if self._gone:
+        """Until its exit is recorded: a trainer reaped a moment ago has its launcher still writing."""
+        if self._launcher is not None:
+            self._launcher.poll()   # reap the launcher once it is done (no zombie left behind)
+        if self._final_status() is not None:
             return False
-        try:
-            alive = psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        self._gone = not alive
-        return alive
+        if not self._gone:
+            try:
+                self._gone = psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                self._gone = True
+            if not self._gone:
+                return True
+        return self._launcher_writing()
+
+    def _launcher_writing(self) -> bool:
+        """The trainer is gone: wait (briefly, once) for its launcher to record the exit."""
+        status = read_exit_status(self.status_path)
+        launcher_pid = status.get("launcher_pid")
+        if not isinstance(launcher_pid, int) or self._waited_for_launcher:
+            return False
+        self._waited_for_launcher = True
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self._final_status() is not None:
+                return False
+            try:
+                if psutil.Process(launcher_pid).status() == psutil.STATUS_ZOMBIE:
+                    if self._launcher is not None:
+                        self._launcher.poll()
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.01)
+        self._final_status()
+        return False
 
     @property
     def stopped(self) -> bool:

@@ -107,3 +107,51 @@ def test_each_repeated_spike_cuts_the_lr_four_times_harder():
         lr = change.params.lr
         seen.append(lr)
     assert seen == [2.5, 2.5 / 16, 2.5 / 16 / 64]
+
+
+def validation(iter_num: int, val_loss: float) -> str:
+    return f"iter {iter_num}: val loss {val_loss:.4f}, val time: 12.00 ms"
+
+
+def test_a_failed_validation_condemns_its_checkpoint_even_when_the_train_loss_looks_fine():
+    """A collapsed model's train loss can sit near ln(vocab), inside 1.5 x the baseline; the val loss
+    at step s judges the weights of checkpoint s directly."""
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
+    feed(tracker, [(10.0, validation(40, 5.0))])                  # step 10: healthy, the best val loss
+    feed(tracker, [(10 + i, progress(11 + i, 6.2)) for i in range(10)])
+    assert tracker.last_healthy_step == 20
+    feed(tracker, [(21.0, validation(80, 40.0))])                 # step 20: 8 x the best
+    assert tracker.last_healthy_step == 20                        # checkpoint 20 is bad: quarantine from 20
+    feed(tracker, [(22.0, progress(21, 6.1)), (23.0, progress(22, 6.0))])
+    assert tracker.last_healthy_step == 20, "train losses after a failed validation vouch for nothing more"
+    tracker.new_launch(tokens_per_iter=256)                       # rolled back to checkpoint 19
+    feed(tracker, [(30.0, progress(20, 6.0)), (31.0, progress(21, 6.0))])
+    assert tracker.last_healthy_step == 21
+
+
+def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_back():
+    """The NaN playbook's rollback target comes from the run's loss history, not a count from the
+    crash: diverged-but-finite checkpoints saved after the last healthy loss are all condemned."""
+    from engine.planner import plan
+    from runbook.config import RunConfig
+
+    playbook = load_playbook_file(REPO / "playbooks" / "nan.yaml")
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(12)])
+    feed(tracker, [(12 + i, progress(13 + i, loss)) for i, loss in enumerate([40.0, 446.0, 1027.0, 1101.0])])
+    assert tracker.last_healthy_step == 12
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=False, exit_code=1), metrics=tracker.metrics(),
+                             tail=["RuntimeError: The total norm of order 2.0 for gradients from `parameters` "
+                                   "is non-finite, so it cannot be clipped."])
+    config = RunConfig.model_validate({"lr": 10.0, "save_interval": 5})
+    targets, lrs = [], []
+    for attempt in (1, 2, 3):
+        steps = {s.verb: s for s in plan(playbook, snapshot, config, attempt)}
+        rollback = steps["rollback"].params
+        targets.append(int(rollback.bad_step) - rollback.steps)
+        lrs.append(steps["set_hyperparameters"].params.lr)
+        config = RunConfig.model_validate({"lr": lrs[-1], "save_interval": 5})
+    # Checkpoints at/after 12 go on the first NaN (checkpoint 10 stays), then 5 and 10 steps further back.
+    assert targets == [12, 7, 2]
+    assert lrs == [5.0, 1.25, 1.25 / 8]

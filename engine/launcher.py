@@ -1,0 +1,80 @@
+"""The trainer's parent: starts it, waits for it, and writes how it ended to a status file.
+
+Only a process's parent can learn its exit code or signal. The watcher may be killed and started
+again while the trainer runs on (a re-attached trainer is no longer its child), so the watcher does
+not parent the trainer itself: this small launcher does, and outlives any watcher. The status file
+is written atomically twice: at start ({"trainer_pid": ...}), then with "exit_code" (Popen's
+convention: negative for a signal) and "signal" once the trainer is reaped.
+
+Signals are for the trainer's own pid (run_dir/trainer.pid); the launcher only notes one that
+reaches it (a whole process group signalled, say) and keeps waiting, so the exit is still recorded.
+
+Standard library only, run by path (`python .../launcher.py STATUS -- ARGV...`): it starts in
+milliseconds and needs nothing of runbook importable in the trainer's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+NOTED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+NO_SUCH_PROGRAM = 127
+
+
+def write_status(path: str, status: dict) -> None:
+    """Temp file + fsync + rename: a reader sees the previous status or this one, never a mix."""
+    tmp = f"{path}.{os.getpid()}.part"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(status, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def signal_name(code: int) -> str | None:
+    try:
+        return signal.Signals(-code).name if code < 0 else None
+    except ValueError:
+        return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: launcher.py STATUS_FILE -- PROGRAM [ARG...]", file=sys.stderr)
+        return 2
+    status_path, command = argv[0], argv[2:]
+    status: dict = {"launcher_pid": os.getpid(), "started": time.time(), "signals_to_launcher": []}
+
+    def note(signum, _frame):  # a Python handler, not SIG_IGN: the trainer gets default dispositions on exec
+        status["signals_to_launcher"].append(signal.Signals(signum).name)
+
+    for sig in NOTED_SIGNALS:
+        signal.signal(sig, note)
+    try:
+        child = subprocess.Popen(command)   # inherits cwd, env, the log file as stdout/stderr, rlimits
+    except OSError as err:
+        status.update(trainer_pid=None, exit_code=NO_SUCH_PROGRAM, signal=None, ended=time.time(),
+                      error=f"could not start {command[0]!r}: {err.strerror or err}")
+        print(f"runbook launcher: {status['error']}", file=sys.stderr, flush=True)
+        write_status(status_path, status)
+        return NO_SUCH_PROGRAM
+    status["trainer_pid"] = child.pid
+    write_status(status_path, status)
+    code = child.wait()   # PEP 475: a handled signal does not interrupt the wait
+    status.update(exit_code=code, signal=signal_name(code), ended=time.time())
+    write_status(status_path, status)
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
