@@ -125,7 +125,7 @@ def _is_str(value) -> bool:
 
 # kind -> [(key, check, what, optional)]: only what rebuild(), status and report read.
 _FIELDS = {
-    "transition": [("to", lambda v: v in RUN_STATES, "a run state", False),
+    "transition": [("to", lambda v: isinstance(v, str) and v in RUN_STATES, "a run state", False),
                    ("from", _is_str, "a string", True), ("reason", _is_str, "a string", True)],
     "launch": [("launch", lambda v: _is_int(v, 1), "a launch number", False),
                ("pid", lambda v: _is_int(v, 1, MAX_PID), "a process id", False),
