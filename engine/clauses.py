@@ -15,6 +15,7 @@ from typing import Annotated, Any, Iterator, Literal, Union
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from engine.expressions import Expression, compile_expression, evaluate_condition
+from engine.patterns import MAX_LINE, compile_pattern
 
 SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGKILL": 9, "SIGSEGV": 11, "SIGTERM": 15, "SIGABRT": 6, "SIGBUS": 7}
 
@@ -84,17 +85,14 @@ def _show(value: Any) -> str:
 # --- log lines -----------------------------------------------------------------------------------
 class LogSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    pattern: str = Field(description="Python regular expression searched in each line")
+    pattern: str = Field(description="regular expression searched in each line (RE2 syntax: Python's without backreferences and lookaround; matched in linear time)")
     scope: Literal["new", "tail"] = Field("new", description="new: lines since the last observation; tail: recent lines")
     ignore_case: bool = False
 
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as err:
-            raise ValueError(f"bad regular expression {value!r}: {err}") from None
+        compile_pattern(value, False)  # raises ValueError with the reason
         return value
 
 
@@ -110,7 +108,7 @@ class LogClause(Clause):
         if self.log.scope == "tail" and ctx.tail_index is not None and regex in ctx.tail_index.position:
             return ctx.first_tail_lines().get(regex)
         lines = ctx.state.new_lines if self.log.scope == "new" else ctx.state.tail
-        return next((line for line in lines if regex.search(line)), None)
+        return next((line for line in lines if regex.search(line if len(line) <= MAX_LINE else line[:MAX_LINE])), None)
 
     def _holds(self, actual):
         return actual is not None
@@ -125,7 +123,7 @@ _REGEX_CACHE: dict[tuple[str, bool], re.Pattern] = {}
 def _regex(pattern: str, ignore_case: bool) -> re.Pattern:
     key = (pattern, ignore_case)
     if key not in _REGEX_CACHE:
-        _REGEX_CACHE[key] = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        _REGEX_CACHE[key] = compile_pattern(pattern, ignore_case)
     return _REGEX_CACHE[key]
 
 

@@ -4,7 +4,7 @@ Jinja runs an expression as a template function with a fresh template context pe
 costs several microseconds before any work is done; conditions run at every observation. For the
 node types below this module builds plain Python closures that make the very calls jinja's code
 generator emits (`environment.getattr`, `environment.getitem`, the test functions, the Python
-operators, none of which the immutable sandbox intercepts), so values, undefined objects and
+operators, or the sandbox's size-checked ones where it intercepts them), so values, undefined objects and
 errors are the same. Any other node (filters, calls, slices, ...) makes `direct_evaluator` return
 None and the expression runs through jinja. tests/test_playbook_language.py compares both paths.
 """
@@ -17,12 +17,14 @@ from typing import Any, Callable
 from jinja2 import nodes
 from jinja2.utils import _PassArg
 
+from engine.sandbox import BINOPS
+
 Evaluator = Callable[[dict], Any]
 _MISSING = object()
 _BINARY = {
-    nodes.Add: operator.add, nodes.Sub: operator.sub, nodes.Mul: operator.mul, nodes.Div: operator.truediv,
-    nodes.FloorDiv: operator.floordiv, nodes.Mod: operator.mod, nodes.Pow: operator.pow,
-}
+    nodes.Add: BINOPS["+"], nodes.Sub: operator.sub, nodes.Mul: BINOPS["*"], nodes.Div: operator.truediv,
+    nodes.FloorDiv: operator.floordiv, nodes.Mod: BINOPS["%"], nodes.Pow: BINOPS["**"],
+}  # the operators the sandbox intercepts go through its size checks, as jinja's call_binop does
 _UNARY = {nodes.Neg: operator.neg, nodes.Pos: operator.pos}
 _COMPARE = {
     "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gteq": operator.ge, "lt": operator.lt,

@@ -13,33 +13,23 @@ from typing import Any
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
 from jinja2.parser import Parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import consume
-from pydantic import BaseModel
 
 from engine.direct_eval import direct_evaluator
+from engine.sandbox import (
+    MAX_OUTPUT, MAX_SOURCE, Sandbox, SandboxLimit, budget, budget_iter, budget_range, bound, check_format,
+    check_tree, guarded_join, safe_concat, safe_mod,
+)
 
 
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, with a fast path for the fields of our pydantic models.
-
-    Conditions run at every observation and mostly read fields of the state and the config
-    (`state.metrics.loss`). Jinja checks every attribute access; for a model field the check always
-    passes (a field name never starts with '_', a model is not a function, type or mutable
-    container), so reading it directly gives the same value, several times faster.
-    """
-
-    def getattr(self, obj: Any, attribute: Any) -> Any:
-        fields = _MODEL_FIELDS.get(type(obj))
-        if fields is None and isinstance(obj, BaseModel):
-            fields = _MODEL_FIELDS[type(obj)] = frozenset(type(obj).model_fields)
-        if fields and attribute in fields:
-            return obj.__dict__[attribute]
-        return super().getattr(obj, attribute)
-
-
-_MODEL_FIELDS: dict[type, frozenset[str]] = {}
-_ENV = _Sandbox(undefined=StrictUndefined)
+# optimized=False: nothing of a user's text is evaluated at compile time (lint must not run it).
+_ENV = Sandbox(undefined=StrictUndefined, optimized=False)
+for _name in ("lipsum", "cycler", "joiner", "namespace"):  # unbounded output or state across loop iterations
+    del _ENV.globals[_name]
+for _name in ("center", "indent", "wordwrap", "random", "pprint", "urlize"):  # output size set by an argument
+    del _ENV.filters[_name]
+_ENV.filters["join"] = guarded_join(_ENV.filters["join"])
+_ENV.filters["format"] = lambda value, *args, **kwargs: check_format(str(value)) or safe_mod(str(value), kwargs or args)
 _ENV.globals.update(
     {
         "isnan": lambda x: x is not None and math.isnan(x),
@@ -53,6 +43,9 @@ _ENV.globals.update(
         "int": int,
         "float": float,
         "len": len,
+        "range": budget_range,
+        "__budget_iter": budget_iter,
+        "__concat": safe_concat,
     }
 )
 
@@ -64,55 +57,104 @@ class ExpressionError(ValueError):
     pass
 
 
-def _check_names(tree: nodes.Node, source: str) -> None:
-    """Refuse private/dunder attribute access up front, so lint reports sandbox escapes at load."""
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        attr = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
-        if isinstance(attr, str) and attr.startswith("_"):
-            raise ExpressionError(f"'{source}': access to '{attr}' is not allowed in the sandbox")
+def _check(tree: nodes.Node, source: str) -> None:
+    """Refuse private names, macros/includes and deep nesting up front, so lint reports them at load."""
+    reason = check_tree(tree)
+    if reason:
+        raise ExpressionError(f"'{_short(source)}': {reason}")
+
+
+def _short(source: str) -> str:
+    return source if len(source) <= 200 else source[:200] + "..."
 
 
 @dataclass(frozen=True)
 class Expression:
     source: str
-    _compiled: Any
+    _template: Any
     _direct: Any = None   # the same computation without jinja's per-call set-up (engine/direct_eval.py)
 
     def evaluate(self, **context: Any) -> Any:
-        if self._direct is not None:
-            return self._direct(context)
-        # What jinja2's TemplateExpression.__call__ does, except that it merges the template's
-        # ChainMap of globals into every call's context, which costs more than most expressions.
-        template = self._compiled._template
-        jinja_context = template.new_context({**_GLOBALS, **context}, shared=True)
-        consume(template.root_render_func(jinja_context))
-        return jinja_context.vars["result"]
+        try:
+            if self._direct is not None:
+                return self._direct(context)  # no loops or calls: only the operator checks apply
+            # What jinja2's TemplateExpression.__call__ does, except that it merges the template's
+            # ChainMap of globals into every call's context, which costs more than most expressions.
+            with budget():
+                jinja_context = self._template.new_context({**_GLOBALS, **context}, shared=True)
+                consume(self._template.root_render_func(jinja_context))
+                return jinja_context.vars["result"]
+        except (SandboxLimit, MemoryError, RecursionError) as err:
+            raise ExpressionError(f"'{_short(self.source)}': {_limit_reason(err)}") from None
+
+
+LIMIT_MARK = "exceeds the sandbox's limits"
+
+
+def _limit_reason(err: BaseException) -> str:
+    if isinstance(err, SandboxLimit):
+        return f"{LIMIT_MARK}: {err}"
+    return f"{LIMIT_MARK}: " + ("too deeply nested" if isinstance(err, RecursionError) else "out of memory")
+
+
+def _parse(make: Any, source: str) -> Any:
+    """Parse with the sandbox's size rules; every failure is an ExpressionError naming the source."""
+    if len(source) > MAX_SOURCE:
+        raise ExpressionError(f"'{_short(source)}': longer than {MAX_SOURCE:,} characters")
+    try:
+        tree = make()
+        _check(tree, source)
+        return tree
+    except TemplateSyntaxError as err:
+        raise ExpressionError(f"'{_short(source)}': {err.message}") from None
+    except (RecursionError, MemoryError, SandboxLimit) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err)}") from None
+
+
+def _build_template(tree: nodes.Template, source: str) -> Any:
+    try:
+        return _ENV.from_string(bound(tree))
+    except TemplateSyntaxError as err:
+        raise ExpressionError(f"'{_short(source)}': {err.message}") from None
+    except (RecursionError, MemoryError, SandboxLimit, SyntaxError) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err) if not isinstance(err, SyntaxError) else 'too complex'}") from None
 
 
 def compile_expression(source: str) -> Expression:
     if not isinstance(source, str) or not source.strip():
         raise ExpressionError("an expression must be a non-empty string")
     text = strip_braces(source)
-    try:
-        tree = _ENV.parse("{{ " + text + " }}")
-        _check_names(tree, text)
-        compiled = _ENV.compile_expression(text, undefined_to_none=False)
-        direct = direct_evaluator(Parser(_ENV, text, state="variable").parse_expression(), _ENV, _GLOBALS)
-    except TemplateSyntaxError as err:
-        raise ExpressionError(f"'{text}': {err.message}") from None
-    return Expression(text, compiled, direct)
+    expr = _parse(lambda: _parse_expression(text), text)
+    template = _build_template(nodes.Template([nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)], lineno=1), text)
+    direct = direct_evaluator(_parse_expression(text), _ENV, _GLOBALS)
+    return Expression(text, template, direct)
+
+
+def _parse_expression(text: str) -> nodes.Expr:
+    parser = Parser(_ENV, text, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:  # what jinja's compile_expression checks
+        raise TemplateSyntaxError("chunk after expression", parser.stream.current.lineno, None, None)
+    return expr
 
 
 def strip_braces(source: str) -> str:
     text = source.strip()
-    if text.startswith("{{") and text.endswith("}}"):
+    if is_expression(text):
         text = text[2:-2].strip()
     return text
 
 
 def is_expression(value: Any) -> bool:
-    """A parameter value written as "{{ ... }}" is computed; anything else is a literal."""
-    return isinstance(value, str) and value.strip().startswith("{{") and value.strip().endswith("}}")
+    """A parameter value written as "{{ ... }}" is computed; anything else is a literal.
+
+    "{{ a }} of {{ b }}" starts and ends with braces but is text with two expressions in it.
+    """
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    inner = text[2:-2]
+    return text.startswith("{{") and text.endswith("}}") and "{{" not in inner and "}}" not in inner and "{%" not in inner
 
 
 def is_template(value: Any) -> bool:
@@ -125,23 +167,33 @@ _TEMPLATE_CACHE: dict[str, Any] = {}
 
 def compile_template(source: str):
     if source not in _TEMPLATE_CACHE:
-        try:
-            tree = _ENV.parse(source)
-            _check_names(tree, source)
-            _TEMPLATE_CACHE[source] = _ENV.from_string(source)
-        except TemplateSyntaxError as err:
-            raise ExpressionError(f"'{source}': {err.message}") from None
+        tree = _parse(lambda: _ENV.parse(source), source)
+        _TEMPLATE_CACHE[source] = _build_template(tree, source)
     return _TEMPLATE_CACHE[source]
 
 
 def render_template(source: str, context: dict) -> str:
-    return compile_template(source).render(**context)
+    """The rendered text, at most MAX_OUTPUT characters, within the sandbox's budget."""
+    template = compile_template(source)
+    parts, size = [], 0
+    try:
+        with budget():
+            for part in template.generate(**context):
+                size += len(part)
+                if size > MAX_OUTPUT:
+                    raise SandboxLimit(f"renders more than {MAX_OUTPUT:,} characters")
+                parts.append(part)
+    except (SandboxLimit, MemoryError, RecursionError) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err)}") from None
+    return "".join(parts)
 
 
 def evaluate_condition(expr: Expression, context: dict) -> tuple[bool, str | None]:
     """(value, error). Fails closed: an error or a non-bool gives False with the reason."""
     try:
         value = expr.evaluate(**context)
+    except ExpressionError as err:
+        return False, str(err)
     except Exception as err:  # noqa: BLE001 - any failure of a user's expression fails closed
         return False, f"{expr.source}: {type(err).__name__}: {err}"
     if not isinstance(value, bool):

@@ -54,11 +54,11 @@ class Journal:
     def __init__(self, path: Path):
         self.path = path
         self.problems: list[JournalProblem] = []   # of the last entries() call
-        path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, kind: str, **data) -> dict:
         entry = {"time": time.time(), "kind": kind, **data}
         line = encode(entry)
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # at the first write: `watch --dry-run` creates nothing
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size

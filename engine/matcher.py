@@ -95,7 +95,7 @@ def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_p
     if len(recent) >= limits.max_attempts:
         return "exhausted", f"'{playbook.name}' already fired {len(recent)} time(s) within {limits.window:g} s (max_attempts {limits.max_attempts})"
     if recent and limits.cooldown:
-        wait = limits.cooldown * limits.backoff ** (len(recent) - 1)
+        wait = limits.cooldown * limits.backoff ** min(len(recent) - 1, 300)  # 10**300 is still a float
         if now - recent[-1] < wait:
             return "cooldown", f"cooldown: {wait - (now - recent[-1]):.1f} s left"
     last_hour = [t for t in history.all_fired(exclude=not_counted) if now - t < 3600]

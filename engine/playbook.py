@@ -19,15 +19,15 @@ class Strict(BaseModel):
 class Persistence(Strict):
     """Fire only after the match held this long (both, when both are given)."""
 
-    observations: int = Field(1, ge=1, description="consecutive matching observations")
+    observations: int = Field(1, ge=1, le=1_000_000, description="consecutive matching observations")
     seconds: Duration = Field(0.0, ge=0, description="the match held continuously for this long")
 
 
 class Limits(Strict):
-    max_attempts: int = Field(3, ge=1, description="recoveries allowed within `window`")
+    max_attempts: int = Field(3, ge=1, le=1000, description="recoveries allowed within `window`")
     window: Duration = Field(3600.0, gt=0, description="sliding window for max_attempts (duration)")
     cooldown: Duration = Field(0.0, ge=0, description="minimum time between two firings (duration)")
-    backoff: float = Field(1.0, ge=1, description="cooldown multiplier for each further attempt in the window")
+    backoff: float = Field(1.0, ge=1, le=10, allow_inf_nan=False, description="cooldown multiplier for each further attempt in the window (1 to 10)")
 
 
 class ActionStep(Strict):
@@ -86,7 +86,7 @@ class Playbook(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
     description: str
     severity: Literal["info", "warning", "critical"] = "warning"
-    priority: int = Field(50, description="higher wins when several playbooks match the same state")
+    priority: int = Field(50, ge=-1_000_000, le=1_000_000, description="higher wins when several playbooks match the same state")
     lesson: str = Field("", description="one line written into docs/run-log.md with each incident")
     inhibits: list[str] = Field(default_factory=list, description="playbooks silenced while this one matches")
     counts_toward_breaker: bool = Field(True, description="false for upkeep-like playbooks (pruning) that must not trip the global circuit breaker")
@@ -95,6 +95,12 @@ class Playbook(Strict):
     limits: Limits = Field(default_factory=Limits)
     actions: list[ActionStep] = Field(min_length=1)
     tests: list[PlaybookTest] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _not_self_inhibiting(self) -> "Playbook":
+        if self.name in self.inhibits:
+            raise ValueError(f"inhibits: '{self.name}' cannot inhibit itself (it would never fire)")
+        return self
 
     _source: Path | None = PrivateAttr(None)
     _line: int = PrivateAttr(1)

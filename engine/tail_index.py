@@ -6,6 +6,7 @@ import re
 from typing import Iterable
 
 from engine.clauses import Clause, LogClause, iter_clauses
+from engine.patterns import MAX_LINE
 
 
 class TailIndex:
@@ -30,7 +31,8 @@ class TailIndex:
         for line in tail:
             hits = self.lines.get(line)
             if hits is None:
-                hits = self.lines[line] = tuple(p for p in self.patterns if p.search(line))
+                text = line if len(line) <= MAX_LINE else line[:MAX_LINE]
+                hits = self.lines[line] = tuple(p for p in self.patterns if p.search(text))
             for pattern in hits:
                 first.setdefault(pattern, line)
         return first

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.upkeep import UpkeepSettings
 from runbook.durable import atomic_write_text
@@ -31,7 +31,16 @@ SYSTEM_FOLDERS = ("/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/l
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # `lr: .inf` is a typo, not a value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _usable_paths(cls, value: Any) -> Any:
+        # Path.resolve() raises on a NUL byte; refuse it here, with file:line, like any bad value.
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Path) and ("\x00" in str(item) or len(str(item)) > 4096):
+                raise ValueError("not a usable path (a NUL byte, or longer than 4096 characters)")
+        return value
 
 
 class ModelShape(Strict):
@@ -116,6 +125,10 @@ class RunConfig(Strict):
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})"
             )
+        per_step = self.batch_size * self.model.block_size
+        if self.max_tokens < per_step:
+            raise ValueError(f"max_tokens ({self.max_tokens}) is less than one optimizer step "
+                             f"(batch_size x model.block_size = {per_step} tokens): the run would plan 0 steps")
         return self
 
     @property

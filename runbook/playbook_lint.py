@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from engine.actions import REGISTRY
 from engine.clauses import AllClause, AnyOfClause, ExprClause, NotClause
-from engine.expressions import compile_expression, evaluate_condition, is_expression, is_template, render_template
+from engine.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.playbook import Playbook
-from engine.playbook_loader import load_playbook_file, playbook_files
+from engine.playbook_loader import describe_cycle, inhibit_cycles, load_playbook_file, playbook_files
 from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
 from runbook.config import RunConfig
 from runbook.yaml_source import SourceError, load_yaml, locate
@@ -85,10 +85,23 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None) -> LintReport
         unknown = [(i, t) for i, t in enumerate(playbook.inhibits) if t not in first_seen]
         for index, target in unknown:
             report.errors.append(f"{_where(path, tree, ('inhibits', index))}: inhibits.{index}: unknown playbook '{target}'")
-        report.warnings += [f"{_where(path, tree, loc)}: {_key(loc)}: warning: {w}" for loc, w in runtime_warnings(playbook, config)]
-        if not unknown:
+        problems = runtime_warnings(playbook, config)
+        # Over a sandbox budget on the samples is a property of the text, not of the state: an error.
+        over = [(loc, w) for loc, w in problems if _refused(w)]
+        report.errors += [f"{_where(path, tree, loc)}: {_key(loc)}: {w}" for loc, w in over]
+        report.warnings += [f"{_where(path, tree, loc)}: {_key(loc)}: warning: {w}" for loc, w in problems if not _refused(w)]
+        if not unknown and not over:
             report.valid.append(playbook)
+    for cycle in inhibit_cycles([p for p, _ in loaded]):
+        playbook, tree = next((p, t) for p, t in loaded if p.name == cycle[0])
+        report.errors.append(f"{_where(Path(playbook.source.rsplit(':', 1)[0]), tree, ('inhibits',))}: inhibits: {describe_cycle(cycle)}")
+        report.valid = [p for p in report.valid if p.name not in cycle]
     return report
+
+
+def _refused(problem: str) -> bool:
+    """The sandbox refused it (a budget, an attribute outside plain data): true on any state."""
+    return LIMIT_MARK in problem or "SecurityError" in problem
 
 
 def _where(path: Path, tree: Any, loc: tuple) -> str:

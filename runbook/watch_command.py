@@ -21,7 +21,7 @@ class Refusal(Exception):
         super().__init__(message)
 
 
-def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True) -> str:
+def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, make_default: bool = True) -> str:
     """Make the embedded default if asked, check the data, and settle `data_hash`. Returns the hash.
 
     With record_hash=False (drills) the config is only read, never written."""
@@ -31,7 +31,7 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True) -> 
 
     cfg = loaded.config
     train_dir, val_dir, tok_dir = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
-    if cfg.data.make_default and not any(train_dir.glob("*.txt")):
+    if cfg.data.make_default and make_default and not any(train_dir.glob("*.txt")):  # never in a dry run
         if train_dir != loaded.resolve(Path("data/stdlib/train")):
             raise Refusal(ExitCode.BAD_CONFIG, f"no .txt files in {train_dir}; make_default only fills the default "
                           "folder data/stdlib/. Put your text there or set data.make_default: false")
@@ -124,7 +124,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             return ExitCode.OK
         playbooks = load_playbooks(loaded.playbook_paths)
         check_trainer(loaded)
-        data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run)
+        data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()
         if dry_run:  # no Slack, no outbox folder: a dry run changes nothing
             from runbook.slack import NullNotifier

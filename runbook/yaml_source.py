@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
+from runbook.bounded_read import read_text_file, shown
 from runbook.durable import atomic_write_text
 
 
@@ -33,18 +34,69 @@ def round_trip_yaml() -> YAML:
     return yaml
 
 
+MAX_DEPTH = 64            # nesting of mappings/sequences in a config or playbook
+MAX_VALUES = 100_000      # values after aliases are expanded (a "billion laughs" file has 10^9)
+
+
 def load_yaml(path: Path) -> Any:
-    """Parse `path` with positions kept; a syntax error becomes a SourceError with file:line:col."""
+    """Parse `path` with positions kept; a syntax error becomes a SourceError with file:line:col.
+
+    Bounded: the file is read by read_text_file (regular files only, size capped), nesting is
+    checked on the parser's events before anything recursive runs, and aliases may not expand the
+    document beyond MAX_VALUES values (pydantic and `plain` would walk every copy).
+    """
+    text = read_text_file(path)
+    yaml = round_trip_yaml()
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SourceError([f"{path}: file not found"]) from None
-    try:
-        return round_trip_yaml().load(text)
+        _check_depth(yaml, text, path)
+        tree = yaml.load(text)
     except MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        where = f"{shown(path)}:{mark.line + 1}:{mark.column + 1}" if mark else shown(path)
         raise SourceError([f"{where}: invalid YAML: {err.problem or err.context}"]) from None
+    except SourceError:
+        raise
+    except (RecursionError, MemoryError):
+        raise SourceError([f"{shown(path)}: YAML too deeply nested or too large"]) from None
+    except ValueError as err:  # ruamel's constructors raise plain ValueErrors too (a bad timestamp, ...)
+        raise SourceError([f"{shown(path)}: invalid YAML: {err}"]) from None
+    _check_expansion(tree, path)
+    return tree
+
+
+def _check_depth(yaml: YAML, text: str, path: Path) -> None:
+    depth = 0
+    for event in yaml.parse(text):
+        name = type(event).__name__
+        if name in ("MappingStartEvent", "SequenceStartEvent"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise SourceError([f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: nested more than {MAX_DEPTH} levels deep"])
+        elif name in ("MappingEndEvent", "SequenceEndEvent"):
+            depth -= 1
+
+
+def _check_expansion(tree: Any, path: Path) -> None:
+    """Count the values of the document as pydantic would see them, each shared node once per use."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:  # depth is bounded by _check_depth, so recursion is safe here
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is None:
+            children = node.values() if isinstance(node, dict) else node
+            known = sizes[id(node)] = 1 + sum(size(child) for child in children)
+        return known
+
+    if size(tree) > MAX_VALUES:
+        line = 1
+        if isinstance(tree, CommentedMap):  # name the first top-level key whose value is too big
+            big = next((k for k, v in tree.items() if size(v) > MAX_VALUES // 10), None)
+            line = tree.lc.key(big)[0] + 1 if big is not None else 1
+        raise SourceError([f"{shown(path)}:{line}:1: aliases expand to more than {MAX_VALUES:,} values; "
+                           "write the values out instead"])
 
 
 def locate(node: Any, loc: tuple) -> tuple[int, int] | None:

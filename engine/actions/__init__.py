@@ -53,9 +53,9 @@ def validate_params(verb: str, params: dict[str, Any]) -> None:
             if is_template(value):
                 compile_template(value)  # syntax and sandbox rules now; rendered at plan time
             literal[key] = value
-    partial = model.model_validate
+    computed = {key for key, value in params.items() if is_expression(value)}
     try:
-        partial(literal)
+        model.model_validate(literal, context={"computed": computed})
     except Exception as err:
         # Missing fields are fine when an expression supplies them.
         from pydantic import ValidationError
@@ -67,7 +67,8 @@ def validate_params(verb: str, params: dict[str, Any]) -> None:
             first = real[0]
             where = ".".join(str(p) for p in first["loc"])
             reason = "unknown parameter" if first["type"] == "extra_forbid" or first["type"] == "extra_forbidden" else first["msg"]
-            raise ValueError(f"{verb}: {where}: {reason}") from None
+            reason = reason.removeprefix("Value error, ")
+            raise ValueError(f"{verb}: {where}: {reason}" if where else f"{verb}: {reason}") from None
 
 
 __all__ = ["REGISTRY", "ActionDef", "ActionFailed", "ActionResult", "Params", "Runtime", "validate_params"]

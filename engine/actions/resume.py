@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from engine.actions.base import ActionDef, ActionResult, Params
 
@@ -12,6 +12,14 @@ class ResumeParams(Params):
         "newest_verified", alias="from", description="which checkpoint to resume from"
     )
     step: int | None = Field(None, ge=0, description="with from: step, the optimizer step to resume from")
+
+    @model_validator(mode="after")
+    def _step_given(self, info: ValidationInfo) -> "ResumeParams":
+        # At load an expression supplies `step` later (validate_params names such keys in the context).
+        computed = (info.context or {}).get("computed", ())
+        if self.source == "step" and self.step is None and "step" not in computed:
+            raise ValueError("from: step needs `step`, the optimizer step to resume from")
+        return self
 
 
 def describe(p: ResumeParams, state) -> str:

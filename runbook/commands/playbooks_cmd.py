@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from runbook.exit_codes import ExitCode
 from runbook.durable import atomic_write_text
+from runbook.bounded_read import read_text_file, shown
 from runbook.yaml_source import SourceError
 
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
@@ -99,9 +100,11 @@ def _read_state(path: Path):
     from engine.state import StateSnapshot
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        _exit(ExitCode.NOT_FOUND, f"{path}: cannot read a JSON snapshot: {err}")
+        data = json.loads(read_text_file(path))
+    except SourceError as err:
+        _exit(ExitCode.NOT_FOUND, f"cannot read a JSON snapshot: {err.messages[0]}")
+    except (ValueError, RecursionError) as err:
+        _exit(ExitCode.NOT_FOUND, f"{shown(path)}: cannot read a JSON snapshot: {type(err).__name__ if isinstance(err, RecursionError) else err}")
     record_config = None
     if isinstance(data, dict) and isinstance(data.get("snapshot"), dict):  # an incident record
         record_config = data.get("config_before")

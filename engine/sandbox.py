@@ -1,0 +1,315 @@
+"""The sandbox playbook expressions and templates run in: plain data only, and bounded work.
+
+Data model. An expression sees `state`, `config` and `attempt`. Attribute access is allowed on
+pydantic models (their fields and properties, never their methods), on plain data (the read-only
+methods listed in _PLAIN_METHODS) and on a for-loop's `loop`; on anything else it is undefined. A
+model field that holds a path is handed over as a string, so no object whose methods touch files
+ever reaches an expression (`config.out_dir.joinpath(...)` is `str.joinpath`: undefined).
+
+Budgets. A C-level operation cannot be interrupted, so every operation that could allocate without
+bound is checked *before* it runs (`**`, `*`, `+`, `%`, `~`, str.replace/join, the `format` filter),
+and Python-level work is bounded by counting loop iterations and calls against a wall-time deadline.
+Every refusal is a SandboxLimit, which the callers turn into an ExpressionError naming the source.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from enum import Enum
+from pathlib import PurePath
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.runtime import LoopContext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
+from pydantic import BaseModel
+
+MAX_INT_BITS = 4096          # about 1,200 digits
+MAX_SEQUENCE = 100_000       # characters of a string, items of a list
+MAX_RANGE = 10_000
+MAX_ITERATIONS = 100_000     # loop iterations and calls, per evaluation
+MAX_OUTPUT = 100_000         # characters a template renders
+MAX_SECONDS = 1.0            # wall time per evaluation
+MAX_SOURCE = 20_000          # characters of an expression or template
+MAX_DEPTH = 64               # nesting of the parsed expression tree
+
+
+class SandboxLimit(ValueError):
+    """An expression or template asked for more than the sandbox allows."""
+
+
+# Read-only methods of plain data; everything else on these types is undefined.
+_STR_METHODS = frozenset(
+    "lower upper title capitalize casefold swapcase strip lstrip rstrip startswith endswith split rsplit "
+    "splitlines partition rpartition find rfind index rindex count replace join isdigit isalpha isalnum "
+    "isspace islower isupper isnumeric isdecimal removeprefix removesuffix".split()
+)
+_PLAIN_METHODS: dict[type, frozenset[str]] = {
+    str: _STR_METHODS,
+    dict: frozenset({"keys", "values", "items", "get"}),
+    list: frozenset({"index", "count"}),
+    tuple: frozenset({"index", "count"}),
+    int: frozenset({"real", "imag", "bit_length"}),
+    float: frozenset({"real", "imag", "is_integer"}),
+    bool: frozenset(),
+    type(None): frozenset(),
+    LoopContext: frozenset({"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                            "depth", "depth0", "previtem", "nextitem"}),
+}
+
+
+class _ModelInfo:
+    __slots__ = ("fields", "paths", "properties")
+
+    def __init__(self, cls: type[BaseModel]):
+        self.fields = frozenset(cls.model_fields)
+        # Fields whose type mentions a path: handed to expressions as strings (see plain_data).
+        self.paths = frozenset(n for n, f in cls.model_fields.items() if "Path" in repr(f.annotation))
+        self.properties = frozenset(
+            name for klass in cls.__mro__ for name, value in vars(klass).items()
+            if isinstance(value, property) and not name.startswith("_") and klass.__module__.split(".")[0] in ("engine", "runbook")
+        )
+
+
+_MODELS: dict[type, _ModelInfo] = {}
+
+
+def model_info(cls: type) -> _ModelInfo | None:
+    info = _MODELS.get(cls)
+    if info is None and issubclass(cls, BaseModel):
+        info = _MODELS[cls] = _ModelInfo(cls)
+    return info
+
+
+def plain_data(value: Any) -> Any:
+    """Paths -> strings, inside lists, tuples and dicts too."""
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain_data(v) for k, v in value.items()}
+    return value
+
+
+def allowed_attribute(obj: Any, attr: str) -> bool:
+    if not isinstance(attr, str) or attr.startswith("_"):
+        return False
+    info = model_info(type(obj))
+    if info is not None:
+        return attr in info.fields or attr in info.properties
+    if isinstance(obj, Enum) and attr in ("name", "value"):
+        return True
+    for kind in type(obj).__mro__:  # str enums and Markup are str; bool is int
+        methods = _PLAIN_METHODS.get(kind)
+        if methods is not None:
+            return attr in methods
+    return False
+
+
+# --- per-evaluation budget ----------------------------------------------------------------------
+class _Budget(threading.local):
+    deadline: float | None = None
+    work: int = 0
+
+
+_BUDGET = _Budget()
+
+
+class budget:
+    """`with budget():` around one evaluation or rendering; nested uses share the outer one."""
+
+    def __enter__(self):
+        self.outer = _BUDGET.deadline is not None
+        if not self.outer:
+            _BUDGET.deadline, _BUDGET.work = time.monotonic() + MAX_SECONDS, 0
+        return self
+
+    def __exit__(self, *exc):
+        if not self.outer:
+            _BUDGET.deadline = None
+
+
+def spend(units: int = 1) -> None:
+    if _BUDGET.deadline is None:
+        return
+    _BUDGET.work += units
+    if _BUDGET.work > MAX_ITERATIONS:
+        raise SandboxLimit(f"more than {MAX_ITERATIONS:,} loop iterations and calls")
+    if time.monotonic() > _BUDGET.deadline:
+        raise SandboxLimit(f"took longer than {MAX_SECONDS:g} s")
+
+
+# --- size checks, made before the operation -----------------------------------------------------
+_SIZED = (str, list, tuple)
+_WIDE_FORMAT = re.compile(r"%[^a-zA-Z%]*(\*|\d{4})|\{[^{}]*\d{4}[^{}]*\}")
+
+
+def _check_int(value: Any) -> Any:
+    if type(value) is int and value.bit_length() > MAX_INT_BITS:
+        raise SandboxLimit(f"an integer larger than {MAX_INT_BITS} bits")
+    return value
+
+
+def _check_length(length: int) -> None:
+    if length > MAX_SEQUENCE:
+        raise SandboxLimit(f"a string or list longer than {MAX_SEQUENCE:,}")
+
+
+def safe_add(a: Any, b: Any) -> Any:
+    if isinstance(a, _SIZED) and isinstance(b, _SIZED):
+        _check_length(len(a) + len(b))
+    return _check_int(a + b)
+
+
+def safe_mul(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        if a.bit_length() + b.bit_length() > MAX_INT_BITS:
+            raise SandboxLimit(f"an integer larger than {MAX_INT_BITS} bits")
+    elif isinstance(a, _SIZED) and isinstance(b, int):
+        _check_length(len(a) * max(b, 0))
+    elif isinstance(b, _SIZED) and isinstance(a, int):
+        _check_length(len(b) * max(a, 0))
+    return a * b
+
+
+def safe_pow(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
+        if (abs(a).bit_length() - 1) * b > MAX_INT_BITS:
+            raise SandboxLimit(f"an integer larger than {MAX_INT_BITS} bits")
+    elif isinstance(b, int) and abs(b) > MAX_INT_BITS and isinstance(a, float):
+        pass  # float power: overflow raises, never allocates
+    return a ** b
+
+
+def safe_mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str):
+        check_format(a)
+    return a % b
+
+
+def check_format(text: str) -> None:
+    if _WIDE_FORMAT.search(text):
+        raise SandboxLimit("a format width or precision of 1000 or more")
+
+
+def safe_concat(*values: Any) -> str:
+    parts = [str(v) for v in values]
+    _check_length(sum(map(len, parts)))
+    return "".join(parts)
+
+
+BINOPS = {"+": safe_add, "*": safe_mul, "**": safe_pow, "%": safe_mod}
+
+
+def budget_iter(iterable: Any):
+    """What every `{% for %}` loops over: counted against the budget."""
+    for item in iterable:
+        spend()
+        yield item
+
+
+def budget_range(*args: int) -> range:
+    values = range(*args)
+    if len(values) > MAX_RANGE:
+        raise SandboxLimit(f"range() of more than {MAX_RANGE:,} items")
+    return values
+
+
+def _guard_call(obj: Any, args: tuple) -> None:
+    """Methods whose output size depends on their arguments: checked before they run."""
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", "")
+    if isinstance(owner, str) and name == "replace" and len(args) >= 2:
+        _check_length(len(owner) + owner.count(str(args[0])) * len(str(args[1])) if args[0] else len(owner) * (len(str(args[1])) + 1))
+    elif isinstance(owner, str) and name == "join" and args:
+        items = list(args[0]) if not isinstance(args[0], (list, tuple, str)) else args[0]
+        _check_length(sum(len(str(i)) for i in items) + len(owner) * len(items))
+
+
+def guarded_join(join: Any) -> Any:
+    """jinja's `join` filter, with the output size checked first."""
+    def checked(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
+        items = list(value)
+        _check_length(sum(len(str(i)) for i in items) + len(str(d)) * len(items))
+        return join(eval_ctx, items, d, attribute)
+    checked.jinja_pass_arg = join.jinja_pass_arg  # type: ignore[attr-defined]  # pass_eval_context
+    return checked
+
+
+class Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox restricted to plain data, with operator and loop budgets."""
+
+    intercepted_binops = frozenset(BINOPS)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        return allowed_attribute(obj, attr) and super().is_safe_attribute(obj, attr, value)
+
+    def getattr(self, obj: Any, attribute: Any) -> Any:
+        # Fast path: conditions read model fields at every observation (`state.metrics.loss`).
+        info = _MODELS.get(type(obj)) or (model_info(type(obj)) if isinstance(obj, BaseModel) else None)
+        if info is not None and attribute in info.fields:
+            value = obj.__dict__[attribute]
+            return plain_data(value) if attribute in info.paths else value
+        if not isinstance(obj, dict) and not allowed_attribute(obj, attribute):
+            if info is not None and not hasattr(type(obj), str(attribute)):
+                return self.undefined(obj=obj, name=attribute)  # a typo of a field: jinja's own undefined
+            return self.unsafe_undefined(obj, attribute)  # refused without touching it
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, BaseModel):
+            return self.getattr(obj, argument)
+        value = super().getitem(obj, argument)
+        return str(value) if isinstance(value, PurePath) else value
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        return BINOPS[operator](left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's signature
+        spend()
+        _guard_call(__obj, args)
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+# Template constructs that would make work unbounded (recursion) or reach other files.
+_REFUSED_NODES = (nodes.Macro, nodes.CallBlock, nodes.Import, nodes.FromImport, nodes.Include, nodes.Extends, nodes.Block)
+
+
+class _Bounded(NodeTransformer):
+    """Loops iterate through budget_iter; `~` joins through safe_concat (sizes checked)."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        if node.recursive:
+            raise SandboxLimit("recursive loops are not allowed")
+        node.iter = nodes.Call(nodes.Name("__budget_iter", "load"), [node.iter], [], None, None, lineno=node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        return nodes.Call(nodes.Name("__concat", "load"), list(node.nodes), [], None, None, lineno=node.lineno)
+
+
+def check_tree(tree: nodes.Node) -> str | None:
+    """Why a parsed expression/template is refused, or None: private names, refused nodes, depth."""
+    everything = [tree, *tree.find_all(nodes.Node)]  # find_all skips the root itself
+    for node in (n for n in everything if isinstance(n, (nodes.Getattr, nodes.Getitem, nodes.Name))):
+        attr = node.attr if isinstance(node, nodes.Getattr) else node.name if isinstance(node, nodes.Name) else getattr(node.arg, "value", None)
+        if isinstance(attr, str) and attr.startswith("_"):
+            return f"access to '{attr}' is not allowed in the sandbox"
+    for node in (n for n in everything if isinstance(n, _REFUSED_NODES)):
+        return f"'{type(node).__name__.lower()}' is not allowed in a playbook template"
+    stack = [(tree, 0)]
+    while stack:  # iterative: a deep tree must not exhaust the Python stack here
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nested more than {MAX_DEPTH} levels deep"
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+    return None
+
+
+def bound(tree: nodes.Node) -> nodes.Node:
+    return _Bounded().visit(tree)
