@@ -8,10 +8,9 @@ show the others. Fields nobody reads are not checked, and unknown fields are kep
 
 from __future__ import annotations
 
-import math
 import re
 
-from engine.journal_records import MAX_INT, MAX_TIME
+from engine.journal_records import MAX_INT, MAX_TIME, number_within
 
 ID_PATTERN = re.compile(r"^incident-(\d{1,15})$")   # 15 digits: far past any project, short enough for a file name
 
@@ -23,10 +22,6 @@ _TEXTS = ("playbook", "outcome", "decision", "decision_reason", "symptom", "seve
           "playbook_source", "playbook_hash", "resumed_from", "escalation_reason", "lesson")
 _LISTS_OF_TEXT = ("notes", "log_excerpt")
 _OBJECTS = ("config_before", "config_after", "snapshot")
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _show(value) -> str:
@@ -46,11 +41,11 @@ def problem(record) -> str | None:
             return f"'{key}' is {_show(value)}, not a whole number of sane size"
     for key in _SECONDS:
         value = record.get(key)
-        if value is not None and not (_number(value) and math.isfinite(value) and 0 <= value <= MAX_TIME):
+        if value is not None and not number_within(value, 0, MAX_TIME):
             return f"'{key}' is {_show(value)}, not a number of seconds"
     for key in _TIMES:
         value = record.get(key)
-        if value is not None and not (_number(value) and math.isfinite(value) and 0 <= value <= MAX_TIME):
+        if value is not None and not number_within(value, 0, MAX_TIME):
             return f"'{key}' is {_show(value)}, not a time"
     for key in _TEXTS:
         value = record.get(key)
@@ -72,7 +67,7 @@ def problem(record) -> str | None:
             index, seconds = a.get("index"), a.get("seconds")
             if index is not None and not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index <= MAX_INT):
                 return f"an action's 'index' is {_show(index)}, not an action number"
-            if seconds is not None and not (_number(seconds) and math.isfinite(seconds)):
+            if seconds is not None and not number_within(seconds, -MAX_TIME, MAX_TIME):
                 return f"an action's 'seconds' is {_show(seconds)}, not a number"
     changes = record.get("config_changes")
     if changes is not None and not (isinstance(changes, dict)

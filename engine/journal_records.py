@@ -105,9 +105,15 @@ def _is_int(value, low: int = 0, high: int = MAX_INT) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+def number_within(value, low: float, high: float) -> bool:
+    """A real number (not bool, not NaN/inf) in [low, high]; a 400-digit int is compared, never converted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
+
+
 def _is_time(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 <= value <= MAX_TIME)
+    return number_within(value, 0, MAX_TIME)
 
 
 def _need(entry: dict, key: str, ok, what: str, optional: bool = False) -> None:

@@ -101,7 +101,7 @@ def gather(loaded, now: float | None = None) -> dict:
                 raise ValueError("heartbeat time is not finite")
             heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
                          "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid")}
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, OverflowError):   # OverflowError: a 400-digit time
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer
 
     from runbook.outbox import pending_summary
