@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 import engine.playbook_testing as playbook_testing
 from engine.actions import REGISTRY
 from engine.clauses import CLAUSE_TYPES, AnyClause
+from engine import sandbox
 from engine.expressions import _ENV
 from engine.playbook import ActionStep, Limits, Persistence, Playbook, PlaybookTest
 from engine.state import StateSnapshot
@@ -220,7 +221,7 @@ def _state_fields(model: type[BaseModel] = StateSnapshot, prefix: str = "state."
 
 
 def _expressions() -> str:
-    helpers = sorted(set(_ENV.globals) - set(DEFAULT_NAMESPACE))
+    helpers = sorted(n for n in set(_ENV.globals) - set(DEFAULT_NAMESPACE) if not n.startswith("_")) + ["range", "dict"]
     config_rows = [f"| `config.{n}` | {_type(i.annotation)} | {i.description or ''} |"
                    for n, i in RunConfig.model_fields.items() if _type(i.annotation) != "mapping"]
     config_rows += [f"| `config.watch.{n}` | {_type(i.annotation)} | {i.description or ''} |"
@@ -241,7 +242,22 @@ def _expressions() -> str:
         "expression's own type (`\"{{ config.micro_batch_size // 2 }}\"` is an integer) and then validated "
         "by the action's parameter model. Text with `{{ ... }}` inside (a note, a message, a reason) is "
         "rendered as a Jinja2 template in the same sandbox, e.g. `\"preempted at step {{ state.metrics.step }}\"`; "
-        "lint renders it against sample states and warns when that fails.\n",
+        "lint renders it against sample states and warns when that fails.",
+        "- **Plain data only.** Expressions and templates see model fields and properties (never methods such as "
+        "`model_dump`), numbers, strings, booleans, none, lists and mappings, with their read-only methods "
+        "(`lower`, `split`, `startswith`, `get`, `items`, ...). Paths in the run config arrive as text: "
+        "`config.out_dir` is `\"checkpoints/pretrain\"`, and `config.out_dir.joinpath(...)` is refused, so no "
+        "expression can read, write or delete a file. `macro`, `include`, `import`, `extends`, `block`, recursive "
+        "loops, `namespace`, `lipsum`, `cycler`, `joiner`, `str.format` and the filters `center`, `indent`, "
+        "`wordwrap`, `random`, `pprint`, `urlize` are not available. Lint reports a refused attribute as an error.",
+        f"- **Budgets.** Integers up to {sandbox.MAX_INT_BITS} bits (`9**(9**9)` is refused before it is computed), "
+        f"strings and lists up to {sandbox.MAX_SEQUENCE:,} items (`'a' * 10**10` is refused), `range()` up to "
+        f"{sandbox.MAX_RANGE:,} items, {sandbox.MAX_ITERATIONS:,} loop iterations and calls per evaluation, "
+        f"{sandbox.MAX_OUTPUT:,} characters of template output, format widths under 1000, {sandbox.MAX_SECONDS:g} s "
+        f"of wall time, {sandbox.MAX_SOURCE:,} characters of source nested at most {sandbox.MAX_DEPTH} deep. "
+        "Exceeding one is an error that names the expression (the condition fails closed; lint reports an error).",
+        "- **Log patterns** (`log.pattern`) are matched by RE2, which runs in time linear in the line's length "
+        "whatever the pattern (`^(a+)+$` cannot backtrack); backreferences and lookaround are refused at load.\n",
         f"Helper functions: {', '.join(f'`{h}`' for h in helpers)} "
         "(`isnan`/`isinf`/`isfinite` are false for an unknown value; `median` of an empty list is none).\n",
         "### `state`: the live snapshot\n",
