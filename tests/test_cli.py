@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 from typer.main import get_command
 
 from runbook.cli import app
 from tests.conftest import RUNBOOK
 
-EXPECTED_COMMANDS = {"watch", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report"}
+EXPECTED_COMMANDS = {"watch", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
+                     "notify"}
 
 
 def test_the_command_table_is_what_the_docs_promise():
     assert set(get_command(app).commands) == EXPECTED_COMMANDS
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert all(f"runbook {name}" in readme for name in EXPECTED_COMMANDS)
 
 
 def test_verify_reports_each_checkpoint_and_fails_on_a_truncated_one(reference_run, tmp_path):
