@@ -19,25 +19,46 @@ HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling med
 BEST_MEDIAN_WINDOW = 3       # logged losses in the rolling median whose minimum is the spike baseline
 
 
+MAX_LINE_BYTES = 64 * 1024          # a longer line is cut to this (a progress or error line is far shorter)
+MAX_READ_BYTES = 4 * 1024 * 1024    # per observation: a flood is read over several ticks, never at once
+
+
 class LogTail:
-    """Reads complete new lines from a growing file (a partial last line waits for its newline)."""
+    """Reads complete new lines from a growing file (a partial last line waits for its newline).
+
+    Bounded whatever the trainer prints: one observation reads at most MAX_READ_BYTES (a flood is
+    caught up over the next ticks), and a line longer than MAX_LINE_BYTES is kept cut to that length
+    (the rest of it is skipped up to its newline), so a 100 MB line costs neither memory nor time."""
 
     def __init__(self, path: Path, offset: int = 0):
         self.path = path
         self.offset = offset
         self._partial = b""
+        self._cut = 0          # bytes dropped from the current over-long line
 
     def read(self) -> list[str]:
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read()
+                data = fh.read(MAX_READ_BYTES)
         except FileNotFoundError:
             return []
         self.offset += len(data)
-        data = self._partial + data
-        *lines, self._partial = data.split(b"\n")
-        return [line.decode("utf-8", errors="replace").rstrip("\r") for line in lines]
+        *complete, rest = data.split(b"\n")
+        lines = []
+        for piece in complete:
+            lines.append(self._finish(self._partial + piece))
+            self._partial, self._cut = b"", 0
+        self._partial += rest
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._cut += len(self._partial) - MAX_LINE_BYTES
+            self._partial = self._partial[:MAX_LINE_BYTES]
+        return lines
+
+    def _finish(self, raw: bytes) -> str:
+        cut = self._cut + max(0, len(raw) - MAX_LINE_BYTES)
+        text = raw[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r")
+        return f"{text} [... {cut} bytes cut]" if cut else text
 
 
 @dataclass

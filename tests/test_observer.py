@@ -155,3 +155,33 @@ def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_bac
     # Checkpoints at/after 12 go on the first NaN (checkpoint 10 stays), then 5 and 10 steps further back.
     assert targets == [12, 7, 2]
     assert lrs == [5.0, 1.25, 1.25 / 8]
+
+
+def test_a_huge_line_and_a_flood_are_read_in_bounded_memory_and_nothing_later_is_lost(tmp_path):
+    import tracemalloc
+
+    from engine.observer import MAX_LINE_BYTES, MAX_READ_BYTES, LogTail
+
+    log = tmp_path / "trainer.log"
+    log.write_bytes(b"before\n" + b"x" * (40 * 1024 * 1024) + b"\n" + progress(3, 6.0).encode() + b"\n")
+    tail = LogTail(log)
+    tracemalloc.start()
+    try:
+        lines, reads = [], 0
+        while tail.offset < log.stat().st_size:
+            lines += tail.read()
+            reads += 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reads >= 40 * 1024 * 1024 // MAX_READ_BYTES            # the flood took several observations
+    assert peak < 4 * MAX_READ_BYTES, peak                          # never the whole line in memory
+    assert lines[0] == "before" and lines[2] == progress(3, 6.0)    # the line after it is read intact
+    assert lines[1].startswith("x" * MAX_LINE_BYTES) and lines[1].endswith(f"[... {40 * 1024 * 1024 - MAX_LINE_BYTES} bytes cut]")
+
+    with open(log, "ab") as fh:                                     # a line split across two reads
+        fh.write(b"Traceback (most")
+    assert tail.read() == []
+    with open(log, "ab") as fh:
+        fh.write(b" recent call last):\n")
+    assert tail.read() == ["Traceback (most recent call last):"]
