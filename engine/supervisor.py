@@ -305,7 +305,8 @@ class Supervisor(IncidentHandling):
         save_cost = statistics.median(tracker.save_seconds) if tracker.save_seconds else None
         step_time = statistics.median(tracker.step_seconds) if tracker.step_seconds else None
         failures = self.history.all_fired()
-        started = self.journal.entries()[0]["time"] if self.journal.path.exists() else None
+        entries = self.journal.entries() if self.journal.path.exists() else []
+        started = entries[0].get("time") if entries else None   # every line may be unreadable
         mtbf = (time.time() - started) / max(1, len(failures)) if started else None
         return save_interval_advice(save_cost, mtbf, step_time, self.loaded.config.save_interval)
 
