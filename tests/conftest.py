@@ -137,3 +137,12 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 __all__ = ["Project", "make_project", "wait_for", "stop_process", "update_yaml_values"]
+
+
+# Hypothesis profiles: "quick" by default (CI), HYPOTHESIS_PROFILE=long for a long run. Real files and
+# real engine calls make an example take tens of milliseconds, so there is no per-example deadline.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("quick", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
