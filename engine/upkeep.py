@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import checkpoints as ckpts
 from engine import partial_saves
-from runbook.durable import atomic_write_text
+from engine.durable import atomic_write_text
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
@@ -73,6 +73,7 @@ class UpkeepContext(Protocol):
     notifier: Any                               # runbook.slack.Notifier (with .digest)
 
     def verified_steps(self) -> set[int]: ...   # checkpoints sealed by the supervisor
+    def forget_verified(self, steps: set[int]) -> None: ...   # deleted: a later save of that step is verified anew
     def best_step(self) -> int | None: ...      # step of the best validation loss, if known
     def trainer_alive(self) -> bool: ...
     def current_log(self) -> Path | None: ...   # the log the live trainer writes
@@ -104,6 +105,10 @@ class SupervisorContext:
 
     def verified_steps(self) -> set[int]:
         return set(self.sup.verified)               # one C-level copy under the GIL
+
+    def forget_verified(self, steps: set[int]) -> None:
+        # Jobs hold recovery_lock, and so does the watch loop whenever it reads this set.
+        self.sup.verified.difference_update(steps)
 
     def best_step(self) -> int | None:
         snap = self.sup.last_snapshot
@@ -254,6 +259,8 @@ class Upkeep:
         owned = partial_saves.owned_checkpoints(ctx.out_dir, announced)
         doomed = ckpts.plan_prune(owned, ctx.keep_last_k, ctx.best_step(), protected)
         freed = ckpts.apply_prune(ctx.out_dir, doomed, announced) if doomed else 0
+        # Else a step saved again after a resume from an older checkpoint would pass as verified unread.
+        ctx.forget_verified({c.step for c in doomed})
         kept = [c.step for c in ckpts.list_checkpoints(ctx.out_dir)]
         return f"deleted {len(doomed)} checkpoint(s) ({freed / 1e6:.1f} MB); kept steps {kept}"
 

@@ -37,9 +37,9 @@ from engine.partial_saves import trainer_tmp_dir
 from engine.runtime import EngineRuntime
 from engine.supervisor import Supervisor
 from engine.upkeep import SupervisorContext, Upkeep, UpkeepSettings, gzip_file
-from runbook.config import load_config
+from engine.config import load_config
 from runbook.slack import NullNotifier
-from runbook.yaml_source import update_yaml_values
+from engine.yaml_source import update_yaml_values
 
 REPO = Path(__file__).resolve().parent.parent
 INTERVAL = 10
@@ -287,6 +287,11 @@ operation = st.sampled_from(KINDS).flatmap(lambda kind: ARGUMENTS.get(kind, st.j
 
 @given(keep_last_k=st.integers(1, 3), history=st.lists(operation, min_size=8, max_size=40))
 @example(keep_last_k=1, history=[("save", "complete"), ("save", "killed_mid_write"), ("foreign", 0), ("resume",)])
+# Found by this test: upkeep retention deleted step 20 but the supervisor still counted it verified;
+# after a resume from step 10 the trainer made step-00000020/ again and it passed as verified, unread.
+@example(keep_last_k=1, history=[("save", "complete"), ("validate", 1.0), ("save", "complete"), ("save", "complete"),
+                                 ("observe",), ("retention",), ("rot", 1, "truncate"), ("resume",),
+                                 ("save", "killed_after_mkdir"), ("observe",)])
 def test_the_checkpoint_ledger_keeps_its_invariants(keep_last_k, history):
     world = World(keep_last_k)
     try:

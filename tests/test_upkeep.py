@@ -51,6 +51,9 @@ class Watcher:
     def verified_steps(self) -> set[int]:
         return set(self.verified)
 
+    def forget_verified(self, steps: set[int]) -> None:
+        self.verified -= steps
+
     def best_step(self) -> int | None:
         return self.best
 
@@ -263,7 +266,7 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
 
     from engine.supervisor import Supervisor
     from engine.upkeep import SupervisorContext
-    from runbook.config import load_config
+    from engine.config import load_config
 
     repo = Path(__file__).resolve().parent.parent
     (tmp_path / "configs").mkdir()
