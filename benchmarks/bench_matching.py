@@ -40,7 +40,7 @@ from engine.playbook import build_playbook  # noqa: E402
 from engine.playbook_loader import load_playbooks  # noqa: E402
 from engine.state import CheckpointStatus, DiskStatus, StateSnapshot, TrainerStatus  # noqa: E402
 from engine.trainers.litgpt import LitGPTAdapter  # noqa: E402
-from runbook.config import RunConfig  # noqa: E402
+from engine.config import RunConfig  # noqa: E402
 
 TAIL = 200
 REPLAY_BATCH = 10

@@ -108,7 +108,7 @@ def scratch_project(root: Path, **settings) -> Path:
     drill's make_scratch_project: a 40-step run, a checkpoint every 10 steps) plus `settings`
     (top-level keys, or sections as dicts). Returns its run config path."""
     from runbook.commands.drill_cmd import make_scratch_project
-    from runbook.config import load_config
+    from engine.config import load_config
     from runbook.watch_command import prepare_data
 
     loaded = load_config(RUN_CONFIG)
@@ -119,7 +119,7 @@ def scratch_project(root: Path, **settings) -> Path:
 
 
 def loaded(config: Path):
-    from runbook.config import load_config
+    from engine.config import load_config
 
     return load_config(config)
 

@@ -25,7 +25,7 @@ def shown(path: Path | str) -> str:
 
 def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of a regular file, or a SourceError that says in one sentence why not."""
-    from runbook.yaml_source import SourceError
+    from engine.yaml_source import SourceError
 
     name = shown(path)
     if len(str(path)) > MAX_PATH_CHARS:

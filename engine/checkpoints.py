@@ -25,7 +25,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from engine.pth_scan import scan_pth, sha256_file
-from runbook.durable import atomic_write, fsync_dir
+from engine.durable import atomic_write, fsync_dir
 
 PTH_NAME = "lit_model.pth"
 MANIFEST_NAME = "runbook-manifest.json"

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engine.durable import atomic_write_text
+from engine.notifier import SlackSettings
 from engine.upkeep import UpkeepSettings
-from runbook.durable import atomic_write_text
-from runbook.slack import SlackSettings
-from runbook.yaml_source import (
+from engine.yaml_source import (
     SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
 )
 
@@ -198,7 +198,7 @@ class LoadedConfig:
 
 
 def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, config_file: Path, project_dir: Path,
-                       data_dirs: dict[str, Path], home: Path, system_folders: set[Path]) -> str | None:
+                       data_dirs: list[tuple[str, Path]], home: Path, system_folders: set[Path]) -> str | None:
     """PURE. Why ``folder`` (out_dir or run_dir; every path absolute and resolved) cannot be a folder
     this run owns, as one sentence, or None. runbook deletes and moves files in both, so neither may
     be, hold or sit inside anything else of the user's."""
@@ -213,12 +213,12 @@ def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, conf
         reason = "is the project folder (the one holding configs/)"
     elif within(config_file, folder):
         reason = f"holds the run config {config_file}"
-    elif same := next((name for name, d in data_dirs.items() if d == folder), None):
+    elif same := next((name for name, d in data_dirs if d == folder), None):
         reason = f"is {same}"
-    elif holder := next((name for name, d in data_dirs.items() if within(d, folder)), None):
-        reason = f"holds {holder} ({data_dirs[holder]})"
-    elif inside := next((name for name, d in data_dirs.items() if within(folder, d)), None):
-        reason = f"is inside {inside} ({data_dirs[inside]})"
+    elif holder := next(((name, d) for name, d in data_dirs if within(d, folder)), None):
+        reason = f"holds {holder[0]} ({holder[1]})"
+    elif inside := next(((name, d) for name, d in data_dirs if within(folder, d)), None):
+        reason = f"is inside {inside[0]} ({inside[1]})"
     elif folder == other:
         reason = f"is also {other_key}"
     elif within(folder, other):
@@ -234,7 +234,10 @@ def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, conf
 def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     real = lambda p: Path(os.path.realpath(p))  # noqa: E731 - symlinks and `..` resolved alike
     system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS} | {real(tempfile.gettempdir())}
-    data = {f"data.{n}": real(loaded.data_path(n)) for n in ("train_dir", "val_dir", "tokenizer_dir")}
+    # Data folders as resolved and as written: a linked-in data folder is protected under both names.
+    data = [(f"data.{n}", real(loaded.data_path(n))) for n in ("train_dir", "val_dir", "tokenizer_dir")]
+    data += [(f"data.{n}", Path(os.path.normpath(loaded.project_dir / getattr(loaded.config.data, n))))
+             for n in ("train_dir", "val_dir", "tokenizer_dir")]
     folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
     problems = []
     for key, other_key in (("out_dir", "run_dir"), ("run_dir", "out_dir")):

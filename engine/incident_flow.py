@@ -199,7 +199,7 @@ class IncidentHandling:
             self._report_incident(record, note=why)
 
     def _append_run_log(self, record: dict) -> None:
-        from runbook.run_log import append_entry
+        from engine.run_log import append_entry
 
         template = self.loaded.config.run_log_template
         try:

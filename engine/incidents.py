@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from engine.incident_records import ID_PATTERN
-from runbook.durable import atomic_write_text
+from engine.durable import atomic_write_text
 
 
 class IncidentsUnreadable(OSError):

@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engine.playbook import Playbook, build_playbook
-from runbook.bounded_read import MAX_PATH_CHARS, read_text_file, shown
-from runbook.yaml_source import SourceError, describe_validation_error, load_yaml, plain
+from engine.bounded_read import MAX_PATH_CHARS, read_text_file, shown
+from engine.yaml_source import SourceError, describe_validation_error, load_yaml, plain
 
 
 def playbook_files(paths: list[Path]) -> list[Path]:

@@ -33,7 +33,7 @@ from engine.matcher import AttemptHistory, MatchMemory, decide
 from engine.planner import plan
 from engine.playbook import Playbook, PlaybookTest
 from engine.state import StateSnapshot
-from runbook.config import RunConfig
+from engine.config import RunConfig
 
 OBSERVATION_INTERVAL_S = 1.0
 TAIL_LINES = 200

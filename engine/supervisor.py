@@ -26,7 +26,7 @@ from engine.runtime import EngineRuntime
 from engine.state import TERMINAL_STATES, CheckpointStatus, RunState, TrainerStatus
 from engine.trainer_process import TrainerProcess, signal_name
 from engine.trainers import adapter_for
-from runbook.config import LoadedConfig
+from engine.config import LoadedConfig
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
 

@@ -15,8 +15,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
-from runbook.bounded_read import read_text_file, shown
-from runbook.durable import atomic_write_text
+from engine.bounded_read import read_text_file, shown
+from engine.durable import atomic_write_text
 
 
 class SourceError(ValueError):

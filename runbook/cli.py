@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from engine.yaml_source import SourceError
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -19,11 +19,6 @@ DEFAULT_CONFIG = Path("configs/run_config.yaml")
 @app.callback()
 def _root() -> None:
     """runbook: supervise a pretraining run and recover it by playbooks written in YAML."""
-
-
-def fail(code: ExitCode, message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(int(code))
 
 
 @app.command()

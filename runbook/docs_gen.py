@@ -26,7 +26,7 @@ from engine import sandbox
 from engine.expressions import _ENV
 from engine.playbook import ActionStep, Limits, Persistence, Playbook, PlaybookTest
 from engine.state import StateSnapshot
-from runbook.config import RunConfig, WatchSettings
+from engine.config import RunConfig, WatchSettings
 from runbook.playbook_schema import duration_fields
 
 DOC_PATH = "docs/playbooks.md"

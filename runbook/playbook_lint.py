@@ -20,8 +20,8 @@ from engine.expressions import LIMIT_MARK, compile_expression, evaluate_conditio
 from engine.playbook import Playbook
 from engine.playbook_loader import describe_cycle, inhibit_cycles, load_playbook_file, playbook_files
 from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
-from runbook.config import RunConfig
-from runbook.yaml_source import SourceError, load_yaml, locate
+from engine.config import RunConfig
+from engine.yaml_source import SourceError, load_yaml, locate
 
 _PROGRESS = "Epoch 1 | iter 480 step 120 | loss train: 3.200, val: 3.400 | iter time: 95.12 ms (step) remaining time: 0:01:10"
 

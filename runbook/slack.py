@@ -17,15 +17,17 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping
 
-from pydantic import BaseModel, Field
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.webhook import WebhookClient
 
+from engine.notifier import Notifier, NullNotifier, SlackSettings
 from runbook.outbox import Outbox
+
+__all__ = ["Notifier", "NullNotifier", "SlackNotifier", "SlackSettings", "make_notifier"]
 
 log = logging.getLogger(__name__)
 # slack_sdk logs request URLs (a webhook URL is a secret): give it a logger we can filter.
@@ -37,40 +39,6 @@ _MAX_THREADS = 1000  # thread-ts entries kept in state.json
 _PAYLOAD_ERRORS = {"invalid_blocks", "invalid_blocks_format", "msg_too_long", "no_text",
                    "too_many_attachments", "invalid_attachments", "invalid_arguments", "invalid_payload"}
 _LOST_PARENT_ERRORS = {"thread_not_found", "invalid_thread_ts"}
-
-
-class SlackSettings(BaseModel, extra="forbid"):
-    enabled: bool = False
-    bot_token_env: str = "RUNBOOK_SLACK_BOT_TOKEN"
-    webhook_url_env: str = "RUNBOOK_SLACK_WEBHOOK_URL"
-    channel: str | None = None
-    mention: str | None = None  # e.g. "<!subteam^S0123>", added when an incident escalates
-    base_url: str | None = None  # Web API base; tests point it at 127.0.0.1
-    timeout_s: float = Field(default=3.0, gt=0)
-    # When the watcher ends (completed, escalated, stopped) and for `runbook notify --flush`: how long
-    # to keep delivering what is still queued. What is left stays in the outbox for the next try.
-    delivery_timeout_s: float = Field(default=30.0, ge=0, le=86400)
-
-
-@runtime_checkable
-class Notifier(Protocol):
-    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
-    def incident_update(self, incident_id: str, text: str) -> None: ...
-    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
-    def digest(self, title: str, text: str, fields: dict[str, str]) -> None: ...
-    def flush(self, timeout_s: float | None = None) -> None: ...
-    def close(self) -> None: ...
-
-
-class NullNotifier:
-    """Used when Slack is disabled: every call does nothing."""
-
-    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None: ...
-    def incident_update(self, incident_id: str, text: str) -> None: ...
-    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None: ...
-    def digest(self, title: str, text: str, fields: dict[str, str]) -> None: ...
-    def flush(self, timeout_s: float | None = None) -> None: ...
-    def close(self) -> None: ...
 
 
 def make_notifier(settings: SlackSettings, outbox_dir: Path, environ: Mapping[str, str] = os.environ,

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
+from engine.yaml_source import SourceError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -26,7 +26,7 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
 
     With record_hash=False (drills) the config is only read, never written."""
     from engine import checkpoints as ckpts
-    from runbook.config import compute_data_hash
+    from engine.config import compute_data_hash
     from runbook.default_data import ensure_default_assets
 
     cfg = loaded.config
@@ -110,7 +110,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     from engine.playbook_loader import load_playbooks
     from engine.state import RunState
     from engine.supervisor import Supervisor
-    from runbook.config import load_config
+    from engine.config import load_config
     from runbook.console import PlainReporter
     from runbook.slack import make_notifier
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runbook.default_data import ensure_default_assets
-from runbook.yaml_source import round_trip_yaml, update_yaml_values
+from engine.yaml_source import round_trip_yaml, update_yaml_values
 
 REPO = Path(__file__).resolve().parent.parent
 RUNBOOK = str(Path(sys.executable).parent / "runbook")

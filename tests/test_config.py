@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runbook.config import compute_data_hash, load_config
-from runbook.yaml_source import SourceError
+from engine.config import compute_data_hash, load_config
+from engine.yaml_source import SourceError
 from tests.conftest import REPO, RUNBOOK
 
 

@@ -27,7 +27,7 @@ from engine.datascan import (
     scan_folder,
     token_bounds,
 )
-from runbook.config import compute_data_hash
+from engine.config import compute_data_hash
 from runbook.default_data import make_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent

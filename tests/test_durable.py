@@ -1,4 +1,4 @@
-"""runbook/durable.py: replace-or-nothing writes that keep the file's permissions."""
+"""engine/durable.py: replace-or-nothing writes that keep the file's permissions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from runbook.durable import atomic_write, atomic_write_text
+from engine.durable import atomic_write, atomic_write_text
 
 
 def mode(path) -> int:

@@ -22,7 +22,7 @@ from engine.playbook_loader import load_playbooks
 from engine.replay import replay as replay_record
 from engine.state import StateSnapshot
 from runbook.cli import app
-from runbook.config import load_config
+from engine.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 runner = CliRunner()

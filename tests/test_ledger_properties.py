@@ -38,7 +38,7 @@ from engine.runtime import EngineRuntime
 from engine.supervisor import Supervisor
 from engine.upkeep import SupervisorContext, Upkeep, UpkeepSettings, gzip_file
 from engine.config import load_config
-from runbook.slack import NullNotifier
+from engine.notifier import NullNotifier
 from engine.yaml_source import update_yaml_values
 
 REPO = Path(__file__).resolve().parent.parent

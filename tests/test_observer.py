@@ -79,7 +79,7 @@ def test_a_resume_before_the_last_healthy_step_moves_it_back():
 
 def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_learnt_timeout():
     from engine.observer import Observer
-    from runbook.config import WatchSettings
+    from engine.config import WatchSettings
 
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)
     observer = Observer(ADAPTER, REPO, tokens_per_iter=256)
@@ -94,7 +94,7 @@ def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_lear
 def test_each_repeated_spike_cuts_the_lr_four_times_harder():
     """lr 10 (the chaos benchmark's divergence) reaches a sane lr in three incidents: / 4, / 16, / 64."""
     from engine.planner import plan
-    from runbook.config import RunConfig
+    from engine.config import RunConfig
 
     playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
     snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
@@ -134,7 +134,7 @@ def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_bac
     """The NaN playbook's rollback target comes from the run's loss history, not a count from the
     crash: diverged-but-finite checkpoints saved after the last healthy loss are all condemned."""
     from engine.planner import plan
-    from runbook.config import RunConfig
+    from engine.config import RunConfig
 
     playbook = load_playbook_file(REPO / "playbooks" / "nan.yaml")
     tracker = MetricTracker(tokens_per_iter=256)

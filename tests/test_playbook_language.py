@@ -15,7 +15,7 @@ from engine.planner import plan
 from engine.playbook import build_playbook
 from engine.playbook_testing import build_snapshots, deep_merge, run_test
 from engine.state import StateSnapshot
-from runbook.config import RunConfig
+from engine.config import RunConfig
 
 CONFIG = RunConfig()
 RUNNING = {"trainer": {"alive": True, "pid": 7}, "metrics": {"step": 100, "loss": 3.0, "loss_median": 3.0}}

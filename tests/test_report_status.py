@@ -28,7 +28,7 @@ from engine import checkpoints as ckpts
 from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 from engine.upkeep import gzip_file
 from runbook.cli import app
-from runbook.config import load_config
+from engine.config import load_config
 from runbook.live_view import LiveView
 from runbook.report import read_history
 

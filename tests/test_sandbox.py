@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from engine.expressions import ExpressionError, compile_expression, render_template
 from engine.state import StateSnapshot
 from runbook.cli import app
-from runbook.config import RunConfig
+from engine.config import RunConfig
 from runbook.exit_codes import ExitCode
 
 REPO = Path(__file__).resolve().parent.parent

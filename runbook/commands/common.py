@@ -8,14 +8,20 @@ import typer
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
+from engine.yaml_source import SourceError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def fail(code: ExitCode, message: str) -> None:
+    """One sentence on stderr and the command's distinct exit code."""
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    raise typer.Exit(int(code))
+
+
 def load_started_run(config: Path):
     """The LoadedConfig of a run that has a journal; exit 3 with one sentence otherwise."""
-    from runbook.config import load_config
+    from engine.config import load_config
 
     try:
         loaded = load_config(config)

@@ -24,7 +24,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
 
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
     """
-    from runbook.yaml_source import round_trip_yaml
+    from engine.yaml_source import round_trip_yaml
 
     yaml = round_trip_yaml()
     tree = yaml.load(loaded.path.read_text())
@@ -60,7 +60,7 @@ def drill(
 ) -> None:
     """Run the seed's "break it on purpose" exercise on a scratch copy and report what runbook did."""
     from engine.faults import FAULTS, DrillRun
-    from runbook.config import load_config
+    from engine.config import load_config
     from runbook.watch_command import prepare_data
 
     if fault_name not in FAULTS:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
+from engine.yaml_source import SourceError
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
@@ -38,7 +38,7 @@ class RecordProblem(Exception):
 def open_store(config: Path):
     """(LoadedConfig, IncidentStore) for a run config; SourceError -> RecordProblem(BAD_CONFIG)."""
     from engine.incidents import IncidentStore
-    from runbook.config import load_config
+    from engine.config import load_config
 
     try:
         loaded = load_config(config)

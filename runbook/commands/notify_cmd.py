@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
+from engine.yaml_source import SourceError
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
@@ -30,7 +30,7 @@ def notify(
         None, "--timeout", min=0, help="seconds to keep trying (default: notifications.slack.delivery_timeout_s)"),
 ) -> None:
     """Count the Slack notices still waiting in the run's outbox; --flush delivers them, in order and in their threads."""
-    from runbook.config import load_config
+    from engine.config import load_config
     from runbook.notices import NoticesRefused, deliver_pending, outbox_dir
     from runbook.outbox import pending_summary
     from runbook.report import duration

@@ -10,9 +10,9 @@ import typer
 from pydantic import ValidationError
 
 from runbook.exit_codes import ExitCode
-from runbook.durable import atomic_write_text
-from runbook.bounded_read import read_text_file, shown
-from runbook.yaml_source import SourceError
+from engine.durable import atomic_write_text
+from engine.bounded_read import read_text_file, shown
+from engine.yaml_source import SourceError
 
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
 DEFAULT_PLAYBOOKS = Path("playbooks")
@@ -29,7 +29,7 @@ def _exit(code: ExitCode, *lines: str) -> None:
 
 def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
     """(RunConfig, playbook paths): explicit paths win, then the run config's, then ./playbooks."""
-    from runbook.config import RunConfig, load_config
+    from engine.config import RunConfig, load_config
 
     if config_path is None:
         return RunConfig(), list(paths or [DEFAULT_PLAYBOOKS])
@@ -134,7 +134,7 @@ def explain(
     """Clause by clause: does NAME match this state, expected vs actual. Exit 0 on match, 1 on no match."""
     from engine.clauses import MatchContext
     from engine.planner import plan
-    from runbook.config import RunConfig
+    from engine.config import RunConfig
 
     run_config, paths = _setup(playbooks, config)
     snapshot, record_config = _read_state(state)

@@ -19,7 +19,7 @@ from runbook.commands.incidents_cmd import (
     DEFAULT_CONFIG, RecordProblem, err, open_store, out, read_all, read_record, report,
 )
 from runbook.exit_codes import ExitCode
-from runbook.yaml_source import SourceError
+from engine.yaml_source import SourceError
 
 
 def replay(

@@ -87,7 +87,7 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path]) -> dict:
     run_dir and run_log inside the replay folder (relative: they resolve against it)."""
     from pydantic import ValidationError
 
-    from runbook.config import RunConfig
+    from engine.config import RunConfig
 
     tree = loaded.config.model_dump(mode="json")
     after = record.get("config_after") if isinstance(record.get("config_after"), dict) else {}
@@ -149,8 +149,8 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine import checkpoints as ckpts
     from engine.incidents import ID_PATTERN
-    from runbook.durable import atomic_write_text
-    from runbook.yaml_source import round_trip_yaml
+    from engine.durable import atomic_write_text
+    from engine.yaml_source import round_trip_yaml
 
     incident_id = str(record.get("id"))
     if not ID_PATTERN.match(incident_id):

@@ -39,7 +39,7 @@ def scan_data(
 ) -> None:
     """Scan training text for bad lines: invalid UTF-8, control characters, lines over a token limit."""
     from engine.datascan import DataScanError, load_tokenizer, scan_files
-    from runbook.cli import fail
+    from runbook.commands.common import fail
 
     loaded = _load_config(config, needed=not paths or tokenizer is None)
     tok_dir = tokenizer or (loaded.data_path("tokenizer_dir") if loaded else None)
@@ -66,8 +66,8 @@ def scan_data(
 
 
 def _load_config(path: Path, needed: bool):
-    from runbook.cli import fail
-    from runbook.config import load_config
+    from runbook.commands.common import fail
+    from engine.config import load_config
 
     if not path.is_file():
         if needed:
@@ -106,7 +106,7 @@ def _configured_train_files(loaded) -> list[Path]:
 def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int | None) -> dict:
     """Clean every folder that has bad lines; repoint the config at the ones it trains on; rescan."""
     from engine.datascan import fix_folder, scan_files, text_files
-    from runbook.config import compute_data_hash
+    from engine.config import compute_data_hash
 
     folders = sorted({Path(os.path.abspath(f)).parent for f in files if report.bad_lines_of(f)})
     configured = {key: _configured_dir(loaded, key) for key in ("train_dir", "val_dir")} if loaded else {}
@@ -149,9 +149,9 @@ def _config_value(loaded, key: str, target: Path) -> str:
 
 def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
     """Set data.<key> in the config file, comments and order kept (write_back only sets top-level keys)."""
-    from runbook.config import RunConfig
-    from runbook.durable import atomic_write_text
-    from runbook.yaml_source import round_trip_yaml
+    from engine.config import RunConfig
+    from engine.durable import atomic_write_text
+    from engine.yaml_source import round_trip_yaml
 
     values = {key: _config_value(loaded, key, target) for key, target in repoint.items()}
     data = {**loaded.config.data.model_dump(), **values}

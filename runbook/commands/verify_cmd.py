@@ -21,7 +21,7 @@ def verify(
     from engine import checkpoints as ckpts
 
     if out_dir is None:
-        from runbook.config import load_config
+        from engine.config import load_config
 
         out_dir = load_config(config).out_dir
     if not out_dir.is_dir():
