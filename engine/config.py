@@ -197,11 +197,12 @@ class LoadedConfig:
         return self.reload()
 
 
-def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, config_file: Path, project_dir: Path,
+def run_folder_problem(key: str, folder: Path, other_key: str, other: Path | None, config_file: Path, project_dir: Path,
                        data_dirs: list[tuple[str, Path]], home: Path, system_folders: set[Path]) -> str | None:
     """PURE. Why ``folder`` (out_dir or run_dir; every path absolute and resolved) cannot be a folder
     this run owns, as one sentence, or None. runbook deletes and moves files in both, so neither may
-    be, hold or sit inside anything else of the user's."""
+    be, hold or sit inside anything else of the user's. With ``other`` (the other of the two), also
+    refused: being it or lying inside it (the inner one of a nested pair is the one named)."""
     def within(a: Path, b: Path) -> bool:
         return a == b or b in a.parents
 
@@ -219,12 +220,10 @@ def run_folder_problem(key: str, folder: Path, other_key: str, other: Path, conf
         reason = f"holds {holder[0]} ({holder[1]})"
     elif inside := next(((name, d) for name, d in data_dirs if within(folder, d)), None):
         reason = f"is inside {inside[0]} ({inside[1]})"
-    elif folder == other:
+    elif other is not None and folder == other:
         reason = f"is also {other_key}"
-    elif within(folder, other):
+    elif other is not None and within(folder, other):
         reason = f"is inside {other_key} ({other})"
-    elif within(other, folder):
-        reason = f"holds {other_key} ({other})"
     else:
         return None
     return (f"{key}: {folder} {reason}, and runbook deletes and moves files in {key}, so it must be a folder "
@@ -239,14 +238,16 @@ def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     data += [(f"data.{n}", Path(os.path.normpath(loaded.project_dir / getattr(loaded.config.data, n))))
              for n in ("train_dir", "val_dir", "tokenizer_dir")]
     folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
+    args = (real(path), real(loaded.project_dir), data, real(Path.home()), system)
+    # Each folder on its own first, then the pair: one sentence, about the folder that is wrong.
+    checks = [(k, o, None) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
+    checks += [(k, o, folders[o]) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
     problems = []
-    for key, other_key in (("out_dir", "run_dir"), ("run_dir", "out_dir")):
-        problem = run_folder_problem(key, folders[key], other_key, folders[other_key], real(path),
-                                     real(loaded.project_dir), data, real(Path.home()), system)
-        if problem:
+    for key, other_key, other in checks:
+        if problem := run_folder_problem(key, folders[key], other_key, other, *args):
             where = locate(tree, (key,))
             problems.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
-            break  # one sentence: out_dir == run_dir would otherwise be said twice
+            break
     return problems
 
 
