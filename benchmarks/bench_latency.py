@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from engine import faults  # noqa: E402
+from engine.trainers import adapter_for  # noqa: E402
 
 SECTION = "Detection and recovery latency"
 
@@ -92,7 +93,8 @@ def run_class(name: str, root: Path, timeout: float) -> dict:
     injected = None
     try:
         if inject is not None:
-            injected = inject(faults.DrillRun(cfg.out_dir, cfg.run_dir, proc, timeout))
+            adapter = adapter_for(cfg.config.trainer.kind)
+            injected = inject(faults.DrillRun(cfg.out_dir, cfg.run_dir, proc, adapter, timeout))
         code = proc.wait(timeout=max(1.0, timeout - (time.time() - started)))
     except (subprocess.TimeoutExpired, TimeoutError, RuntimeError) as err:
         common.stop(proc)

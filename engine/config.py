@@ -64,7 +64,7 @@ class DataSettings(Strict):
 
 
 class TrainerSettings(Strict):
-    kind: Literal["litgpt"] = "litgpt"
+    kind: str = Field("litgpt", description="a registered trainer (litgpt) or python:<module>:<adapter class>")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: str = "32-true"
     lr_warmup_steps: int = Field(10, ge=0)
@@ -75,7 +75,15 @@ class TrainerSettings(Strict):
     devices: int = Field(1, gt=0, description="GPUs on this node used by the trainer")
     memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
-    extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated litgpt config")
+    extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_trainer(cls, kind: str) -> str:
+        from engine.trainers.registry import adapter_factory
+
+        adapter_factory(kind)   # UnknownTrainer (a ValueError) says why there is no such trainer
+        return kind
 
 
 class PlaybookSettings(Strict):

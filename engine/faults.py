@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine.events import Progress
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -27,19 +29,30 @@ class Fault:
 
 
 class DrillRun:
-    """What an injector needs: where the run writes, and how to wait for it."""
+    """What an injector needs: where the run writes, its trainer's adapter, and how to wait for it."""
 
-    def __init__(self, out_dir: Path, run_dir: Path, watcher: subprocess.Popen, timeout: float = 300.0):
+    def __init__(self, out_dir: Path, run_dir: Path, watcher: subprocess.Popen, adapter, timeout: float = 300.0):
         self.out_dir, self.run_dir, self.watcher, self.timeout = out_dir, run_dir, watcher, timeout
+        self.adapter, self.layout = adapter, adapter.layout
 
     def trainer_pid(self) -> int:
         return int((self.run_dir / "trainer.pid").read_text())
 
+    def checkpoint_folders(self) -> list[Path]:
+        """The step checkpoint folders in out_dir, oldest first."""
+        found = [(step, p) for p in self.out_dir.iterdir() if (step := self.layout.step_of(p.name)) is not None] \
+            if self.out_dir.is_dir() else []
+        return [p for _step, p in sorted(found)]
+
+    def _save_complete(self, folder: Path) -> bool:
+        files = [self.layout.resume_file(folder), *(folder / n for n in self.layout.required_files)]
+        return all(f.exists() for f in files)
+
     def wait_for_checkpoint(self, count: int) -> Path:
-        """The folder of the count-th checkpoint, once its save is complete (side files written)."""
+        """The folder of the count-th checkpoint, once its save is complete (all its files written)."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            done = sorted(p for p in self.out_dir.glob("step-*") if (p / "model_config.yaml").exists())
+            done = [p for p in self.checkpoint_folders() if self._save_complete(p)]
             if len(done) >= count:
                 return done[count - 1]
             if self.watcher.poll() is not None:
@@ -48,7 +61,9 @@ class DrillRun:
         raise TimeoutError(f"no checkpoint {count} after {self.timeout:g} s")
 
     def progress_lines(self) -> int:
-        return sum(log.read_text(errors="replace").count("\nEpoch ") for log in (self.run_dir / "logs").glob("trainer-*.log"))
+        return sum(isinstance(self.adapter.parse_line(line), Progress)
+                   for log in (self.run_dir / "logs").glob("trainer-*.log")
+                   for line in log.read_text(errors="replace").splitlines())
 
 
 def _signal_after_checkpoint(sig: int, count: int) -> Callable[[DrillRun], float]:
@@ -65,12 +80,13 @@ def _corrupt_then_kill(run: DrillRun) -> float:
     newest = run.wait_for_checkpoint(3)
     pid = run.trainer_pid()
     os.kill(pid, signal.SIGSTOP)
-    older = sorted(run.out_dir.glob("step-*"))[-2] if len(list(run.out_dir.glob("step-*"))) > 1 else None
-    pth = newest / "lit_model.pth"
-    with open(pth, "r+b") as fh:
-        fh.truncate(pth.stat().st_size // 2)
+    folders = run.checkpoint_folders()
+    older = folders[-2] if len(folders) > 1 else None
+    resume_file = run.layout.resume_file(newest)
+    with open(resume_file, "r+b") as fh:
+        fh.truncate(resume_file.stat().st_size // 2)
     if older is not None and older != newest:
-        target = older / "lit_model.pth"
+        target = run.layout.resume_file(older)
         with open(target, "r+b") as fh:
             fh.seek(target.stat().st_size // 2)
             byte = fh.read(1)

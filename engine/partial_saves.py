@@ -3,15 +3,12 @@
 out_dir may be shared (``tmpUserNotes.txt``, another tool's ``tmp8f3k2l``, someone else's
 ``tmp-runbook-*``), so nothing is recognised by a prefix like ``tmp*``. An entry is this run's only if:
 
-- this run's trainer announced it. litgpt 0.5.13 ``pretrain.save_checkpoint`` makes the folder, prints
-  ``Saving checkpoint to '<out_dir>/step-XXXXXXXX/lit_model.pth'`` (or ``final/``), and only then
-  writes files: ``fabric.save`` (Lightning ``_atomic_save``: the whole file goes to a
-  ``tempfile.mkstemp()`` file in an fsspec transaction and is moved onto lit_model.pth at commit),
-  hyperparameters.yaml, the tokenizer files, model_config.yaml. The trainer's output is
-  ``<run_dir>/logs/trainer-NNN.log[.gz]``, runbook's own folder, so the log is the record;
+- this run's trainer announced it: ``CheckpointLayout.announced_saves`` reads the announcements from
+  the trainer's output, ``<run_dir>/logs/trainer-NNN.log[.gz]`` (runbook's own folder, so the log is
+  the record). A trainer announces a save before writing its files (engine/trainers/litgpt/layout.py);
 - or runbook named it: ``own_tmp_prefix(out_dir)`` + ``last-*`` / ``prune-*`` / ``*.part`` (a watcher
-  killed mid-call leaves these), and ``trainer_tmp_dir``: the trainer's TMPDIR, where mkstemp puts
-  Lightning's temp file (the rename onto the checkpoint stays on one filesystem). Nothing else
+  killed mid-call leaves these), and ``trainer_tmp_dir``: the trainer's TMPDIR (litgpt's save renames a
+  temp file from there onto the checkpoint, so it shares out_dir's filesystem). Nothing else
   uses that folder, so all of its contents are the trainer's temporaries;
 - or it is the ``last`` symlink.
 
@@ -20,7 +17,6 @@ Everything else is left alone and reported. ``plan_cleanup`` is pure; the rest r
 
 from __future__ import annotations
 
-import ast
 import gzip
 import os
 import shutil
@@ -29,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import checkpoints as ckpts
-
-ANNOUNCEMENT = b"Saving checkpoint to "
 
 
 def trainer_tmp_dir(out_dir: Path) -> Path:
@@ -46,47 +40,25 @@ def clear_trainer_tmp(out_dir: Path) -> None:
 # --- the trainer's announcements -------------------------------------------------------------
 
 
-def announced_saves(text: bytes, out_dir: Path) -> set[str]:
-    """PURE. Folder names (``step-XXXXXXXX``, ``final``) of out_dir whose save the log text announces."""
-    roots = {os.path.normpath(os.path.abspath(out_dir)), os.path.normpath(os.path.realpath(out_dir))}
-    names, start = set(), 0
-    while (at := text.find(ANNOUNCEMENT, start)) >= 0:
-        end = text.find(b"\n", at)
-        end = len(text) if end < 0 else end
-        start = end
-        if at and text[at - 1:at] != b"\n":
-            continue  # only at the start of a line, as litgpt prints it
-        try:
-            path = ast.literal_eval(text[at + len(ANNOUNCEMENT):end].decode("utf-8").strip())  # litgpt prints repr()
-        except (ValueError, SyntaxError, UnicodeDecodeError):
-            continue
-        if not isinstance(path, str):
-            continue
-        folder, file = os.path.split(os.path.normpath(path))
-        root, name = os.path.split(folder)
-        if file == ckpts.PTH_NAME and root in roots and (ckpts.STEP_DIR_RE.match(name) or name == "final"):
-            names.add(name)
-    return names
-
-
-_cache: dict[tuple, set[str]] = {}  # (path, inode, size, mtime, out_dir) -> names; logs only grow or get gzipped
+_cache: dict[tuple, set[str]] = {}  # (path, inode, size, mtime, out_dir, layout) -> names; logs only grow or get gzipped
 _cache_lock = threading.Lock()      # upkeep's thread and the watch loop both ask
 
 
-def read_announced(log_dir: Path, out_dir: Path) -> frozenset[str]:
+def read_announced(log_dir: Path, out_dir: Path, layout=None) -> frozenset[str]:
     """Every save any launch of this run announced, from ``log_dir/trainer-*.log`` and ``.log.gz``."""
+    layout = layout or ckpts.default_layout()
     found: set[str] = set()
     for path in sorted(Path(log_dir).glob("trainer-*.log*")):
         if not (path.name.endswith(".log") or path.name.endswith(".log.gz")):
             continue
         try:
             st = path.stat()
-            key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, str(out_dir))
+            key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, str(out_dir), type(layout).__name__)
             with _cache_lock:
                 names = _cache.get(key)
             if names is None:
                 data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-                names = announced_saves(data, out_dir)
+                names = layout.announced_saves(data, out_dir)
                 with _cache_lock:  # one entry per log: the live one changes size every few seconds
                     for old in [k for k in _cache if k[0] == key[0]]:
                         del _cache[old]
@@ -108,7 +80,7 @@ class Entry:
     is_dir: bool
     is_symlink: bool
     children: tuple[str, ...] = ()     # for folders: names inside
-    pth_ok: bool = False               # step folders: lit_model.pth present and a zip
+    looks_whole: bool = False          # step folders: the resume file looks completely written
 
 
 @dataclass
@@ -118,43 +90,44 @@ class Cleanup:
     foreign: list[str] = field(default_factory=list)     # not ours, relative to out_dir: leave alone, report
 
 
-def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | set[str],
+def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | set[str], layout,
                  require_side_files=()) -> Cleanup:
     """PURE. Sort out_dir's children into this run's partial saves, its temporaries, and others' files."""
     plan = Cleanup()
+    known = layout.checkpoint_files | {ckpts.MANIFEST_NAME}
     for e in sorted(entries, key=lambda e: e.name):
         if e.name.startswith(prefix):
             plan.temps.append(e.name)           # the trainer TMPDIR, a last-link temp, a prune's trash
-        elif e.name == ckpts.LAST_LINK_NAME and e.is_symlink:
-            continue
+        elif (e.name == ckpts.LAST_LINK_NAME and e.is_symlink) or (e.is_dir and e.name in getattr(layout, "trainer_folders", ())):
+            continue                            # ours, never deleted: `last`, the trainer's own logger folder
         elif e.is_dir and not e.is_symlink and e.name in announced:
             plan.temps += [f"{e.name}/{c}" for c in e.children if c.startswith(prefix)]
             plan.foreign += [f"{e.name}/{c}" for c in e.children
-                             if c not in ckpts.CHECKPOINT_FILES and not c.startswith(prefix)]
+                             if c not in known and not c.startswith(prefix)]
             missing = any(n not in e.children for n in require_side_files)
-            if ckpts.STEP_DIR_RE.match(e.name) and (not e.pth_ok or missing):
+            if layout.step_of(e.name) is not None and (not e.looks_whole or missing):
                 plan.partial.append(e.name)
         else:
             plan.foreign.append(e.name)
     return plan
 
 
-def survey(out_dir: Path) -> list[Entry]:
-    """Read out_dir's children (cheap: names, and a zip check of each step folder's lit_model.pth)."""
+def survey(out_dir: Path, layout) -> list[Entry]:
+    """Read out_dir's children (cheap: names, and the layout's quick look at each step folder's resume file)."""
     out_dir = Path(out_dir)
     entries = []
     for d in ckpts._scandir(out_dir):
         is_dir = d.is_dir(follow_symlinks=False)
         children = tuple(sorted(c.name for c in ckpts._scandir(out_dir / d.name))) if is_dir else ()
-        pth = out_dir / d.name / ckpts.PTH_NAME
-        pth_ok = is_dir and bool(ckpts.STEP_DIR_RE.match(d.name)) and pth.is_file() and ckpts.is_zip(pth)
-        entries.append(Entry(d.name, is_dir, d.is_symlink(), children, pth_ok))
+        whole = is_dir and layout.step_of(d.name) is not None and layout.looks_whole(out_dir / d.name)
+        entries.append(Entry(d.name, is_dir, d.is_symlink(), children, whole))
     return entries
 
 
-def find_partial_saves(out_dir: Path, announced, require_side_files=()) -> Cleanup:
+def find_partial_saves(out_dir: Path, announced, require_side_files=(), layout=None) -> Cleanup:
     """What an interrupted save of this run left in out_dir. Call only while no trainer writes there."""
-    return plan_cleanup(survey(out_dir), ckpts.own_tmp_prefix(out_dir), announced, require_side_files)
+    layout = layout or ckpts.default_layout()
+    return plan_cleanup(survey(out_dir, layout), ckpts.own_tmp_prefix(out_dir), announced, layout, require_side_files)
 
 
 def remove_temps(out_dir: Path, temps: list[str]) -> int:
@@ -178,6 +151,8 @@ def remove_temps(out_dir: Path, temps: list[str]) -> int:
     return freed
 
 
-def owned_checkpoints(out_dir: Path, announced) -> list[ckpts.Checkpoint]:
+def owned_checkpoints(out_dir: Path, announced, layout=None) -> list[ckpts.Checkpoint]:
     """The checkpoints this run's trainer announced and nobody else added files to: the only ones pruning may delete."""
-    return [c for c in ckpts.list_checkpoints(out_dir) if c.path.name in announced and not ckpts.foreign_files(c.path)]
+    layout = layout or ckpts.default_layout()
+    return [c for c in ckpts.list_checkpoints(out_dir, layout)
+            if c.path.name in announced and not ckpts.foreign_files(c.path, layout)]

@@ -17,10 +17,9 @@ from pathlib import Path
 from engine import checkpoints as ckpts
 from engine.events import FinalValidation, Progress, Resumed, Validation
 from engine.journal import Journal, JournalState, rebuild
-from engine.trainers.litgpt import LitGPTAdapter
+from engine.trainers import adapter_for
 
 LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
-STEP_IN_PATH = re.compile(r"step-(\d+)")
 
 
 @dataclass
@@ -107,8 +106,7 @@ def read_log_lines(path: Path) -> list[str]:
         return []
 
 
-def parse_launch(number: int, path: Path, start_step: int | None) -> LaunchCurve:
-    adapter = LitGPTAdapter()
+def parse_launch(number: int, path: Path, start_step: int | None, adapter) -> LaunchCurve:
     curve = LaunchCurve(number=number, log=path, start_step=start_step or 0)
     for line in read_log_lines(path):
         event = adapter.parse_line(line)
@@ -117,23 +115,22 @@ def parse_launch(number: int, path: Path, start_step: int | None) -> LaunchCurve
             curve.losses.append(event.loss)
             curve.iter_times_ms.append(event.iter_time_ms)
         elif isinstance(event, Validation):
-            # litgpt prints validation right after the progress line of that step (as observer.py assumes)
+            # validation is printed right after the progress line of that step (as observer.py assumes)
             curve.val_steps.append(curve.last_step)
             curve.val_losses.append(event.val_loss)
         elif isinstance(event, FinalValidation):
             curve.final_val_loss = event.val_loss
-        elif isinstance(event, Resumed) and start_step is None and (m := STEP_IN_PATH.search(event.path)):
-            curve.start_step = int(m.group(1))
+        elif isinstance(event, Resumed) and start_step is None and (step := adapter.layout.step_in_path(event.path)):
+            curve.start_step = step
     return curve
 
 
-def launch_starts(entries: list[dict]) -> dict[int, int]:
+def launch_starts(entries: list[dict], layout) -> dict[int, int]:
     """Launch number -> the step of the checkpoint it resumed from (a rescaled copy keeps the step in its name)."""
     starts = {}
     for e in entries:
         if e.get("kind") == "launch":
-            found = STEP_IN_PATH.findall(e.get("resume_from") or "")
-            starts[e["launch"]] = int(found[-1]) if found else 0
+            starts[e["launch"]] = layout.step_in_path(e.get("resume_from") or "") or 0
     return starts
 
 
@@ -175,11 +172,11 @@ def _resolved(path: Path) -> Path | None:
         return None
 
 
-def read_checkpoints(out_dir: Path) -> list[CheckpointInfo]:
+def read_checkpoints(out_dir: Path, layout) -> list[CheckpointInfo]:
     last = ckpts.last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
     return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last == _resolved(c.path))
-            for c in ckpts.list_checkpoints(out_dir)]
+            for c in ckpts.list_checkpoints(out_dir, layout)]
 
 
 def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
@@ -187,15 +184,17 @@ def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
     run_dir = loaded.run_dir
     journal = Journal(run_dir / "journal.jsonl")
     entries = journal.entries()
-    starts = launch_starts(entries)
+    adapter = adapter_for(loaded.config.trainer.kind)
+    starts = launch_starts(entries, adapter.layout)
     logs = trainer_logs(run_dir)
     if only_newest_launch:
         logs = logs[-1:]
-    launches = [parse_launch(n, path, starts.get(n)) for n, path in logs]
+    launches = [parse_launch(n, path, starts.get(n), adapter) for n, path in logs]
     incidents, bad_records = read_incident_records(run_dir)
     return RunHistory(
         journal=rebuild(entries), journal_entries=entries, launches=launches, incidents=incidents,
-        checkpoints=read_checkpoints(loaded.out_dir), final_exists=(loaded.out_dir / "final" / "lit_model.pth").is_file(),
+        checkpoints=read_checkpoints(loaded.out_dir, adapter.layout),
+        final_exists=ckpts.final_exists(loaded.out_dir, adapter.layout),
         total_steps=total_steps(loaded.config), problems=[str(p) for p in journal.problems] + bad_records,
     )
 

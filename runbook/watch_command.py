@@ -49,7 +49,9 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     if not cfg.data_hash:
         loaded.write_back({"data_hash": data_hash})
     elif cfg.data_hash != data_hash:
-        has_checkpoints = bool(ckpts.list_checkpoints(loaded.out_dir))
+        from engine.trainers import adapter_for
+
+        has_checkpoints = bool(ckpts.list_checkpoints(loaded.out_dir, adapter_for(cfg.trainer.kind).layout))
         if has_checkpoints and not accept_data_change:
             raise Refusal(ExitCode.BAD_CONFIG,
                           f"the training data changed since this run started (data_hash {cfg.data_hash[:19]}… in "

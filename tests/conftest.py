@@ -84,7 +84,7 @@ class Project:
         return [r for r in records if include_slow or r["playbook"] != "slow-training"]
 
     def final_progress(self) -> dict:
-        from engine.checkpoints import read_progress
+        from engine.trainers.litgpt.resume import read_progress
 
         return read_progress(self.out_dir / "final" / "lit_model.pth")
 

@@ -16,21 +16,19 @@ from engine.checkpoints import (
     QUARANTINE_REASON_NAME,
     Checkpoint,
     apply_prune,
-    find_nonfinite_tensors,
     has_manifest,
     last_link_target,
     list_checkpoints,
     newest_verified,
     plan_prune,
     quarantine,
-    read_progress,
-    rescaled_copy,
     seal_checkpoint,
     update_last_link,
     verify_checkpoint,
     write_manifest,
 )
 from engine.partial_saves import find_partial_saves, read_announced
+from engine.trainers.litgpt.resume import find_nonfinite_tensors, read_progress, rescaled_copy
 
 
 def _state(step: int) -> dict:

@@ -9,7 +9,8 @@ import signal
 import threading
 import time
 
-from engine.checkpoints import find_nonfinite_tensors, list_checkpoints
+from engine.checkpoints import list_checkpoints
+from engine.trainers.litgpt.resume import find_nonfinite_tensors
 from tests.conftest import REPO, stop_process, wait_for
 
 

@@ -34,6 +34,8 @@ from hypothesis import strategies as st
 
 from engine import checkpoints as ckpts
 from engine.partial_saves import trainer_tmp_dir
+from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES
+from engine.trainers.litgpt.resume import read_progress
 from engine.runtime import EngineRuntime
 from engine.supervisor import Supervisor
 from engine.upkeep import SupervisorContext, Upkeep, UpkeepSettings, gzip_file
@@ -141,7 +143,7 @@ class World:
         folder.mkdir(parents=True)
         self.log(f"Epoch 1 | iter {4 * self.step} step {self.step} | loss train: 5.000, val: n/a | "
                  f"iter time: 10.00 ms (step) remaining time: 0:00:01\n")
-        self.log(f"Saving checkpoint to {str(folder / ckpts.PTH_NAME)!r}\n")
+        self.log(f"Saving checkpoint to {str(folder / PTH_NAME)!r}\n")
         state = {"model": {"w": torch.full((8,), float(self.step))}, "iter_num": 4 * self.step, "step_count": self.step}
         if kind == "killed_mid_write":  # Lightning's temp file in TMPDIR, never renamed onto lit_model.pth
             trainer_tmp_dir(self.out_dir).mkdir(parents=True, exist_ok=True)
@@ -151,12 +153,12 @@ class World:
             return
         if kind == "killed_after_mkdir":
             return
-        torch.save(state, folder / ckpts.PTH_NAME)
+        torch.save(state, folder / PTH_NAME)
         if kind == "truncated":  # a full disk under a plain write
-            data = (folder / ckpts.PTH_NAME).read_bytes()
-            (folder / ckpts.PTH_NAME).write_bytes(data[: len(data) // 2])
+            data = (folder / PTH_NAME).read_bytes()
+            (folder / PTH_NAME).write_bytes(data[: len(data) // 2])
         if kind != "no_side_files":
-            for name in ckpts.REQUIRED_SIDE_FILES:
+            for name in REQUIRED_SIDE_FILES:
                 (folder / name).write_text(f"step: {self.step}\n")
 
     def validate(self, loss: float) -> None:
@@ -243,7 +245,7 @@ class World:
     def after_resume(self) -> None:
         self.damaged = False
         chosen = self.sup.resumed_from[-1]
-        self.step = ckpts.read_progress(chosen)["step_count"] if chosen else 0
+        self.step = read_progress(chosen)["step_count"] if chosen else 0
 
     # --- invariants -------------------------------------------------------------------------------
     def check(self) -> None:

@@ -55,7 +55,7 @@ def test_execute_performs_the_recovery_again_in_a_new_run_folder(project, refere
     journal = (folder / "run" / "journal.jsonl").read_text()
     assert f"{folder}/checkpoints/step-{incident['resumed_step']:08d}/lit_model.pth" in journal  # resumed, not from scratch
 
-    from engine.checkpoints import read_progress
+    from engine.trainers.litgpt.resume import read_progress
 
     assert read_progress(folder / "checkpoints" / "final" / "lit_model.pth") == reference_run["progress"]
     assert digest(*original) == before  # the original run is untouched

@@ -1,12 +1,15 @@
-"""Trainer adapters: everything runbook knows about one trainer lives behind `TrainerAdapter`."""
+"""Trainer adapters: everything runbook knows about one trainer lives in ``engine/trainers/<name>/``,
+behind `TrainerAdapter` and its `CheckpointLayout` (base.py); `adapter_for` finds it (registry.py)."""
 
-from engine.trainers.base import LaunchSpec, TrainerAdapter
-from engine.trainers.litgpt import LitGPTAdapter
+from engine.trainers.base import CheckpointLayout, LaunchSpec, ResumePlan, TrainerAdapter
+from engine.trainers.registry import (
+    DEFAULT_TRAINER_KIND,
+    UnknownTrainer,
+    adapter_factory,
+    adapter_for,
+    known_kinds,
+    register_trainer,
+)
 
-
-def adapter_for(kind: str) -> TrainerAdapter:
-    adapters = {"litgpt": LitGPTAdapter}
-    return adapters[kind]()
-
-
-__all__ = ["LaunchSpec", "TrainerAdapter", "LitGPTAdapter", "adapter_for"]
+__all__ = ["CheckpointLayout", "LaunchSpec", "ResumePlan", "TrainerAdapter", "DEFAULT_TRAINER_KIND", "UnknownTrainer",
+           "adapter_factory", "adapter_for", "known_kinds", "register_trainer"]

@@ -1,12 +1,20 @@
-"""The small interface a trainer must offer so the engine can supervise it."""
+"""The interface a trainer offers so the engine can supervise it; the engine speaks only through it.
+
+The engine's part of the contract: each checkpoint is one folder directly inside out_dir, whose
+name tells its step (``CheckpointLayout.step_of``). Everything inside the folder, the log lines,
+how to launch and how to resume belong to the trainer's package (``engine/trainers/<name>/``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.events import Event
+
+if TYPE_CHECKING:
+    from engine.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)
@@ -22,18 +30,64 @@ class LaunchSpec:
     memory_limit_bytes: int | None = None   # RLIMIT_AS for the trainer process
 
 
+@dataclass(frozen=True)
+class ResumePlan:
+    """The file to hand the trainer, one line for the journal, and a note for the incident if any."""
+
+    file: Path
+    detail: str
+    note: str | None = None
+
+
+class CheckpointLayout(Protocol):
+    """How one trainer lays its checkpoints out in out_dir."""
+
+    final_name: str | None                 # the folder the last save of a finished run goes to
+    checkpoint_files: frozenset[str]       # every file the trainer's save may put in a checkpoint folder
+    required_files: tuple[str, ...]        # files besides the resume file a complete checkpoint has
+
+    def step_of(self, folder_name: str) -> int | None:
+        """The step a direct child of out_dir holds, or None when the name is not a step checkpoint's."""
+
+    def folder_name(self, step: int) -> str:
+        """The folder name the trainer gives the checkpoint of `step`."""
+
+    def resume_file(self, folder: Path) -> Path:
+        """The file inside a checkpoint folder that the trainer resumes from."""
+
+    def step_in_path(self, path: str) -> int | None:
+        """The step a resume path names (a checkpoint's file, or a rewritten copy of it)."""
+
+    def scan(self, folder: Path, want_sha256: bool) -> tuple[str | None, dict[str, str]]:
+        """Check the trainer's own format without loading it: (one-line problem or None, and the
+        sha256 of each file it read whole when want_sha256, so sealing does not read it twice)."""
+
+    def looks_whole(self, folder: Path) -> bool:
+        """Cheap: does the resume file look completely written (for spotting interrupted saves)?"""
+
+    def announced_saves(self, log_text: bytes, out_dir: Path) -> set[str]:
+        """PURE. Folder names of out_dir whose save the trainer's log text announces."""
+
+
 class TrainerAdapter(Protocol):
     name: str
+    layout: CheckpointLayout
 
     def is_installed(self) -> bool: ...
 
-    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None) -> LaunchSpec:
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         """Write the trainer config for this launch and return how to start it."""
 
-    def parse_line(self, line: str) -> Event | None: ...
+    def parse_line(self, line: str) -> Event | None:
+        """What one line of the trainer's output means, if anything."""
 
-    def checkpoint_file(self, step_dir: Path) -> Path:
-        """The file the trainer resumes from, inside a step folder."""
+    def prepare_resume(self, checkpoint: Checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+        """The file to resume `checkpoint` with under today's run config; a rewritten copy goes under
+        scratch_dir (never into the checkpoint) when the config changed something the file records."""
 
-    def read_progress(self, checkpoint_file: Path) -> dict:
-        """{'iter_num': ..., 'step_count': ...} stored in a checkpoint."""
+    def find_nonfinite(self, checkpoint: Checkpoint, limit: int) -> list[str]:
+        """Names of the model's parameters holding NaN/Inf in a checkpoint, at most `limit`."""
+
+    def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+        """Rewrite paths under old_run_dir recorded in a checkpoint COPY to lie under new_run_dir
+        (a replay runs in a folder of its own); returns how many changed."""

@@ -60,6 +60,7 @@ def drill(
 ) -> None:
     """Run the seed's "break it on purpose" exercise on a scratch copy and report what runbook did."""
     from engine.faults import FAULTS, DrillRun
+    from engine.trainers import adapter_for
     from engine.config import load_config
     from runbook.watch_command import prepare_data
 
@@ -85,7 +86,8 @@ def drill(
     injected_at = None
     try:
         if fault.inject is not None:
-            injected_at = fault.inject(DrillRun(scratch.out_dir, scratch.run_dir, watcher, timeout))
+            adapter = adapter_for(scratch.config.trainer.kind)
+            injected_at = fault.inject(DrillRun(scratch.out_dir, scratch.run_dir, watcher, adapter, timeout))
         code = watcher.wait(timeout=max(1.0, timeout - (time.time() - started)))
     except (subprocess.TimeoutExpired, TimeoutError, RuntimeError) as error:
         watcher.terminate()
@@ -101,11 +103,13 @@ def drill(
 
 def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float) -> dict:
     from engine.incidents import IncidentStore
+    from engine.checkpoints import final_exists
+    from engine.trainers import adapter_for
 
     incidents = IncidentStore(scratch.run_dir, scratch.project_dir / ".runbook" / "incident-counter").all()
     answered = [i for i in incidents if i["playbook"] in fault.expected_playbooks]
     first = answered[0] if answered else None
-    completed = exit_code == 0 and (scratch.out_dir / "final" / "lit_model.pth").exists()
+    completed = exit_code == 0 and final_exists(scratch.out_dir, adapter_for(scratch.config.trainer.kind).layout)
     return {
         "fault": fault.name,
         "recovered": bool(completed and first and first["outcome"] == "recovered"),

@@ -47,32 +47,30 @@ def replay_folder(loaded, incident_id: str, now: dt.datetime) -> Path:
     return folder
 
 
-def checkpoint_step(record: dict) -> int | None:
+def checkpoint_step(record: dict, layout) -> int | None:
     """The step the recovery resumed from (0: from scratch), else the newest verified one then."""
-    from engine.checkpoints import STEP_DIR_RE
-
     step = record.get("resumed_step")
     if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         return step
     resumed_from = record.get("resumed_from")
-    if isinstance(resumed_from, str) and (m := STEP_DIR_RE.match(Path(resumed_from).parent.name)):
-        return int(m.group(1))
+    if isinstance(resumed_from, str) and (found := layout.step_of(Path(resumed_from).parent.name)) is not None:
+        return found
     snapshot = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
     newest = (snapshot.get("checkpoints") or {}).get("newest_verified_step")
     return newest if isinstance(newest, int) and not isinstance(newest, bool) and newest >= 0 else None
 
 
-def source_checkpoint(record: dict, out_dir: Path):
+def source_checkpoint(record: dict, out_dir: Path, layout):
     """The run's own verified checkpoint folder for the recorded step; None for "from scratch"."""
     from engine.checkpoints import Checkpoint, verify_checkpoint
 
-    step = checkpoint_step(record)
+    step = checkpoint_step(record, layout)
     if step is None:
         raise ExecuteRefused(ExitCode.NOT_FOUND, f"{record['id']} names no checkpoint to resume from "
                              "(no resumed_step, resumed_from or newest verified step in its snapshot)")
     if step == 0 and not record.get("resumed_from"):
         return None
-    ckpt = Checkpoint(out_dir / f"step-{step:08d}", step)
+    ckpt = Checkpoint(out_dir / layout.folder_name(step), step, layout)
     if not ckpt.path.is_dir():
         raise ExecuteRefused(ExitCode.NOT_FOUND, f"the checkpoint {record['id']} resumed from (step {step}) is no "
                              f"longer in {out_dir} (pruned or quarantined?); nothing was created")
@@ -112,43 +110,11 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path]) -> dict:
     return tree
 
 
-def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> int:
-    """Point the data-loader state of a checkpoint COPY at the replay's run folder; returns how many
-    paths changed. litdata keeps the absolute path of its cache (staged under <run_dir>/data/) in
-    the loader state and refuses to resume when it differs ("input_dir path state doesn't match");
-    the replay stages the same data (same hash, same chunks) under its own run folder."""
-    import os
-
-    import torch
-
-    from engine.checkpoints import OWN_TMP_PREFIX
-
-    old, new, changed = str(old_run_dir), str(new_run_dir), 0
-
-    def walk(node):
-        nonlocal changed
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return type(node)(walk(v) for v in node)
-        if isinstance(node, str) and (node == old or node.startswith(old + os.sep)):
-            changed += 1
-            return new + node[len(old):]
-        return node
-
-    state = torch.load(pth, map_location="cpu", weights_only=True)  # weights_only: a checkpoint runs no code
-    state["train_dataloader"] = walk(state.get("train_dataloader"))
-    if changed:
-        tmp = pth.with_name(f"{OWN_TMP_PREFIX}{pth.name}.part")  # never matches litgpt's step-*/*.pth search
-        torch.save(state, tmp)
-        os.replace(tmp, pth)
-    return changed
-
-
 def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt.datetime | None = None) -> Path:
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine import checkpoints as ckpts
     from engine.incidents import ID_PATTERN
+    from engine.trainers import adapter_for
     from engine.durable import atomic_write_text
     from engine.yaml_source import round_trip_yaml
 
@@ -156,7 +122,8 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     if not ID_PATTERN.match(incident_id):
         raise ExecuteRefused(ExitCode.NOT_FOUND, f"'{incident_id}' is not an incident id")
     tree = replay_config(loaded, record, playbook_paths)          # refuse before creating anything
-    source = source_checkpoint(record, loaded.out_dir)
+    adapter = adapter_for(loaded.config.trainer.kind)
+    source = source_checkpoint(record, loaded.out_dir, adapter.layout)
     now = now or dt.datetime.now(dt.timezone.utc)
     folder = replay_folder(loaded, incident_id, now)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -168,15 +135,16 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
         out_dir = folder / "checkpoints"
         out_dir.mkdir()
         if source is not None:
-            # Copy under a temp name, then rename: a half copy never looks like a step-* checkpoint.
+            # Copy under a temp name, then rename: a half copy never looks like a checkpoint.
             tmp = out_dir / f"{ckpts.OWN_TMP_PREFIX}copy-{source.path.name}"
             shutil.copytree(source.path, tmp)
-            copy = ckpts.Checkpoint(out_dir / source.path.name, source.step)
+            copy = ckpts.Checkpoint(out_dir / source.path.name, source.step, adapter.layout)
             tmp.rename(copy.path)
             verdict = ckpts.verify_checkpoint(copy)
             if not verdict.ok:
                 raise ExecuteRefused(ExitCode.NOT_FOUND, f"the copy of {source.path} does not verify ({verdict.reason})")
-            relocated = relocate_loader_state(copy.pth, loaded.run_dir, folder / "run")
+            # The trainer may record paths under the run folder (litgpt: its data cache); the replay has its own.
+            relocated = adapter.relocate_run_dir(copy, loaded.run_dir, folder / "run")
             if relocated:
                 (copy.path / ckpts.MANIFEST_NAME).unlink(missing_ok=True)  # the copy's bytes changed: seal anew
                 if not (verdict := ckpts.seal_checkpoint(copy)).ok:

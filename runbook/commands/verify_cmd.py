@@ -17,19 +17,22 @@ def verify(
     out_dir: Path = typer.Argument(None, help="checkpoint folder (default: out_dir of the run config)"),
     config: Path = typer.Option(Path("configs/run_config.yaml"), help="run config, used when OUT_DIR is not given"),
 ) -> None:
-    """Verify each step-* checkpoint: zip CRCs, side files, and the sha256 manifest when sealed."""
+    """Verify each checkpoint: the trainer's own check (litgpt: zip CRCs), side files, and the sha256 manifest when sealed."""
     from engine import checkpoints as ckpts
 
+    layout = None   # with OUT_DIR given: the default trainer's layout
     if out_dir is None:
         from engine.config import load_config
+        from engine.trainers import adapter_for
 
-        out_dir = load_config(config).out_dir
+        loaded = load_config(config)
+        out_dir, layout = loaded.out_dir, adapter_for(loaded.config.trainer.kind).layout
     if not out_dir.is_dir():
         out.print(f"error: {out_dir} is not a folder")
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     table = Table("checkpoint", "size", "sealed", "status")
     bad = 0
-    found = ckpts.list_checkpoints(out_dir)
+    found = ckpts.list_checkpoints(out_dir, layout)
     last = ckpts.last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
     for ckpt in found:

@@ -1,0 +1,7 @@
+"""Everything runbook knows about litgpt `pretrain`: launch.py (config, env, argv), log_lines.py (its
+output), layout.py (its checkpoint folders), resume.py (torch state: rescale, relocate, inspect)."""
+
+from engine.trainers.litgpt.adapter import LitGPTAdapter
+from engine.trainers.litgpt.launch import cuda_available
+
+__all__ = ["LitGPTAdapter", "cuda_available"]

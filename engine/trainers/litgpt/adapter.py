@@ -1,0 +1,52 @@
+"""litgpt `pretrain` as a supervised trainer: the adapter the engine talks to, made of this folder's parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.events import Event
+from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.litgpt import launch, log_lines, resume
+from engine.trainers.litgpt.layout import LitGPTLayout
+
+
+class LitGPTAdapter:
+    name = "litgpt"
+
+    def __init__(self):
+        self.layout = LitGPTLayout()
+
+    def is_installed(self) -> bool:
+        return launch.is_installed()
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)
+
+    def trainer_config(self, loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
+        return launch.trainer_config(loaded, train_dir, val_dir, resume_from)
+
+    def parse_line(self, line: str) -> Event | None:
+        return log_lines.parse_line(line)
+
+    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+        pth = self.layout.resume_file(checkpoint.path)
+        saved_mb = resume.checkpoint_micro_batch(checkpoint.path)
+        new_mb = loaded.config.micro_batch_size
+        if saved_mb is None or saved_mb == new_mb:
+            return ResumePlan(pth, f"from step {checkpoint.step}")
+        copy = Path(scratch_dir) / f"{self.layout.folder_name(checkpoint.step)}-mb{new_mb}.pth"
+        # litgpt counts iter_num in micro-batches: rescale so tokens and the lr schedule stay exact.
+        info = resume.rescaled_copy(pth, copy, saved_mb / new_mb)
+        return ResumePlan(
+            copy,
+            f"from step {checkpoint.step} (iter_num rescaled for micro_batch_size {saved_mb} -> {new_mb})",
+            f"resumed from a copy of step {checkpoint.step} with iter_num {info['iter_num_before']} -> "
+            f"{info['iter_num_after']} (micro_batch_size {saved_mb} -> {new_mb}); the original checkpoint is untouched",
+        )
+
+    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+        pth = self.layout.resume_file(checkpoint.path)
+        return resume.find_nonfinite_tensors(pth, limit=limit) if pth.is_file() else []
+
+    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+        return resume.relocate_loader_state(self.layout.resume_file(checkpoint.path), old_run_dir, new_run_dir)

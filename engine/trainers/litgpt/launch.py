@@ -1,0 +1,177 @@
+"""Launching litgpt `pretrain`: its generated config, staged data, environment and argv.
+
+Measured behaviour relied on is in ../shared/FINDINGS.md: TMPDIR must share the checkpoint
+filesystem for atomic saves, TORCHDYNAMO_DISABLE on CPU, stdout unbuffered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from engine.trainers.base import LaunchSpec
+
+
+# Device nodes a CUDA (or ROCm) torch needs: NVIDIA's, WSL2's GPU paravirtualisation, AMD's.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")
+
+
+def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
+    # Importing torch costs the watcher ~2 s and ~200 MB for the whole run; without any GPU device
+    # node torch cannot see a GPU, so it is only asked where one may be.
+    if not any(os.path.exists(node) for node in device_nodes):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def stage_data(train_dir: Path, val_dir: Path, staging_dir: Path) -> tuple[Path, Path]:
+    """Link the user's .txt files into a folder of our own, keyed by data hash.
+
+    litgpt's TextFiles writes its preprocessed cache *inside* the data folder and never notices
+    when the text changes; staging per data hash keeps the user's folder clean and the cache honest.
+    """
+    staged = []
+    for name, source in (("train", train_dir), ("val", val_dir)):
+        target = staging_dir / name
+        target.mkdir(parents=True, exist_ok=True)
+        for txt in sorted(source.glob("*.txt")):
+            link = target / txt.name
+            if not link.exists():
+                link.symlink_to(txt.resolve())
+        staged.append(target)
+    return staged[0], staged[1]
+
+
+def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
+    cfg = loaded.config
+    model = cfg.model
+    litgpt_config = {
+        "model_name": "pythia-14m",  # required by litgpt even with model_config; the shape below wins
+        "model_config": {
+            "name": model.name,
+            "block_size": model.block_size,
+            "n_layer": model.n_layer,
+            "n_head": model.n_head,
+            "n_embd": model.n_embd,
+            "vocab_size": model.vocab_size,
+            "padded_vocab_size": model.vocab_size,
+            "mlp_class_name": "LLaMAMLP",
+            "intermediate_size": model.intermediate_size,
+            "norm_class_name": "RMSNorm",
+            "bias": False,
+            "parallel_residual": False,
+            "rotary_percentage": 1.0,
+        },
+        "out_dir": str(loaded.out_dir),
+        "precision": cfg.trainer.precision,
+        "resume": str(resume_from) if resume_from else False,
+        "data": {
+            "class_path": "litgpt.data.TextFiles",
+            "init_args": {
+                "train_data_path": str(train_dir),
+                "val_data_path": str(val_dir),
+                "num_workers": cfg.trainer.num_workers,
+                "seed": cfg.seed,
+            },
+        },
+        "tokenizer_dir": str(loaded.data_path("tokenizer_dir")),
+        "train": {
+            "save_interval": cfg.save_interval,
+            "log_interval": 1,
+            "global_batch_size": cfg.batch_size,
+            "micro_batch_size": cfg.micro_batch_size,
+            "lr_warmup_steps": cfg.trainer.lr_warmup_steps,
+            "max_tokens": cfg.max_tokens,
+            "max_seq_length": model.block_size,
+            "max_norm": 1.0,
+            # litgpt's cosine decays from lr to min_lr; with an lr cut below min_lr it would climb
+            # back up to min_lr instead, undoing the cut. The floor follows the cut.
+            "min_lr": min(cfg.trainer.min_lr, cfg.lr),
+        },
+        "eval": {
+            "interval": cfg.trainer.eval_interval,
+            "max_iters": cfg.trainer.eval_iters,
+            "initial_validation": False,
+            "final_validation": True,
+        },
+        "optimizer": {
+            "class_path": "torch.optim.AdamW",
+            "init_args": {"lr": cfg.lr, "weight_decay": 0.0, "betas": [0.9, 0.95]},
+        },
+        "devices": cfg.trainer.devices,
+        "num_nodes": 1,
+        "seed": cfg.seed,
+        "logger_name": "csv",
+    }
+    _deep_merge(litgpt_config, cfg.trainer.extra)
+    return litgpt_config
+
+def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+    cfg = loaded.config
+    staging = loaded.run_dir / "data" / data_hash.removeprefix("sha256:")[:16]
+    train_dir, val_dir = stage_data(loaded.data_path("train_dir"), loaded.data_path("val_dir"), staging)
+    config = trainer_config(loaded, train_dir, val_dir, resume_from)
+    launch_dir.mkdir(parents=True, exist_ok=True)
+    config_file = launch_dir / "litgpt_pretrain.yaml"
+    buffer = io.StringIO()
+    YAML(typ="safe", pure=True).dump(config, buffer)
+    config_file.write_text(buffer.getvalue())
+
+    device = cfg.trainer.device
+    if device == "auto":
+        device = "cuda" if cuda_available() else "cpu"
+    # Lightning's save writes a mkstemp() file in TMPDIR, then renames it onto lit_model.pth: this
+    # folder shares the checkpoints' filesystem (an atomic rename) and is ours alone by name.
+    from engine.partial_saves import trainer_tmp_dir
+
+    tmp_dir = trainer_tmp_dir(loaded.out_dir)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
+    # One experiment-tracker run across every relaunch of this run (the seed's WANDB_RESUME=allow).
+    env.setdefault("WANDB_RUN_ID", "runbook-" + hashlib.sha256(str(loaded.run_dir).encode()).hexdigest()[:12])
+    if device == "cpu":
+        env["TORCHDYNAMO_DISABLE"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(cfg.trainer.env)
+    argv = [_litgpt_executable(), "pretrain", "--config", str(config_file)]
+    return LaunchSpec(
+        argv=argv,
+        env=env,
+        cwd=loaded.project_dir,
+        config_file=config_file,
+        resume_from=resume_from,
+        hyperparameters={"micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "lr": cfg.lr},
+        memory_limit_bytes=cfg.trainer.memory_limit_mb * 1024 * 1024 if cfg.trainer.memory_limit_mb else None,
+    )
+
+
+def _bin_path() -> str:
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def _litgpt_executable() -> str:
+    # Prefer the litgpt installed beside this Python (the venv), whatever PATH says.
+    return shutil.which("litgpt", path=_bin_path()) or "litgpt"
+
+
+def _deep_merge(base: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def is_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("litgpt") is not None and shutil.which("litgpt", path=_bin_path()) is not None

@@ -1,0 +1,109 @@
+"""Reading and rewriting litgpt checkpoint state (torch): progress, the iter_num rescale on a
+micro-batch change, non-finite weights, and the data-loader paths a replay must relocate.
+
+Loading is always weights_only, so a checkpoint file cannot run code.
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from engine.checkpoints import OWN_TMP_PREFIX
+from engine.durable import atomic_write
+
+
+def _load(pth: Path) -> dict:
+    # weights_only=True was checked on a real litgpt 0.5.13 pretrain checkpoint (model, AdamW
+    # state, litdata StreamingDataLoader state of ints/strs/lists/tuples/None). If a later version
+    # stores another type, torch raises UnpicklingError naming it: allow just that type with
+    # torch.serialization.add_safe_globals([...]); do not fall back to weights_only=False.
+    # mmap=True pages tensors in on use, so reading two ints does not read the whole file.
+    import torch  # deferred: importing torch costs ~1 s and most callers here never load
+
+    return torch.load(pth, map_location="cpu", weights_only=True, mmap=True)
+
+
+def read_progress(pth: Path) -> dict:
+    state = _load(pth)
+    return {"iter_num": int(state["iter_num"]), "step_count": int(state["step_count"])}
+
+
+def checkpoint_micro_batch(step_dir: Path) -> int | None:
+    """micro_batch_size the checkpoint was trained with (litgpt writes it to hyperparameters.yaml)."""
+    path = Path(step_dir) / "hyperparameters.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = YAML(typ="safe", pure=True).load(path.read_text())
+        return int(data["train"]["micro_batch_size"])
+    except Exception:  # noqa: BLE001 - unknown means "assume unchanged"
+        return None
+
+
+def rescaled_copy(src_pth: Path, dst_pth: Path, iter_num_factor: float) -> dict:
+    """Copy src with iter_num multiplied by iter_num_factor (old_mb / new_mb when micro_batch_size
+    changes on resume; see FINDINGS.md); step_count, weights, optimizer and loader state unchanged.
+    The source is never modified. Checked: litgpt resumes from the copy (--resume <copy>)."""
+    import torch
+
+    src_pth, dst_pth = Path(src_pth), Path(dst_pth)
+    if os.path.abspath(src_pth) == os.path.abspath(dst_pth) or (dst_pth.exists() and dst_pth.samefile(src_pth)):
+        raise ValueError("dst_pth must differ from src_pth (the source is never modified)")
+    if not 0 < iter_num_factor < float("inf"):
+        raise ValueError(f"iter_num_factor must be a positive finite number, got {iter_num_factor}")
+    state = _load(src_pth)
+    before = int(state["iter_num"])
+    # limit_denominator: 4/3 arrives as 1.3333333333333333; micro-batch ratios are small fractions.
+    after = Fraction(before) * Fraction(iter_num_factor).limit_denominator(1_000_000)
+    if after.denominator != 1:
+        raise ValueError(f"iter_num {before} x {iter_num_factor} = {float(after)} is not an integer")
+    state["iter_num"] = int(after)
+    dst_pth.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(dst_pth, lambda f: torch.save(state, f), prefix=OWN_TMP_PREFIX)  # .part temp: never matches step-*/*.pth
+    return {"iter_num_before": before, "iter_num_after": int(after), "step_count": int(state["step_count"])}
+
+
+def find_nonfinite_tensors(pth: Path, limit: int = 10) -> list[str]:
+    """Names of model tensors holding NaN/Inf, at most ``limit`` (optimizer state is not scanned)."""
+    import torch
+
+    bad = []
+    for name, t in _load(pth)["model"].items():
+        floating = isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+        if floating and not torch.isfinite(t).all():
+            bad.append(name)
+            if len(bad) >= limit:
+                break
+    return bad
+
+
+def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> int:
+    """Point the data-loader state of a checkpoint COPY at another run folder; returns how many
+    paths changed. litdata keeps the absolute path of its cache (staged under <run_dir>/data/) in
+    the loader state and refuses to resume when it differs ("input_dir path state doesn't match")."""
+    import torch
+
+    old, new, changed = str(old_run_dir), str(new_run_dir), 0
+
+    def walk(node):
+        nonlocal changed
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return type(node)(walk(v) for v in node)
+        if isinstance(node, str) and (node == old or node.startswith(old + os.sep)):
+            changed += 1
+            return new + node[len(old):]
+        return node
+
+    state = torch.load(pth, map_location="cpu", weights_only=True)
+    state["train_dataloader"] = walk(state.get("train_dataloader"))
+    if changed:
+        tmp = pth.with_name(f"{OWN_TMP_PREFIX}{pth.name}.part")  # never matches litgpt's step-*/*.pth search
+        torch.save(state, tmp)
+        os.replace(tmp, pth)
+    return changed
