@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoints import own_tmp_prefix, read_progress
+from engine.checkpoints import own_tmp_prefix
 from tests.conftest import RUNBOOK, stop_process, wait_for
 
 FOREIGN = {
@@ -21,7 +21,9 @@ FOREIGN = {
 }
 
 
-def test_a_sigkilled_trainer_is_recovered_and_files_runbook_did_not_write_are_left_alone(project):
+def test_kill_9_mid_run_is_recovered_and_files_runbook_did_not_write_are_left_alone(project):
+    # No "killed" in this test's name: it would be in out_dir's path, and the oom playbook's log
+    # pattern `Killed` (ignore_case) matches the path in litgpt's "Saving checkpoint to" line.
     out = project.out_dir
     for rel, data in FOREIGN.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -41,11 +43,12 @@ def test_a_sigkilled_trainer_is_recovered_and_files_runbook_did_not_write_are_le
         assert (out / rel).read_bytes() == data, rel
     assert sorted(p.name for p in (out / "tmp-runbook-someone-else").iterdir()) == ["state.json"]
     assert not stale.is_symlink()
-    assert read_progress(out / "final" / "lit_model.pth")["step_count"] == 40
+    assert project.final_progress()["step_count"] == 40
 
     killed = [i for i in project.incidents() if i["playbook"] == "killed"]
     assert killed, [i["playbook"] for i in project.incidents()]
     incident = killed[0]
+    assert "logs" not in incident["left_alone"]  # litgpt's CSV logger folder: the trainer's, kept
     assert sorted(incident["left_alone"]) == sorted(["notes.md", "tmp-runbook-someone-else", "tmp8f3k2l", "tmpUserNotes.txt"])
     assert stale.name in incident["deleted"] and not set(incident["left_alone"]) & set(incident["deleted"])
     prune = next(a for a in incident["actions"] if a["verb"] == "prune_checkpoints")
