@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from engine.clauses import Clause, LogClause, iter_clauses
+from engine.clauses import Clause, LogClause, walk
 from engine.patterns import MAX_LINE
 
 
@@ -39,4 +39,4 @@ class TailIndex:
 
 
 def tail_patterns(clauses: Iterable[Clause]) -> list[re.Pattern]:
-    return [c.regex for top in clauses for c in iter_clauses(top) if isinstance(c, LogClause) and c.log.scope == "tail"]
+    return [c.regex for top in clauses for _, c in walk(top) if isinstance(c, LogClause) and c.log.scope == "tail"]
