@@ -1,0 +1,108 @@
+"""runbook's adapter for the toy trainer (trainer.py): its launch, its log lines, its checkpoint layout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+from engine.events import CheckpointSaving, Event, Progress, Resumed
+from engine.trainers.base import LaunchSpec, ResumePlan
+
+TRAINER = Path(__file__).with_name("trainer.py")
+STATE_NAME, CHECKSUM_NAME = "state.json", "state.sha256"
+FOLDER = re.compile(r"^ckpt-(\d{6})$")
+PROGRESS = re.compile(r"^toy step (\d+)/\d+ loss (\S+) took (\d+(?:\.\d*)?) ms$")
+SAVING = re.compile(r"^toy: saving (.+)$")
+RESUMING = re.compile(r"^toy: resuming from (.+)$")
+
+
+class ToyLayout:
+    final_name = "final"
+    checkpoint_files = frozenset({STATE_NAME, CHECKSUM_NAME})
+    required_files = (CHECKSUM_NAME,)
+
+    def step_of(self, folder_name: str) -> int | None:
+        m = FOLDER.match(folder_name)
+        return int(m.group(1)) if m else None
+
+    def folder_name(self, step: int) -> str:
+        return f"ckpt-{step:06d}"
+
+    def resume_file(self, folder: Path) -> Path:
+        return Path(folder) / STATE_NAME
+
+    def step_in_path(self, path: str) -> int | None:
+        found = re.findall(r"ckpt-(\d+)", path)
+        return int(found[-1]) if found else None
+
+    def scan(self, folder: Path, want_sha256: bool) -> tuple[str | None, dict[str, str]]:
+        digest = hashlib.sha256(self.resume_file(folder).read_bytes()).hexdigest()
+        if (Path(folder) / CHECKSUM_NAME).read_text().strip() != digest:
+            return f"{STATE_NAME} does not match {CHECKSUM_NAME} (corrupted)", {}
+        return None, {STATE_NAME: digest}
+
+    def looks_whole(self, folder: Path) -> bool:
+        try:
+            json.loads(self.resume_file(folder).read_bytes())
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def announced_saves(self, log_text: bytes, out_dir: Path) -> set[str]:
+        roots = {os.path.abspath(out_dir), os.path.realpath(out_dir)}
+        names = set()
+        for line in log_text.decode("utf-8", "replace").splitlines():
+            if (m := SAVING.match(line)):
+                root, name = os.path.split(os.path.normpath(m.group(1)))
+                if root in roots and (name == self.final_name or self.step_of(name) is not None):
+                    names.add(name)
+        return names
+
+
+class ToyAdapter:
+    name = "toy"
+
+    def __init__(self):
+        self.layout = ToyLayout()
+
+    def is_installed(self) -> bool:
+        return TRAINER.is_file()
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        cfg = loaded.config
+        steps = cfg.max_tokens // (cfg.batch_size * cfg.model.block_size)
+        config = {"out_dir": str(loaded.out_dir), "steps": steps, "save_interval": cfg.save_interval, "seed": cfg.seed,
+                  "lr": cfg.lr, "step_seconds": 0.05, "resume": str(resume_from) if resume_from else None,
+                  **cfg.trainer.extra}   # trainer.extra.step_seconds sets the pace
+        launch_dir.mkdir(parents=True, exist_ok=True)
+        config_file = launch_dir / "toy_config.json"
+        config_file.write_text(json.dumps(config, indent=1))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **cfg.trainer.env}
+        return LaunchSpec(argv=[sys.executable, str(TRAINER), str(config_file)], env=env, cwd=loaded.project_dir,
+                          config_file=config_file, resume_from=resume_from, hyperparameters={"lr": cfg.lr})
+
+    def parse_line(self, line: str) -> Event | None:
+        line = line.rstrip("\n")
+        if (m := PROGRESS.match(line)):
+            step = int(m.group(1))
+            return Progress(iter_num=step, step=step, loss=float(m.group(2)), iter_time_ms=float(m.group(3)), is_step=True)
+        if (m := SAVING.match(line)):
+            return CheckpointSaving(path=str(self.layout.resume_file(Path(m.group(1)))))
+        if (m := RESUMING.match(line)):
+            return Resumed(path=m.group(1))
+        return None
+
+    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+        return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
+
+    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+        weights = json.loads(self.layout.resume_file(checkpoint.path).read_bytes())["weights"]
+        return [f"weights[{i}]" for i, w in enumerate(weights) if not math.isfinite(w)][:limit]
+
+    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+        return 0   # the toy records no paths in its checkpoints

@@ -1,0 +1,84 @@
+"""A toy trainer: "trains" a few numbers deterministically, so a resumed run ends bit-identical to an
+undisturbed one. Its own formats on purpose (not litgpt's): progress lines ``toy step N/M loss L
+took T ms``, checkpoints ``<out_dir>/ckpt-NNNNNN/state.json`` + ``state.sha256``, and a save
+announced as ``toy: saving <folder>`` before any of its files is written.
+
+Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, save_interval,
+step_seconds, seed, resume). step_seconds paces each step, so tests have time to signal it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+STATE_NAME, CHECKSUM_NAME = "state.json", "state.sha256"
+SIZE = 8
+
+
+def targets() -> list[float]:
+    return [math.sin(i + 1) for i in range(SIZE)]
+
+
+def initial_state(seed: int) -> dict:
+    return {"step": 0, "weights": [math.cos(seed * (i + 1)) for i in range(SIZE)]}
+
+
+def train_step(state: dict, lr: float) -> float:
+    """One deterministic update towards the targets, with a step-dependent wobble; returns the loss."""
+    step = state["step"] + 1
+    weights = [w - lr * (w - t) + 1e-3 * math.sin(7 * step + i) for i, (w, t) in enumerate(zip(state["weights"], targets()))]
+    state.update(step=step, weights=weights)
+    return sum((w - t) ** 2 for w, t in zip(weights, targets())) / SIZE
+
+
+def encode(state: dict) -> bytes:
+    return json.dumps(state, sort_keys=True).encode()   # floats round-trip exactly through JSON
+
+
+def save(folder: Path, state: dict) -> None:
+    print(f"toy: saving {folder}", flush=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = encode(state)
+    tmp = folder / f".{STATE_NAME}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, folder / STATE_NAME)
+    (folder / CHECKSUM_NAME).write_text(hashlib.sha256(data).hexdigest() + "\n")
+
+
+def load(path: Path) -> dict:
+    data = path.read_bytes()
+    expected = (path.parent / CHECKSUM_NAME).read_text().strip()
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise SystemExit(f"toy: checkpoint {path} is corrupt (sha256 mismatch)")
+    return json.loads(data)
+
+
+def main(config_path: str) -> int:
+    cfg = json.loads(Path(config_path).read_text())
+    out_dir = Path(cfg["out_dir"])
+    if cfg.get("resume"):
+        state = load(Path(cfg["resume"]))
+        print(f"toy: resuming from {cfg['resume']}", flush=True)
+    else:
+        state = initial_state(cfg["seed"])
+    while state["step"] < cfg["steps"]:
+        started = time.monotonic()
+        time.sleep(cfg["step_seconds"])
+        loss = train_step(state, cfg["lr"])
+        took_ms = (time.monotonic() - started) * 1000
+        print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)
+        if state["step"] % cfg["save_interval"] == 0:
+            save(out_dir / f"ckpt-{state['step']:06d}", state)
+    save(out_dir / "final", state)
+    print(f"toy: done at step {state['step']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
