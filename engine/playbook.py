@@ -111,6 +111,10 @@ class Playbook(Strict):
         return f"{self._source}:{self._line}" if self._source else "<memory>"
 
     @property
+    def source_file(self) -> Path | None:
+        return self._source
+
+    @property
     def content_hash(self) -> str:
         return self._content_hash
 

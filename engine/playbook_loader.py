@@ -1,14 +1,20 @@
-"""Read playbook YAML files into validated Playbooks, or refuse with file:line reasons."""
+"""Read playbook YAML files into validated Playbooks, or refuse with file:line reasons.
+
+`runbook playbooks lint` reports through the same functions (read_playbook_files, set_problems),
+so lint and watch cannot disagree on what a valid set of playbooks is.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from engine.playbook import Playbook, build_playbook
 from engine.bounded_read import MAX_PATH_CHARS, read_text_file, shown
-from engine.yaml_source import SourceError, describe_validation_error, load_yaml, plain
+from engine.yaml_source import SourceError, describe_validation_error, load_yaml, locate, plain
 
 
 def playbook_files(paths: list[Path]) -> list[Path]:
@@ -65,32 +71,68 @@ def describe_cycle(cycle: list[str]) -> str:
     return "a cycle: " + " -> ".join(cycle + [cycle[0]]) + " (when all of them match, none fires)"
 
 
-def load_playbooks(paths: list[Path]) -> list[Playbook]:
-    """Every playbook under `paths`; all problems of all files reported together."""
-    errors: list[str] = []
+def read_playbook_files(files: list[Path]) -> tuple[list[Playbook], list[str]]:
+    """Every file that is a valid playbook on its own, and the file:line reasons of the others."""
     playbooks: list[Playbook] = []
-    seen: dict[str, Playbook] = {}
-    try:
-        files = playbook_files(paths)
-    except SourceError as err:
-        raise err
+    errors: list[str] = []
     for path in files:
         try:
-            playbook = load_playbook_file(path)
+            playbooks.append(load_playbook_file(path))
         except SourceError as err:
             errors += err.messages
-            continue
-        if playbook.name in seen:
-            errors.append(f"{path}:1:1: name: duplicate playbook name '{playbook.name}' (also in {seen[playbook.name].source})")
-            continue
-        seen[playbook.name] = playbook
-        playbooks.append(playbook)
-    names = set(seen)
+    return playbooks, errors
+
+
+@dataclass(frozen=True)
+class SetProblem:
+    """What is wrong with one playbook among the others, and where in its file."""
+
+    playbook: Playbook               # the one whose file holds the problem
+    loc: tuple                       # YAML location in that file: ("name",), ("inhibits", 0), ("inhibits",)
+    reason: str
+    spoils: tuple[Playbook, ...]     # the playbooks it makes unusable
+
+    def message(self, tree: Any = None) -> str:
+        return f"{where(self.playbook.source_file, self.loc, tree)}: {'.'.join(map(str, self.loc))}: {self.reason}"
+
+
+def set_problems(playbooks: list[Playbook]) -> list[SetProblem]:
+    """A name used twice (the later file is refused), `inhibits` naming no playbook, `inhibits` cycles."""
+    problems: list[SetProblem] = []
+    first: dict[str, Playbook] = {}
     for playbook in playbooks:
-        for target in playbook.inhibits:
-            if target not in names:
-                errors.append(f"{playbook.source}: inhibits: unknown playbook '{target}'")
-    errors += [f"{seen[cycle[0]].source}: inhibits: {describe_cycle(cycle)}" for cycle in inhibit_cycles(playbooks)]
+        if playbook.name in first:
+            reason = f"duplicate playbook name '{playbook.name}' (also in {first[playbook.name].source})"
+            problems.append(SetProblem(playbook, ("name",), reason, (playbook,)))
+        else:
+            first[playbook.name] = playbook
+    distinct = list(first.values())
+    for playbook in distinct:
+        for index, target in enumerate(playbook.inhibits):
+            if target not in first:
+                problems.append(SetProblem(playbook, ("inhibits", index), f"unknown playbook '{target}'", (playbook,)))
+    for cycle in inhibit_cycles(distinct):
+        problems.append(SetProblem(first[cycle[0]], ("inhibits",), describe_cycle(cycle), tuple(first[n] for n in cycle)))
+    return problems
+
+
+def where(path: Path | None, loc: tuple, tree: Any = None) -> str:
+    """`file:line:col` of a YAML location (the file is read again when no tree is given)."""
+    if path is None:
+        return "<memory>"
+    if tree is None:
+        try:
+            tree = load_yaml(path)
+        except SourceError:  # changed or gone since it was loaded: the file alone still helps
+            return str(path)
+    found = locate(tree, loc)
+    return f"{path}:{found[0]}:{found[1]}" if found else str(path)
+
+
+def load_playbooks(paths: list[Path]) -> list[Playbook]:
+    """Every playbook under `paths`; all problems of all files reported together."""
+    playbooks, errors = read_playbook_files(playbook_files(paths))
+    errors += [problem.message() for problem in set_problems(playbooks)]
     if errors:
         raise SourceError(errors)
     return playbooks

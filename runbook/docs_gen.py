@@ -1,7 +1,8 @@
 """docs/playbooks.md, generated from the models that validate playbooks (`runbook playbooks docs`).
 
-Field tables come from the pydantic models, actions from engine.actions.REGISTRY, helper functions
-from the expression environment; the prose around them lives here. Every example is validated
+Field tables come from the pydantic models; clauses and actions, with their docs and examples, from
+the registries engine.clauses.CLAUSE_TYPES and engine.actions.REGISTRY; helper functions from the
+expression environment. The prose around them lives here. Every example is validated
 while rendering, so the reference cannot show a playbook the loader would refuse.
 """
 
@@ -42,33 +43,8 @@ TOP_LEVEL_NOTES = {
     "tests": "see [Tests](#tests)",
 }
 
-# One line and one example per clause kind (a test checks every kind in CLAUSE_TYPES has one).
-CLAUSES: dict[str, tuple[str, str]] = {
-    "log": ("A log line matches a regular expression: `scope: new` searches the lines printed since the last "
-            "observation, `scope: tail` the last 200 lines.",
-            "log:\n  pattern: 'CUDA out of memory'\n  scope: new"),
-    "metric": ("Compare a metric with a threshold, test it for NaN/Inf, or compare it with its rolling median "
-               "(`ratio_to_median_*`, loss only). An unknown metric (not printed yet) never matches.",
-               "metric:\n  name: loss\n  op: ratio_to_median_above\n  value: 3\n  min_step: 50"),
-    "exit": ("The trainer process has exited with one of these codes or signals, or with any non-zero code.",
-             "exit:\n  signals: [SIGTERM]\n  codes: [143]"),
-    "stalled": ("The trainer is alive but printed no progress line for `seconds`, by default for the run's "
-                "own hang timeout `state.hang_timeout_s` (a multiple of the longest gap between progress lines "
-                "seen, between `watch.hang_floor_s` and `watch.hang_timeout_s` of the run config).",
-                "stalled:\n  seconds: 300"),
-    "disk": ("Free space on the checkpoint filesystem is below a number of bytes, a percentage, or a multiple "
-             "of the last checkpoint's size. Give exactly one.",
-             "disk:\n  free_below_checkpoint_factor: 2"),
-    "checkpoint": ("Some saved checkpoint failed verification (or, with `corrupt: false`, none did).",
-                   "checkpoint:\n  corrupt: true"),
-    "throughput": ("Tokens/s fell below a fraction of the run's own baseline (measured after warm-up).",
-                   "throughput:\n  below_baseline_fraction: 0.5"),
-    "expr": ("A condition in the [expression language](#expressions); it must yield a real true/false.",
-             "expr: \"state.metrics.val_loss is not none and state.metrics.val_loss > 2 * state.metrics.best_val_loss\""),
-    "all": ("Every clause below matches.", "all:\n  - exit: {nonzero: true}\n  - log: {pattern: 'NCCL', scope: tail}"),
-    "any": ("At least one clause below matches.", "any:\n  - metric: {name: loss, op: not_finite}\n  - log: {pattern: 'loss is nan'}"),
-    "not": ("The clause below does not match.", "not:\n  exit: {signals: [SIGTERM]}"),
-}
+# kind -> (doc, example), a view of the clause registry for callers that list the reference's clauses.
+CLAUSES: dict[str, tuple[str, str]] = {kind: (clause.doc, clause.example) for kind, clause in CLAUSE_TYPES.items()}
 
 STATE_NOTES = {
     "trainer.exit_code": "negative: killed by that signal number",
@@ -180,14 +156,14 @@ def _fence(text: str) -> str:
 def _clauses() -> str:
     adapter = TypeAdapter(AnyClause)
     out = []
-    for kind, clause_type in CLAUSE_TYPES.items():
-        summary, example = CLAUSES[kind]
-        adapter.validate_python(_yaml_load(example))  # a wrong example fails the generation
-        out.append(f"### `{kind}`\n\n{summary}\n")
-        spec = clause_type.model_fields[next(iter(clause_type.model_fields))].annotation
+    for kind, clause in CLAUSE_TYPES.items():
+        if not isinstance(adapter.validate_python(_yaml_load(clause.example)), clause):
+            raise ValueError(f"the example of clause '{kind}' is not a '{kind}' clause")  # a wrong example fails the generation
+        out.append(f"### `{kind}`\n\n{clause.doc}\n")
+        spec = next(iter(clause.model_fields.values())).annotation
         if isinstance(spec, type) and issubclass(spec, BaseModel):
             out.append(_table(spec) + "\n")
-        out.append(_fence("match:\n" + "".join(f"  {line}\n" for line in example.splitlines())) + "\n")
+        out.append(_fence("match:\n" + "".join(f"  {line}\n" for line in clause.example.splitlines())) + "\n")
     return "\n".join(out).rstrip()
 
 

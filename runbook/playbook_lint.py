@@ -1,27 +1,28 @@
 """`runbook playbooks lint`: every problem of every playbook file as `file:line:col: key: reason`.
 
-Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, params) come from the
-same loader `runbook watch` uses, so lint can never accept what watch refuses. On top of that, lint
-evaluates every expression against two sample snapshots and reports runtime errors as warnings:
-an expression that errors fails closed in a real run (and logs an error at every observation).
+Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, params, duplicate
+names, `inhibits`) come from the loader `runbook watch` uses (engine.playbook_loader), so lint can
+never accept what watch refuses. On top of that, lint evaluates every expression against two sample
+snapshots and reports runtime errors as warnings: an expression that errors fails closed in a real
+run (and logs an error at every observation).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from pydantic import ValidationError
 
 from engine.actions import REGISTRY
-from engine.clauses import AllClause, AnyOfClause, ExprClause, NotClause
+from engine.clauses import walk
 from engine.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.playbook import Playbook
-from engine.playbook_loader import describe_cycle, inhibit_cycles, load_playbook_file, playbook_files
+from engine.playbook_loader import playbook_files, read_playbook_files, set_problems, where
 from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
 from engine.config import RunConfig
-from engine.yaml_source import SourceError, load_yaml, locate
+from engine.yaml_source import SourceError, load_yaml
 
 _PROGRESS = "Epoch 1 | iter 480 step 120 | loss train: 3.200, val: 3.400 | iter time: 95.12 ms (step) remaining time: 0:01:10"
 
@@ -65,48 +66,26 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None) -> LintReport
         report.errors += err.messages
         return report
     report.files = len(files)
-    loaded: list[tuple[Playbook, Any]] = []
-    first_seen: dict[str, Playbook] = {}
-    for path in files:
-        try:
-            playbook = load_playbook_file(path)
-        except SourceError as err:
-            report.errors += err.messages
-            continue
-        tree = load_yaml(path)
-        if playbook.name in first_seen:
-            report.errors.append(f"{_where(path, tree, ('name',))}: name: duplicate playbook name "
-                                 f"'{playbook.name}' (also in {first_seen[playbook.name].source})")
-            continue
-        first_seen[playbook.name] = playbook
-        loaded.append((playbook, tree))
-    for playbook, tree in loaded:
-        path = Path(playbook.source.rsplit(":", 1)[0])
-        unknown = [(i, t) for i, t in enumerate(playbook.inhibits) if t not in first_seen]
-        for index, target in unknown:
-            report.errors.append(f"{_where(path, tree, ('inhibits', index))}: inhibits.{index}: unknown playbook '{target}'")
-        problems = runtime_warnings(playbook, config)
+    playbooks, report.errors = read_playbook_files(files)
+    problems = set_problems(playbooks)
+    report.errors += [problem.message() for problem in problems]
+    spoiled = {id(p) for problem in problems for p in problem.spoils}
+    for playbook in playbooks:
+        tree = load_yaml(playbook.source_file)
+        found = runtime_warnings(playbook, config)
         # Over a sandbox budget on the samples is a property of the text, not of the state: an error.
-        over = [(loc, w) for loc, w in problems if _refused(w)]
-        report.errors += [f"{_where(path, tree, loc)}: {_key(loc)}: {w}" for loc, w in over]
-        report.warnings += [f"{_where(path, tree, loc)}: {_key(loc)}: warning: {w}" for loc, w in problems if not _refused(w)]
-        if not unknown and not over:
+        over = [(loc, w) for loc, w in found if _refused(w)]
+        report.errors += [f"{where(playbook.source_file, loc, tree)}: {_key(loc)}: {w}" for loc, w in over]
+        report.warnings += [f"{where(playbook.source_file, loc, tree)}: {_key(loc)}: warning: {w}"
+                            for loc, w in found if not _refused(w)]
+        if id(playbook) not in spoiled and not over:
             report.valid.append(playbook)
-    for cycle in inhibit_cycles([p for p, _ in loaded]):
-        playbook, tree = next((p, t) for p, t in loaded if p.name == cycle[0])
-        report.errors.append(f"{_where(Path(playbook.source.rsplit(':', 1)[0]), tree, ('inhibits',))}: inhibits: {describe_cycle(cycle)}")
-        report.valid = [p for p in report.valid if p.name not in cycle]
     return report
 
 
 def _refused(problem: str) -> bool:
     """The sandbox refused it (a budget, an attribute outside plain data): true on any state."""
     return LIMIT_MARK in problem or "SecurityError" in problem
-
-
-def _where(path: Path, tree: Any, loc: tuple) -> str:
-    found = locate(tree, loc)
-    return f"{path}:{found[0]}:{found[1]}" if found else str(path)
 
 
 def _key(loc: tuple) -> str:
@@ -116,17 +95,9 @@ def _key(loc: tuple) -> str:
 def expressions(playbook: Playbook) -> Iterator[tuple[tuple, str, str]]:
     """(YAML location, role, source) of every expression: conditions, guards and computed params."""
 
-    def walk(clause, loc):
-        if isinstance(clause, ExprClause):
-            yield loc + ("expr",), "condition", clause.expr
-        elif isinstance(clause, (AllClause, AnyOfClause)):
-            key, children = ("all", clause.all) if isinstance(clause, AllClause) else ("any", clause.any)
-            for index, child in enumerate(children):
-                yield from walk(child, loc + (key, index))
-        elif isinstance(clause, NotClause):
-            yield from walk(clause.not_, loc + ("not",))
-
-    yield from walk(playbook.match, ("match",))
+    for loc, clause in walk(playbook.match, ("match",)):
+        for key, source in clause.expressions():
+            yield loc + key, "condition", source
     for index, step in enumerate(playbook.actions):
         if step.condition is not None:
             yield ("actions", index, "if"), "condition", step.condition

@@ -1,9 +1,10 @@
 """JSON Schema of the playbook format, for editors (yaml-language-server) and other tools.
 
-Built from the same pydantic models that validate playbooks. Two things pydantic cannot see are
-added here: an action is written `- <verb>: {params}` (one schema per registered verb, from
-engine.actions.REGISTRY), and some values may be given in another spelling (a duration such as
-"5m"; a computed param written as "{{ ... }}").
+Built from the same pydantic models that validate playbooks, walking the two registries: each
+clause kind of engine.clauses.CLAUSE_TYPES gets its name and doc (editors show them on hover); an
+action is written `- <verb>: {params}`, which pydantic cannot see, so each verb of
+engine.actions.REGISTRY gets its own schema. Values that may be given in another spelling are
+widened here too (a duration such as "5m"; a computed param written as "{{ ... }}").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine.actions import REGISTRY
+from engine.clauses import CLAUSE_TYPES
 from engine.playbook import Limits, Persistence, Playbook
 
 EXPRESSION = {"type": "string", "pattern": r"^\s*\{\{.*\}\}\s*$", "description": "a value computed by an expression"}
@@ -77,9 +79,17 @@ def _verb_schema(verb: str, defs: dict) -> dict:
     }
 
 
+def _document_clauses(defs: dict) -> None:
+    for kind, clause in CLAUSE_TYPES.items():
+        definition = defs[clause.__name__]
+        definition["title"] = kind
+        definition["description"] = clause.doc
+
+
 def playbook_schema() -> dict[str, Any]:
     schema = Playbook.model_json_schema(by_alias=True)
     defs = schema["$defs"]
+    _document_clauses(defs)
     for verb in sorted(REGISTRY):
         defs[f"action_{verb}"] = _verb_schema(verb, defs)
     defs["ActionStep"] = {
