@@ -1,7 +1,8 @@
 """What every match clause is: a spec model with one observation of the state and one test of it.
 
 `check` (the matcher) is `holds(observe(ctx))`; `explain` (`runbook playbooks explain`) makes the
-same two calls and formats them, so an explanation cannot disagree with a decision.
+same two calls and formats them, so an explanation cannot disagree with a decision. The few kinds
+that unroll the pair on the matcher's hot path are held to `explain` by tests/test_clause_agreement.py.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Clause(BaseModel):
         return Explanation(self.kind, self.holds(observed), self.expected(ctx), self.show(observed))
 
     def show(self, observed: Any) -> str:
-        return show(observed)
+        return repr(observed)
 
     def parts(self) -> Iterable[tuple[tuple, "Clause"]]:
         """The clauses directly below this one, each with its YAML location relative to this one."""
@@ -106,12 +107,6 @@ class Combinator(Clause):
 
     def parts(self) -> Iterable[tuple[tuple, Clause]]:
         return (((self.kind, index), child) for index, child in enumerate(self.children()))
-
-
-def show(value: Any) -> str:
-    if isinstance(value, list):
-        return f"{len(value)} line(s)" if value and isinstance(value[0], str) else repr(value)
-    return repr(value)
 
 
 def walk(clause: Clause, loc: tuple = ()) -> Iterator[tuple[tuple, Clause]]:

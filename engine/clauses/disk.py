@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engine.clauses.base import Clause, MatchContext, show
+from engine.clauses.base import Clause, MatchContext
 
 
 class DiskSpec(BaseModel):
@@ -46,7 +46,7 @@ class DiskClause(Clause):
         return f"free < {self._limit(ctx)}{unit}"
 
     def show(self, observed) -> str:
-        return show(observed[0])
+        return repr(observed[0])
 
     def _limit(self, ctx: MatchContext) -> float | None:
         if self.disk.free_below_checkpoint_factor is not None:

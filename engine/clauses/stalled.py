@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.clauses.base import Clause, MatchContext, show
+from engine.clauses.base import Clause, MatchContext
 
 
 class StalledSpec(BaseModel):
@@ -34,7 +34,7 @@ class StalledClause(Clause):
         return f"alive trainer without progress for >= {self._limit(ctx):g} s"
 
     def show(self, observed) -> str:
-        return show(None if observed is None else observed[0])
+        return repr(None if observed is None else observed[0])
 
     def _limit(self, ctx: MatchContext) -> float:
         return self.stalled.seconds or ctx.state.hang_timeout_s
