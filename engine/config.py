@@ -168,6 +168,12 @@ class LoadedConfig:
         return self.resolve(self.config.run_log)
 
     @property
+    def folder(self) -> "RunFolder":
+        from engine.run_folder import RunFolder
+
+        return RunFolder(self.run_dir)
+
+    @property
     def quarantine_dir(self) -> Path:
         q = self.config.watch.quarantine_dir
         return self.resolve(q) if q else self.run_dir / "quarantine"

@@ -5,11 +5,15 @@ The file keeps its permissions (a new one gets the usual 0666 & ~umask, not mkst
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable
+
+from engine.crash_points import crash_point
 
 TMP_PREFIX = ".tmp-"
 TMP_SUFFIX = ".part"   # no reader's glob (*.json, *.yaml, step-*/*.pth) matches it
@@ -48,6 +52,7 @@ def atomic_write(dst: Path, write: Callable[[BinaryIO], object], prefix: str = T
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        crash_point(f"before-replace-{dst.name}")   # the crash tests: the temp file written, not yet in place
         os.replace(tmp, dst)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -58,3 +63,20 @@ def atomic_write(dst: Path, write: Callable[[BinaryIO], object], prefix: str = T
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def gzip_replace(path: Path) -> int:
+    """path -> path.gz (atomically, as above), then remove path; returns the bytes saved. A crash or
+    a full disk leaves the file or its .gz, never half of one."""
+    target = path.with_name(path.name + ".gz")
+
+    def write(raw: BinaryIO) -> None:
+        with open(path, "rb") as src, gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw,
+                                                     mtime=int(path.stat().st_mtime)) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+    atomic_write(target, write)
+    saved = path.stat().st_size - target.stat().st_size
+    path.unlink()
+    return saved
+

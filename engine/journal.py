@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.journal_records import BadLine, decode, encode, recover_glued
+from engine.crash_points import crash_point
 from engine.matcher import AttemptHistory
 from engine.state import RunState
 
@@ -50,6 +51,11 @@ class JournalUnreadable(OSError):
     """The journal file itself cannot be read (a folder, no permission, an I/O error)."""
 
 
+def crash_point_torn(kind: str) -> bool:
+    wanted = os.environ.get("RUNBOOK_CRASH_AT", "")
+    return wanted.partition("#")[0] == f"journal-torn-{kind}"
+
+
 class Journal:
     def __init__(self, path: Path):
         self.path = path
@@ -64,6 +70,10 @@ class Journal:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 line = b"\n" + line   # a torn last line (crash mid-write) must not swallow this one
+            if crash_point_torn(kind):   # the crash tests: half a line on disk, then the watcher dies
+                os.write(fd, line[: len(line) // 2])
+                os.fsync(fd)
+                crash_point(f"journal-torn-{kind}")
             os.write(fd, line)  # one write of one line: readers see all of it or a torn tail
             os.fsync(fd)
         finally:

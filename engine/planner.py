@@ -32,6 +32,18 @@ class PlannedStep:
             "on_failure": self.on_failure, "skipped": self.skipped, "error": self.error,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "PlannedStep":
+        """The stored step, to be run as stored (a restarted watcher continues the incident's own plan)."""
+        definition = REGISTRY[data["verb"]]
+        params = data.get("params")
+        return cls(
+            index=int(data["index"]), verb=data["verb"],
+            params=definition.params.model_validate(params) if params is not None else None,
+            description=str(data.get("description", "")), on_failure=str(data.get("on_failure", "abort")),
+            skipped=data.get("skipped"), error=data.get("error"),
+        )
+
 
 def _evaluate_params(raw: dict, context: dict) -> dict:
     values = {}

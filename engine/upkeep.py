@@ -19,7 +19,6 @@ The job methods are public and synchronous, so tests (and the supervisor) can ca
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import json
 import os
 import re
@@ -36,9 +35,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine import checkpoints as ckpts
-from engine import partial_saves
-from engine.durable import atomic_write_text
+from engine.durable import atomic_write_text, gzip_replace
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
@@ -70,10 +67,9 @@ class UpkeepContext(Protocol):
     run_dir: Path
     out_dir: Path
     keep_last_k: int
-    notifier: Any                               # runbook.slack.Notifier (with .digest)
+    ledger: Any                                 # engine.ledger.CheckpointLedger: the one prune
+    notifier: Any                               # engine.notifier.Notifier (with .digest)
 
-    def verified_steps(self) -> set[int]: ...   # checkpoints sealed by the supervisor
-    def forget_verified(self, steps: set[int]) -> None: ...   # deleted: a later save of that step is verified anew
     def best_step(self) -> int | None: ...      # step of the best validation loss, if known
     def trainer_alive(self) -> bool: ...
     def current_log(self) -> Path | None: ...   # the log the live trainer writes
@@ -81,8 +77,8 @@ class UpkeepContext(Protocol):
 
 
 class SupervisorContext:
-    """UpkeepContext over a running engine.supervisor.Supervisor. Reads only values that are safe
-    from another thread: the last (frozen) snapshot, a copy of the verified set, the trainer handle."""
+    """UpkeepContext over a running engine.supervisor.Supervisor. Jobs run while holding the
+    recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
 
     def __init__(self, supervisor):
         self.sup = supervisor
@@ -100,32 +96,28 @@ class SupervisorContext:
         return self.sup.loaded.config.keep_last_k   # a recovery may have rewritten the config
 
     @property
+    def ledger(self):
+        return self.sup.ledger
+
+    @property
     def notifier(self):
         return self.sup.notifier
-
-    def verified_steps(self) -> set[int]:
-        return set(self.sup.verified)               # one C-level copy under the GIL
-
-    def forget_verified(self, steps: set[int]) -> None:
-        # Jobs hold recovery_lock, and so does the watch loop whenever it reads this set.
-        self.sup.verified.difference_update(steps)
 
     def best_step(self) -> int | None:
         snap = self.sup.last_snapshot
         return snap.metrics.best_val_step if snap is not None else None
 
     def trainer_alive(self) -> bool:
-        trainer = self.sup.trainer
-        return trainer is not None and trainer.alive
+        return self.sup.control.alive
 
     def current_log(self) -> Path | None:
-        trainer = self.sup.trainer
-        return trainer.log_path if trainer is not None else None
+        process = self.sup.control.process
+        return process.log_path if process is not None else None
 
     def status(self) -> dict:
         snap = self.sup.last_snapshot
         metrics = snap.metrics if snap is not None else None
-        return {"run_state": self.sup.state.value, "launches": self.sup.launch_count,
+        return {"run_state": self.sup.state.value, "launches": self.sup.control.launches,
                 "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
                 "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
 
@@ -249,20 +241,8 @@ class Upkeep:
 
     def _retention(self) -> str:
         ctx = self.context
-        existing = ckpts.list_checkpoints(ctx.out_dir)
-        verified = set(ctx.verified_steps())
-        newest = ckpts.newest_verified(existing, verified)
-        # Never the newest verified one (the resume point) nor an unverified one (maybe still being written).
-        protected = ({newest.step} if newest else set()) | {c.step for c in existing if c.step not in verified}
-        # Only checkpoints this run's trainer announced: anything else in out_dir is not ours to delete.
-        announced = partial_saves.read_announced(Path(ctx.run_dir) / "logs", ctx.out_dir)
-        owned = partial_saves.owned_checkpoints(ctx.out_dir, announced)
-        doomed = ckpts.plan_prune(owned, ctx.keep_last_k, ctx.best_step(), protected)
-        freed = ckpts.apply_prune(ctx.out_dir, doomed, announced) if doomed else 0
-        # Else a step saved again after a resume from an older checkpoint would pass as verified unread.
-        ctx.forget_verified({c.step for c in doomed})
-        kept = [c.step for c in ckpts.list_checkpoints(ctx.out_dir)]
-        return f"deleted {len(doomed)} checkpoint(s) ({freed / 1e6:.1f} MB); kept steps {kept}"
+        result = ctx.ledger.prune(ctx.keep_last_k, ctx.best_step(), remove_partial=False, trainer_alive=ctx.trainer_alive())
+        return f"deleted {len(result.deleted)} checkpoint(s) ({result.freed_bytes / 1e6:.1f} MB); kept steps {result.kept_steps}"
 
     def _gzip_logs(self) -> str:
         ctx = self.context
@@ -274,7 +254,7 @@ class Upkeep:
         for log in logs:
             if log.resolve() in live:
                 continue
-            saved += gzip_file(log)
+            saved += gzip_replace(log)
             count += 1
         return f"compressed {count} finished log(s), saved {saved / 1e6:.2f} MB"
 
@@ -289,36 +269,14 @@ class Upkeep:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def gzip_file(log: Path) -> int:
-    """log -> log.gz via a temp file and rename, then remove log; returns bytes saved."""
-    target = log.with_name(log.name + ".gz")
-    tmp = log.with_name(f".{log.name}.gz.{os.getpid()}.tmp")
-    try:
-        with open(log, "rb") as src, open(tmp, "wb") as raw:
-            with gzip.GzipFile(filename=log.name, mode="wb", fileobj=raw, mtime=int(log.stat().st_mtime)) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    saved = log.stat().st_size - target.stat().st_size
-    log.unlink()
-    return saved
-
-
 def read_incidents(run_dir: Path) -> list[dict]:
-    """Every readable incident record of the run (an unreadable one is skipped: this is a digest)."""
-    records = []
-    for path in sorted((run_dir / "incidents").glob("incident-*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    """Every usable incident record of the run, as JSON (a bad one is skipped: this is a digest)."""
+    from engine.incidents import IncidentsUnreadable, IncidentStore
+
+    try:
+        return [incident.to_json() for incident in IncidentStore(run_dir).read_all()[0]]
+    except IncidentsUnreadable:
+        return []
 
 
 def digest_message(status: dict, incidents: list[dict], now: float,

@@ -135,29 +135,14 @@ def launch_starts(entries: list[dict], layout) -> dict[int, int]:
 
 
 def read_incident_records(run_dir: Path) -> tuple[list[dict], list[str]]:
-    """Valid incident records, oldest first, and one sentence per record skipped (file and reason)."""
-    from engine.incident_records import ID_PATTERN, problem
+    """Valid incident records (as JSON, for formatting), oldest first, and one sentence per record skipped."""
     from engine.incidents import IncidentsUnreadable, IncidentStore
 
-    store = IncidentStore(run_dir, run_dir / "unused-counter")   # a reader never allocates an id
     try:
-        ids = store.ids()
+        incidents, problems = IncidentStore(run_dir).read_all()
     except IncidentsUnreadable as error:
         return [], [str(error)]
-    records, problems = [], []
-    for incident_id in ids:
-        path = store.path(incident_id)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as error:
-            problems.append(f"{path} is not a readable incident record ({type(error).__name__}); skipped it")
-            continue
-        reason = problem(record) or (None if record.get("id") == incident_id else f"its id is {record.get('id')!r}")
-        if reason:
-            problems.append(f"{path} is not a valid incident record: {reason}; skipped it")
-            continue
-        records.append(record)
-    return sorted(records, key=lambda r: int(ID_PATTERN.match(r["id"]).group(1))), problems
+    return [incident.to_json() for incident in incidents], problems
 
 
 def read_incidents(run_dir: Path) -> list[dict]:

@@ -117,7 +117,9 @@ def snapshot(**changes) -> StateSnapshot:
 def write_record(project: Path, snap: StateSnapshot, opened_at: float, outcome: str = "recovered",
                  resumed_step: int | None = 30, config_after: dict | None = None,
                  history: AttemptHistory | None = None) -> dict:
-    """What Supervisor.handle_incident and _close_incident write, field for field."""
+    """An incident as the engine's own incident runner records it (engine/incident.py), at opened_at."""
+    from engine.incident import ActionRecord, Incident
+
     loaded = load_config(config_of(project))
     history = history or AttemptHistory()
     outcome_now = decide(snap, loaded.config, load_playbooks(loaded.playbook_paths), MatchMemory(), history)
@@ -127,34 +129,21 @@ def write_record(project: Path, snap: StateSnapshot, opened_at: float, outcome: 
     attempt = 1 + sum(1 for t in history.fired.get(playbook.name, ()) if opened_at - t < playbook.limits.window)
     steps = plan(playbook, snap, loaded.config, attempt)
     store = IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
-    record = {
-        "id": store.next_id(), "playbook": playbook.name, "playbook_hash": playbook.content_hash,
-        "playbook_source": playbook.source, "severity": playbook.severity, "symptom": playbook.description,
-        "lesson": playbook.lesson, "decision": decision.kind, "attempt": attempt, "decision_reason": decision.reason,
-        "matched": list(decision.matched), "inhibited": list(decision.inhibited),
-        "detected_at": snap.time, "opened_at": opened_at,
-        "opened_at_iso": dt.datetime.fromtimestamp(opened_at, dt.timezone.utc).isoformat(timespec="seconds"),
-        "step_at_failure": snap.metrics.step, "tokens_at_failure": snap.metrics.tokens,
-        "trainer_exit_code": snap.trainer.exit_code, "log_excerpt": snap.tail[-40:],
-        "snapshot": snap.model_dump(mode="json"), "plan": [s.to_dict() for s in steps],
-        "config_before": loaded.config.model_dump(mode="json"), "actions": [], "outcome": "open",
-    }
-    for s in steps:
-        record["actions"].append({"index": s.index, "verb": s.verb, "description": s.description,
-                                  "ok": True, "summary": f"{s.verb} done", "seconds": 0.25})
+    incident = Incident.open(store.next_id(), playbook, decision, snap, attempt, [s.to_dict() for s in steps],
+                             loaded.config.model_dump(mode="json"))
+    incident.opened_at = opened_at
+    incident.opened_at_iso = dt.datetime.fromtimestamp(opened_at, dt.timezone.utc).isoformat(timespec="seconds")
+    incident.actions = [ActionRecord(index=s.index, verb=s.verb, description=s.description, ok=True,
+                                     summary=f"{s.verb} done", seconds=0.25) for s in steps]
     after = {**loaded.config.model_dump(mode="json"), **(config_after or {})}
     if resumed_step is not None:
-        record["resumed_from"] = str(loaded.out_dir / f"step-{resumed_step:08d}" / "lit_model.pth")
-        record["resumed_step"] = resumed_step
-    record.update({
-        "outcome": outcome, "closed_at": opened_at + 12.5, "recovery_seconds": 12.5, "config_after": after,
-        "config_changes": {k: [record["config_before"][k], v] for k, v in (config_after or {}).items()},
-        "notes": [],
-    })
-    record["steps_lost"] = snap.metrics.step - resumed_step if resumed_step is not None else None
-    record["tokens_lost"] = record["steps_lost"] * 16 * 64 if resumed_step is not None else None
-    store.write(record)
-    return record
+        incident.resumed_from = str(loaded.out_dir / f"step-{resumed_step:08d}" / "lit_model.pth")
+        incident.resumed_step = resumed_step
+    incident.config_changes = {k: [incident.config_before[k], v] for k, v in (config_after or {}).items()}
+    incident.close(outcome, after, tokens_per_step=16 * 64, escalation=None)
+    incident.closed_at, incident.recovery_seconds, incident.runbook_seconds = opened_at + 12.5, 12.5, 12.5
+    store.write(incident)
+    return incident.to_json()
 
 
 def tree_digest(root: Path) -> str:
@@ -383,3 +372,33 @@ def test_prepare_replay_run_copies_relocates_and_leaves_the_original_alone(proje
     assert after == before
     # A second replay in the same second gets its own folder.
     assert prepare_replay_run(hang, loaded, loaded.playbook_paths, now=when).parent.parent.name.endswith("Z-1")
+
+
+def test_a_record_written_by_runbook_78fd88e_still_loads_and_replays(project, monkeypatch):
+    """Records from before the typed Incident (schema_version absent = 1) load as they are, keep
+    every key, and `runbook replay` judges them against today's playbooks."""
+    import json
+
+    from engine.incident import Incident
+    from engine.incidents import IncidentStore
+
+    old = json.loads((REPO / "tests" / "data" / "incident-written-by-78fd88e.json").read_text())
+    assert "schema_version" not in old
+    loaded = load_config(config_of(project))
+    folder = loaded.run_dir / "incidents"
+    folder.mkdir(parents=True)
+    (folder / "incident-1.json").write_text(json.dumps(old))
+    incident = IncidentStore(loaded.run_dir).read("incident-1")
+    assert isinstance(incident, Incident) and incident.schema_version == 1
+    assert incident.playbook == "preemption" and incident.outcome == "recovered" and incident.actions[0].ok
+    assert set(old) <= set(incident.to_json())                       # nothing the old writer wrote is lost
+    assert incident.state.trainer.signal == "SIGTERM"                 # the snapshot types again
+
+    monkeypatch.chdir(project)
+    replayed = run("replay", "incident-1", "--playbooks", str(REPO / "playbooks"))   # today's shipped ones
+    assert replayed.exit_code == 0, replayed.output
+    assert "preemption" in replayed.output
+    changed = run("replay", "incident-1")   # this project's preemption playbook lost two actions since
+    assert changed.exit_code == 1 and "advise_save_interval" in changed.output, changed.output
+    shown = run("incidents", "show", "incident-1")
+    assert shown.exit_code == 0, shown.output

@@ -37,6 +37,7 @@ from engine.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES
 from engine.trainers.litgpt.resume import read_progress
 from engine.runtime import EngineRuntime
+from engine.incident import Incident
 from engine.supervisor import Supervisor
 from engine.durable import gzip_replace as gzip_file
 from engine.upkeep import SupervisorContext, Upkeep, UpkeepSettings
@@ -71,24 +72,24 @@ class RecordingSupervisor(Supervisor):
 
     def launch(self, resume_file: Path | None) -> None:
         check_resume_choice(self, resume_file)
-        self.launch_count += 1
+        self.control.launches += 1
         self.resumed_from.append(resume_file)
-        log = self.loaded.run_dir / "logs" / f"trainer-{self.launch_count:03d}.log"
+        log = self.loaded.folder.trainer_log(self.control.launches)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch()
-        self.observer.follow(log, self._tokens_per_iter())
+        self.observer.follow(log, self.control.tokens_per_iter)
         self.log_path = log
 
 
 def check_resume_choice(sup: Supervisor, resume_file: Path | None) -> None:
     """A resume never picks an unverified file: the newest verified, intact, sealed checkpoint, or none."""
     existing = ckpts.list_checkpoints(sup.loaded.out_dir)
-    newest = ckpts.newest_verified(existing, sup.verified)
+    newest = ckpts.newest_verified(existing, sup.ledger.verified)
     if resume_file is None:
         assert newest is None, f"resumed from scratch although {newest} is verified"
         return
     ckpt = next(c for c in existing if c.pth == resume_file)
-    assert ckpt.step in sup.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
+    assert ckpt.step in sup.ledger.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
     assert ckpts.verify_checkpoint(ckpt).ok, f"{resume_file} does not verify"
     assert ckpt == newest
 
@@ -186,7 +187,7 @@ class World:
 
     # --- what runbook does ------------------------------------------------------------------------
     def runtime(self) -> EngineRuntime:
-        return EngineRuntime(self.sup, {"id": "incident-test", "snapshot_model": None})
+        return EngineRuntime(Incident(id="incident-1", playbook="property-test"), self.sup.incidents.parts)
 
     def prune_guarded(self, prune, keep_best: bool = True) -> None:
         """Run a prune and check that the newest verified and (unless the playbook said keep_best:
@@ -194,9 +195,9 @@ class World:
         sup = self.sup
         sup.observe()  # what the watcher knows when it prunes: the log read, finished saves sealed
         before = ckpts.list_checkpoints(self.out_dir)
-        newest = ckpts.newest_verified(before, sup.verified)
+        newest = ckpts.newest_verified(before, sup.ledger.verified)
         best = sup.observer.tracker.best_val_step
-        best_ckpt = next((c for c in before if c.step == best and c.step in sup.verified and keep_best), None)
+        best_ckpt = next((c for c in before if c.step == best and c.step in sup.ledger.verified and keep_best), None)
         # One that rotted since it was sealed may be quarantined as a partial save; an intact one must stay.
         intact = [c for c in {newest, best_ckpt} if c is not None and ckpts.verify_checkpoint(c).ok]
         prune()
@@ -259,12 +260,12 @@ class World:
                 STATS["foreign_deleted"] += 1
                 raise AssertionError(f"{path} was deleted, and runbook did not write it")
         link = self.out_dir / ckpts.LAST_LINK_NAME
-        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir), self.sup.verified)
+        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir), self.sup.ledger.verified)
         if link.is_symlink():
             target = ckpts.last_link_target(self.out_dir)
             ckpt = next((c for c in ckpts.list_checkpoints(self.out_dir) if c.path == target), None)
             assert ckpt is not None, f"last points at {target}, not a checkpoint"
-            assert ckpt.step in self.sup.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
+            assert ckpt.step in self.sup.ledger.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
             assert ckpt == verified, f"last points at {target}, not the newest verified {verified}"
             if not self.damaged:
                 assert ckpts.verify_checkpoint(ckpt).ok

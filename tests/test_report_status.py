@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from engine import checkpoints as ckpts
 from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
-from engine.upkeep import gzip_file
+from engine.durable import gzip_replace as gzip_file
 from runbook.cli import app
 from engine.config import load_config
 from runbook.live_view import LiveView

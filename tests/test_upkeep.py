@@ -16,6 +16,9 @@ import pydantic
 import pytest
 
 from engine.checkpoints import list_checkpoints, seal_checkpoint
+from engine.ledger import CheckpointLedger
+from engine.run_folder import RunFolder
+from engine.trainers import adapter_for
 from engine.upkeep import HEARTBEAT_NAME, Upkeep, UpkeepSettings, digest_message
 from runbook.slack import NullNotifier, SlackNotifier, SlackSettings
 from tests.fake_slack import FakeSlack
@@ -43,16 +46,15 @@ class Watcher:
         self.out_dir.mkdir(parents=True)
         self.keep_last_k = keep_last_k
         self.notifier = RecordingNotifier()
-        self.verified: set[int] = set()
+        self.ledger = CheckpointLedger(self.out_dir, RunFolder(self.run_dir), self.run_dir / "quarantine",
+                                       adapter_for("litgpt"))
         self.best: int | None = None
         self.alive = False
         self.log: Path | None = None
 
-    def verified_steps(self) -> set[int]:
-        return set(self.verified)
-
-    def forget_verified(self, steps: set[int]) -> None:
-        self.verified -= steps
+    @property
+    def verified(self) -> set[int]:
+        return self.ledger.verified
 
     def best_step(self) -> int | None:
         return self.best
@@ -281,8 +283,8 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
                                 "tokens_per_sec": None}
     for step in (10, 20, 30, 40, 50):
         announce(loaded.run_dir / "logs", make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml")))
-    supervisor.refresh_verification(force=True)  # seals them, as the watcher does
-    assert context.verified_steps() == {10, 20, 30, 40, 50}
+    supervisor.ledger.refresh(force=True)  # seals them, as the watcher does
+    assert context.ledger.verified == {10, 20, 30, 40, 50}
     upkeep = Upkeep(UpkeepSettings(), context)
     assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir)] == [30, 40, 50]
     assert upkeep.heartbeat().status == "ok" and (loaded.run_dir / HEARTBEAT_NAME).is_file()

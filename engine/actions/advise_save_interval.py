@@ -12,7 +12,7 @@ def describe(p: AdviseParams, state) -> str:
 
 
 def apply(p: AdviseParams, rt) -> ActionResult:
-    advice = rt.sup.save_interval_advice()
+    advice = rt.save_interval_advice()
     if advice:
         rt.note(advice)
         return ActionResult(True, advice)

@@ -17,8 +17,8 @@ def describe(p: DiagnoseParams, state) -> str:
 def apply(p: DiagnoseParams, rt) -> ActionResult:
     from engine.diagnosis import diagnose_slowness
 
-    report = diagnose_slowness(rt.sup.trainer, rt.loaded, p.sample_seconds)
-    rt.incident["diagnosis"] = report
+    report = diagnose_slowness(rt.trainer, rt.loaded, p.sample_seconds)
+    rt.record_diagnosis(report)
     rt.note(report["verdict"])
     return ActionResult(True, report["verdict"], report)
 

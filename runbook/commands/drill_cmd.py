@@ -106,7 +106,7 @@ def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float)
     from engine.checkpoints import final_exists
     from engine.trainers import adapter_for
 
-    incidents = IncidentStore(scratch.run_dir, scratch.project_dir / ".runbook" / "incident-counter").all()
+    incidents = [i.to_json() for i in IncidentStore(scratch.run_dir).read_all()[0]]
     answered = [i for i in incidents if i["playbook"] in fault.expected_playbooks]
     first = answered[0] if answered else None
     completed = exit_code == 0 and final_exists(scratch.out_dir, adapter_for(scratch.config.trainer.kind).layout)

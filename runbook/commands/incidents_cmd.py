@@ -58,27 +58,19 @@ def _ids(store) -> list[str]:
 
 
 def read_record(store, incident_id: str) -> dict:
-    from engine.incident_records import ID_PATTERN, problem
+    """The record as JSON for formatting; exit 9 with one sentence when it cannot be used."""
+    from engine.incidents import BadIncidentRecord
 
     known = ", ".join(_ids(store)) or "none"
-    if not ID_PATTERN.match(incident_id):  # also keeps "../x" and over-long file names out of the path
-        raise RecordProblem(ExitCode.NOT_FOUND, f"'{incident_id[:40]}' is not an incident id (incident-N); "
-                            f"known in {store.dir}: {known}")
-    path = store.path(incident_id)
-    if not path.exists():
-        raise RecordProblem(ExitCode.NOT_FOUND, f"there is no {incident_id} in {store.dir}; known: {known}")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not a readable incident record (perhaps half-written: "
-                            f"{type(error).__name__}: {str(error)[:120]}); nothing was changed") from None
-    if not isinstance(record, dict) or record.get("id") != incident_id:
-        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not an incident record (expected a JSON object with "
-                            f"\"id\": \"{incident_id}\"); nothing was changed")
-    reason = problem(record)
-    if reason:
-        raise RecordProblem(ExitCode.NOT_FOUND, f"{path} is not a valid incident record: {reason}; skipped it")
-    return record
+        return store.read(incident_id).to_json()
+    except BadIncidentRecord as bad:
+        if bad.missing:
+            shown = incident_id[:40]
+            what = (f"there is no {incident_id} in {store.dir}" if bad.reason == "does not exist"
+                    else f"'{shown}' is not an incident id (incident-N); known in {store.dir}")
+            raise RecordProblem(ExitCode.NOT_FOUND, f"{what}; known: {known}" if "known" not in what else f"{what}: {known}") from None
+        raise RecordProblem(ExitCode.NOT_FOUND, f"{bad}; nothing was changed") from None
 
 
 def read_all(store) -> tuple[list[dict], dict[str, str]]:
