@@ -241,7 +241,7 @@ def log_figures(logs: list[Path]) -> LogFigures:
 
 def final_progress(out_dir: Path) -> dict | None:
     """iter_num and step_count of out_dir/final/lit_model.pth, or None when the run did not finish."""
-    from engine.checkpoints import read_progress
+    from engine.trainers.litgpt.resume import read_progress
 
     pth = out_dir / "final" / "lit_model.pth"
     try:
