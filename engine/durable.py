@@ -15,7 +15,7 @@ from typing import BinaryIO, Callable
 
 from engine.crash_points import crash_point
 
-TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".runbook-tmp-"   # runbook's own name: a watcher SIGKILLed mid-write leaves one, the next removes it
 TMP_SUFFIX = ".part"   # no reader's glob (*.json, *.yaml, step-*/*.pth) matches it
 
 
@@ -79,4 +79,21 @@ def gzip_replace(path: Path) -> int:
     saved = path.stat().st_size - target.stat().st_size
     path.unlink()
     return saved
+
+
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Delete the temp files a killed writer left in folder (only runbook's own `.runbook-tmp-*.part`
+    names, never anything else); call it only while no other runbook process writes there."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX):
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+                removed.append(name)
+    return removed
 

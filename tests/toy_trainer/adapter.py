@@ -77,7 +77,7 @@ class ToyAdapter:
         cfg = loaded.config
         steps = cfg.max_tokens // (cfg.batch_size * cfg.model.block_size)
         config = {"out_dir": str(loaded.out_dir), "steps": steps, "save_interval": cfg.save_interval, "seed": cfg.seed,
-                  "lr": cfg.lr, "step_seconds": 0.05, "resume": str(resume_from) if resume_from else None,
+                  "lr": cfg.lr, "micro_batch_size": cfg.micro_batch_size, "step_seconds": 0.05, "resume": str(resume_from) if resume_from else None,
                   **cfg.trainer.extra}   # trainer.extra.step_seconds sets the pace
         launch_dir.mkdir(parents=True, exist_ok=True)
         config_file = launch_dir / "toy_config.json"

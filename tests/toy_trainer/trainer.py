@@ -4,7 +4,8 @@ took T ms``, checkpoints ``<out_dir>/ckpt-NNNNNN/state.json`` + ``state.sha256``
 announced as ``toy: saving <folder>`` before any of its files is written.
 
 Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, save_interval,
-step_seconds, seed, resume). step_seconds paces each step, so tests have time to signal it.
+step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so tests have time to
+signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def load(path: Path) -> dict:
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     out_dir = Path(cfg["out_dir"])
+    limit = cfg.get("oom_above_micro_batch")
+    if limit is not None and cfg.get("micro_batch_size", 0) > limit:   # a memory limit, the toy's way
+        print(f"MemoryError: toy cannot fit micro-batch {cfg['micro_batch_size']} (limit {limit})", flush=True)
+        return 1
     if cfg.get("resume"):
         state = load(Path(cfg["resume"]))
         print(f"toy: resuming from {cfg['resume']}", flush=True)
