@@ -11,6 +11,7 @@ included).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from engine.journal_records import BadLine, decode, encode, recover_glued
 from engine.crash_points import crash_point
 from engine.matcher import AttemptHistory
 from engine.state import RunState
+from engine.write_trouble import PartialAppend, WriteTrouble, append_whole, passing
 
 
 @dataclass
@@ -57,28 +59,76 @@ def crash_point_torn(kind: str) -> bool:
 
 
 class Journal:
-    def __init__(self, path: Path):
+    """Appends are fsynced whole lines. On a full disk (engine/write_trouble.py) an entry is held in
+    memory, in order, and appended ahead of the next one once space returns; ``entries()`` includes
+    the held ones, so this watcher's own decisions never miss what the disk has not got yet."""
+
+    def __init__(self, path: Path, trouble: WriteTrouble | None = None):
         self.path = path
         self.problems: list[JournalProblem] = []   # of the last entries() call
+        self.trouble = trouble or WriteTrouble()
+        self._held: list[bytes] = []               # encoded lines not yet on disk, oldest first
+        self._lock = threading.Lock()              # upkeep's thread may append (retention) too
 
     def append(self, kind: str, **data) -> dict:
         entry = {"time": time.time(), "kind": kind, **data}
         line = encode(entry)
-        self.path.parent.mkdir(parents=True, exist_ok=True)  # at the first write: `watch --dry-run` creates nothing
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line   # a torn last line (crash mid-write) must not swallow this one
+        with self._lock:
             if crash_point_torn(kind):   # the crash tests: half a line on disk, then the watcher dies
-                os.write(fd, line[: len(line) // 2])
-                os.fsync(fd)
-                crash_point(f"journal-torn-{kind}")
-            os.write(fd, line)  # one write of one line: readers see all of it or a torn tail
+                self._write_torn(line, kind)
+            self._held.append(line)
+            try:
+                self._write_held()
+            except OSError:              # not a full disk: as before, the entry is not kept
+                self._held.pop()
+                raise
+        return entry
+
+    def flush(self) -> int:
+        """Append what a full disk held back; returns how many entries are still only in memory."""
+        with self._lock:
+            try:
+                self._write_held()
+            except OSError as error:
+                self.trouble.failed("the journal", error, f"keeping {len(self._held)} entries in memory")
+            return len(self._held)
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def _write_held(self) -> None:
+        if not self._held:
+            return
+        data = b"".join(self._held)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # at the first write: `watch --dry-run` creates nothing
+            unsynced = append_whole(self.path, data, fresh_line=True)   # never glued onto a torn last line
+        except PartialAppend as torn:   # the whole lines that got out are on disk; readers skip the torn rest
+            del self._held[:data[:torn.written].count(b"\n")]
+            self.trouble.failed("the journal", torn, f"keeping {len(self._held)} entries in memory, in order, "
+                                "to append when space returns")
+            return
+        except OSError as error:
+            if not passing(error):
+                raise
+            self.trouble.failed("the journal", error, f"keeping {len(self._held)} entries in memory, in order, "
+                                "to append when space returns")
+            return
+        count, self._held = len(self._held), []
+        if unsynced is not None:
+            self.trouble.failed("the journal (fsync)", unsynced, "its entries were written but may not be on disk")
+        self.trouble.worked("the journal", f"appended the {count} entries held in memory")
+
+    def _write_torn(self, line: bytes, kind: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line[: len(line) // 2])
             os.fsync(fd)
         finally:
             os.close(fd)
-        return entry
+        crash_point(f"journal-torn-{kind}")
 
     def entries(self) -> list[dict]:
         """Every valid entry in order; the skipped lines are in ``self.problems``."""
@@ -101,7 +151,7 @@ class Journal:
                     out.append(glued)
                     bad = BadLine(f"{bad} (a torn line; the entry glued after it was recovered)")
                 self.problems.append(JournalProblem(self.path, number, str(bad)))
-        return out
+        return out + [decode(line[:-1]) for line in list(self._held)]
 
     def replay(self) -> JournalState:
         return rebuild(self.entries())

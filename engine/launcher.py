@@ -26,19 +26,34 @@ NOTED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, s
 NO_SUCH_PROGRAM = 127
 
 
-def write_status(path: str, status: dict) -> None:
-    """Temp file + fsync + rename: a reader sees the previous status or this one, never a mix."""
+def write_status(path: str, status: dict) -> bool:
+    """Temp file + fsync + rename: a reader sees the previous status or this one, never a mix.
+
+    A full disk must not kill the launcher (the trainer would lose its parent, and the exit with it):
+    it says so and goes on; the watcher that launched it learns the exit from its exit code."""
     tmp = f"{path}.{os.getpid()}.part"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(status, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(status, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        try:   # the log is likely on the same full disk
+            print(f"runbook launcher: could not write {path}: {error.strerror or error}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+        return False
+    return True
 
 
 def signal_name(code: int) -> str | None:

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from engine.dry_run import observe_without_acting
-from engine.incident_runner import IncidentRunner, IncidentServices, run_log_writer
-from engine.incidents import IncidentStore
+from engine.held_writes import Backlog, HeldRunLog, HoldingStore
+from engine.incident_runner import IncidentRunner, IncidentServices
 from engine.journal import Journal
 from engine.ledger import CheckpointLedger
 from engine.lock import RunLock
@@ -27,6 +27,7 @@ from engine.runtime import RuntimeParts
 from engine.state import TERMINAL_STATES, RunState
 from engine.trainer_control import TrainerControl
 from engine.trainers import adapter_for
+from engine.write_trouble import WriteTrouble
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
 
@@ -39,9 +40,10 @@ class Supervisor:
         self.events = events or (lambda kind, **data: None)   # the CLI's live view listens here
         adapter = adapter_for(loaded.config.trainer.kind)
         folder = loaded.folder
-        self.journal = Journal(folder.journal)
+        self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
+        self.journal = Journal(folder.journal, self.trouble)
         self.lock = RunLock(loaded.run_dir)
-        self.control = TrainerControl(loaded, adapter, self.journal, data_hash)
+        self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble)
         self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
                                        journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter)
@@ -49,10 +51,11 @@ class Supervisor:
                              notifier=notifier, events=self.events,
                              best_val_step=lambda: self.observer.tracker.best_val_step,
                              save_interval_advice=self.save_interval_advice)
-        store = IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
+        store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
+        run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
+        self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.incidents = IncidentRunner(IncidentServices(
-            journal=self.journal, store=store, transition=self._transition,
-            append_run_log=run_log_writer(lambda: self.control.loaded, self.events),
+            journal=self.journal, store=store, transition=self._transition, append_run_log=run_log,
             tokens_per_step=lambda: self.loaded.config.batch_size * self.loaded.config.model.block_size), parts)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
@@ -88,6 +91,7 @@ class Supervisor:
             return self.state
         finally:
             self.incidents.flush_awaiting("the watcher ended before the trainer made progress")
+            self._last_catch_up()
             if self.upkeep is not None:
                 self.upkeep.shutdown()
             self.notifier.close()
@@ -105,6 +109,7 @@ class Supervisor:
         return snapshot
 
     def tick(self) -> None:
+        self.backlog.catch_up()
         snapshot = self.observe()
         self.incidents.check_progress(self.observer.tracker)
         trainer = snapshot.trainer
@@ -129,6 +134,14 @@ class Supervisor:
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
                 self.history = self.journal.replay().history
+
+    def _last_catch_up(self) -> None:
+        if self.dry_run:
+            return
+        lost = self.backlog.catch_up()
+        if lost:   # the disk never came back: say exactly what the run folder is missing
+            self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
+                        + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
 
     def _complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
@@ -211,7 +224,7 @@ class Supervisor:
         from engine.upkeep import SupervisorContext, Upkeep
 
         self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self), recovery_lock=self.recovery_lock,
-                             events=self.events)
+                             events=self.events, trouble=self.trouble)
         self.upkeep.start()
 
     def _transition(self, to: RunState, reason: str) -> None:

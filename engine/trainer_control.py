@@ -6,14 +6,18 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from engine.durable import atomic_write_text
 from engine.journal import Journal
 from engine.partial_saves import clear_trainer_tmp
 from engine.state import TrainerStatus
 from engine.trainer_process import TrainerProcess, signal_name
+from engine.write_trouble import WriteTrouble, passing
+
+LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly
 
 
 class TrainerControl:
-    def __init__(self, loaded, adapter, journal: Journal, data_hash: str):
+    def __init__(self, loaded, adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None):
         self.loaded = loaded              # the run config in force; a recovery may rewrite it
         self.adapter = adapter
         self.journal = journal
@@ -22,6 +26,7 @@ class TrainerControl:
         self.launches = 0
         self.extra_env: dict[str, str] = {}
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
+        self.trouble = trouble or WriteTrouble()
 
     @property
     def folder(self):
@@ -40,17 +45,50 @@ class TrainerControl:
         folder = self.folder
         launch_dir = folder.launch_dir(self.launches)
         launch_dir.mkdir(parents=True, exist_ok=True)
-        self.loaded.save_copy(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
+        self._copy_config(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
         clear_trainer_tmp(self.loaded.out_dir)
-        spec = self.adapter.prepare_launch(self.loaded, launch_dir, resume_file, self.data_hash)
+        spec = self._prepare(launch_dir, resume_file)
         spec.env.update(self.extra_env)
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches))
-        folder.trainer_pid.write_text(f"{self.process.pid}\n")
+        self._write_pid(self.process.pid)
         self.journal.append("launch", launch=self.launches, pid=self.process.pid, log=str(log_path),
                             exit_status=str(self.process.status_path), started=self.process.started_at,
                             resume_from=str(resume_file) if resume_file else None, argv=spec.argv)
         return self.process
+
+    # --- a full run folder (engine/write_trouble.py) -----------------------------------------------
+    def _copy_config(self, dest: Path) -> None:
+        """A record for people, not needed to launch: a full disk skips it (said once), never half a copy."""
+        try:
+            self.loaded.save_copy(dest)
+        except OSError as error:
+            if not passing(error):
+                raise
+            dest.unlink(missing_ok=True)
+            self.trouble.failed("launch copies", error, "launching without this launch's run_config.yaml copy")
+
+    def _prepare(self, launch_dir: Path, resume_file: Path | None):
+        """The trainer's own launch files are needed: wait a while for space, then fail the launch cleanly."""
+        deadline = time.monotonic() + LAUNCH_SPACE_WAIT_S
+        while True:
+            try:
+                return self.adapter.prepare_launch(self.loaded, launch_dir, resume_file, self.data_hash)
+            except OSError as error:
+                if not passing(error) or time.monotonic() >= deadline:
+                    raise
+                self.trouble.failed(f"the launch files in {launch_dir}", error,
+                                    f"waiting up to {LAUNCH_SPACE_WAIT_S:g} s for space before launching the trainer")
+                time.sleep(0.5)
+
+    def _write_pid(self, pid: int) -> None:
+        try:
+            atomic_write_text(self.folder.trainer_pid, f"{pid}\n")
+        except OSError as error:
+            if not passing(error):
+                raise
+            self.folder.trainer_pid.unlink(missing_ok=True)   # a stale pid is worse than none: someone may signal it
+            self.trouble.failed("trainer.pid", error, f"removed the old one; the journal has pid {pid}")
 
     def attach(self, pid: int, log: Path, started: float | None, launch: int) -> TrainerProcess:
         """The trainer an earlier watcher launched, alive or not (its launcher recorded how it ended)."""

@@ -28,6 +28,16 @@ def signal_name(exit_code: int | None) -> str | None:
         return None
 
 
+def exit_from_launcher(returncode: int) -> dict | None:
+    """The trainer's exit from its launcher's own exit code (the launcher mirrors it: 128+N for signal N),
+    for when a full disk kept the launcher from writing its status file. None when the launcher itself
+    was killed: then the trainer's exit is not known."""
+    if returncode < 0:
+        return None
+    code = -(returncode - 128) if returncode > 128 and signal_name(-(returncode - 128)) else returncode
+    return {"exit_code": code, "signal": signal_name(code), "from": "the launcher's exit code"}
+
+
 LAUNCHER = Path(__file__).with_name("launcher.py")
 LAUNCHER_START_TIMEOUT_S = 30.0
 
@@ -132,6 +142,8 @@ class TrainerProcess:
             status = read_exit_status(self.status_path)
             if "exit_code" in status and isinstance(status["exit_code"], int):
                 self._exit = status
+            elif self._launcher is not None and self._launcher.poll() is not None:
+                self._exit = exit_from_launcher(self._launcher.returncode)
         return self._exit
 
     @property

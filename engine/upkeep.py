@@ -36,6 +36,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.durable import atomic_write_text, gzip_replace
+from engine.write_trouble import WriteTrouble, passing, reason
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
@@ -114,6 +115,9 @@ class SupervisorContext:
         process = self.sup.control.process
         return process.log_path if process is not None else None
 
+    def held(self) -> dict[str, int]:
+        return self.sup.backlog.held()
+
     def status(self) -> dict:
         snap = self.sup.last_snapshot
         metrics = snap.metrics if snap is not None else None
@@ -134,11 +138,13 @@ class Upkeep:
     JOBS = ("heartbeat", "retention", "gzip_logs", "digest")
 
     def __init__(self, settings: UpkeepSettings, context: UpkeepContext, recovery_lock: threading.Lock | None = None,
-                 events: Callable[..., None] | None = None, timezone: dt.tzinfo | None = None):
+                 events: Callable[..., None] | None = None, timezone: dt.tzinfo | None = None,
+                 trouble: WriteTrouble | None = None):
         self.settings = settings
         self.context = context
         self.recovery_lock = recovery_lock or threading.Lock()
         self.events = events or (lambda kind, **data: None)
+        self.trouble = trouble or WriteTrouble(self.events)   # a full run folder: one warning, not one per beat
         self.timezone = timezone                 # None: the machine's local zone (APScheduler's default)
         self.last: dict[str, JobRun] = {}
         self._scheduler: BackgroundScheduler | None = None
@@ -236,7 +242,17 @@ class Upkeep:
                      "free_percent": round(100.0 * disk.free / disk.total, 2) if disk.total else 0.0},
             "status": status,
         }
-        atomic_write_text(Path(ctx.run_dir) / HEARTBEAT_NAME, json.dumps(beat, indent=2, default=str) + "\n")
+        held = getattr(ctx, "held", dict)()
+        if held:   # for `runbook status`: the journal on disk lacks what this watcher still holds in memory
+            beat["held_in_memory"] = held
+        try:
+            atomic_write_text(Path(ctx.run_dir) / HEARTBEAT_NAME, json.dumps(beat, indent=2, default=str) + "\n")
+        except OSError as error:
+            if not passing(error):
+                raise
+            self.trouble.failed("the heartbeat", error, "skipping heartbeats until space returns")
+            return f"skipped ({reason(error)})"
+        self.trouble.worked("the heartbeat")
         return f"step {beat['step']}, {disk.free / 1e9:.1f} GB free"
 
     def _retention(self) -> str:

@@ -113,6 +113,12 @@ class SlackNotifier:
             self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]
                                           logger=_sdk_log)
         self._outbox = Outbox(outbox_dir)
+        # Notices a full disk kept out of the outbox, oldest first: stored ahead of newer ones once space
+        # returns, or delivered straight from memory when the outbox is empty and the disk still full.
+        self._held: list[dict[str, Any]] = []
+        self._held_lock = threading.Lock()
+        self._sending_held = False
+        self._held_said = False   # the outage was logged once
         self._wake = threading.Event()  # something was queued
         self._kick = threading.Event()  # cut the current backoff short (flush/close)
         self._stop = threading.Event()
@@ -158,7 +164,7 @@ class SlackNotifier:
         """Wait until the outbox is empty (or ``timeout_s`` passes); cuts a running backoff short."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._kick.set()
-        while len(self._outbox) and self._thread.is_alive():
+        while self.pending_count() and self._thread.is_alive():
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("slack: %d message(s) still queued in %s", len(self._outbox), self._outbox.dir)
                 return
@@ -174,12 +180,17 @@ class SlackNotifier:
         self._wake.set()
         self._kick.set()
         self._thread.join(timeout=self._settings.timeout_s + 1.0)
+        with self._held_lock:
+            self._store_held()
+            if self._held:
+                log.error("slack: %d notice(s) could neither be written to %s (full disk) nor delivered; they are lost",
+                          len(self._held), self._outbox.dir)
         if not self._thread.is_alive():  # a still-running request may yet log its URL
             for logger in (log, _sdk_log):
                 logger.removeFilter(self._filter)
 
     def pending_count(self) -> int:
-        return len(self._outbox)
+        return len(self._outbox) + len(self._held)
 
     # -- sender thread --------------------------------------------------------
 
@@ -189,12 +200,46 @@ class SlackNotifier:
             blocks = blocks + [{"type": "context", "elements": [_mrkdwn(f"incident `{_esc(str(incident_id))}`")]}]
         message = {"kind": kind, "incident_id": str(incident_id), "text": _clip(text, 3000),
                    "blocks": blocks, "broadcast": broadcast, "queued_at": time.time()}
-        try:
-            self._outbox.put(message)
-        except Exception as exc:  # e.g. disk full: losing a notification beats breaking a recovery
-            log.error("slack: could not queue %s message for incident %s: %s", kind, incident_id, exc)
-            return
+        with self._held_lock:
+            self._held.append(message)
+            self._store_held()
         self._wake.set()
+
+    def _store_held(self) -> None:
+        """Move held notices into the outbox in order (the caller holds _held_lock); a full disk keeps them."""
+        while self._held and not self._sending_held:
+            try:
+                self._outbox.put(self._held[0])
+            except Exception as exc:  # e.g. disk full: a held notice beats breaking a recovery
+                if not self._held_said:   # said once per outage, not once per notice
+                    self._held_said = True
+                    log.error("slack: could not write the outbox %s (%s); keeping notices in memory, in order, "
+                              "until it can be written or they are delivered", self._outbox.dir, exc)
+                return
+            self._held.pop(0)
+        if not self._held and self._held_said:
+            self._held_said = False
+            log.warning("slack: the outbox %s can be written again; no notice is held in memory", self._outbox.dir)
+
+    def _deliver_held(self) -> bool:
+        """The outbox is empty but notices wait in memory (the disk is still full): send the oldest."""
+        with self._held_lock:
+            self._store_held()
+            if not self._held or len(self._outbox):
+                return False
+            message, self._sending_held = self._held[0], True
+        try:
+            self._deliver(message)
+        except _Reject as exc:
+            log.error("slack: Slack rejected a held %s message for incident %s (%s); dropped it",
+                      message.get("kind"), message.get("incident_id"), exc)
+        finally:
+            with self._held_lock:
+                self._sending_held = False
+        with self._held_lock:   # delivered or rejected: either way it is done (a _Retry propagated above)
+            if self._held and self._held[0] is message:
+                self._held.pop(0)
+        return True
 
     def _run(self) -> None:
         failures = 0
@@ -203,6 +248,11 @@ class SlackNotifier:
                 self._wake.clear()
                 items = self._outbox.pending()
                 if not items:
+                    if self._held:
+                        if self._deliver_held():
+                            continue
+                        self._wake.wait(timeout=1.0)   # the outbox may become writable: try again soon
+                        continue
                     self._wake.wait(timeout=60.0)
                     continue
                 for msg_id, message in items:

@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from rich.text import Text
 from runbook.exit_codes import ExitCode
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
+FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
 RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -100,7 +102,8 @@ def gather(loaded, now: float | None = None) -> dict:
             if not math.isfinite(beat["time"]):
                 raise ValueError("heartbeat time is not finite")
             heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
-                         "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid")}
+                         "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
+                         "held_in_memory": beat.get("held_in_memory") or {}}
         except (OSError, ValueError, KeyError, TypeError, OverflowError):   # OverflowError: a 400-digit time
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer
 
@@ -126,6 +129,7 @@ def gather(loaded, now: float | None = None) -> dict:
                     "launches": h.journal.launches},
         "progress": progress,
         "heartbeat": heartbeat,
+        "journal_tail": journal_tail_note(loaded, heartbeat, watcher_pid is not None),
         "disk": {"free_bytes": disk.free_bytes, "total_bytes": disk.total_bytes,
                  "free_percent": round(disk.free_percent, 1)},
         "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
@@ -139,6 +143,25 @@ def gather(loaded, now: float | None = None) -> dict:
                                                  "steps_lost", "tokens_lost", "recovery_seconds")} if newest else None,
         },
     }
+
+
+def journal_tail_note(loaded, heartbeat: dict | None, watching: bool) -> str | None:
+    """Why the journal on disk may lack its newest entries (a watcher keeps them in memory while its
+    run folder's disk is full, engine/journal.py), or None."""
+    held = (heartbeat or {}).get("held_in_memory") or {}
+    if held:
+        return ("the watcher's last heartbeat says it held " + ", ".join(f"{n} {k}" for k, n in held.items())
+                + " in memory (a full disk); the journal's tail may be missing")
+    if not watching:
+        return None
+    try:
+        free = shutil.disk_usage(loaded.run_dir).free
+    except OSError:
+        return None
+    if free < FULL_DISK_BYTES:
+        return (f"the run folder's disk is full ({free:,} bytes free): the watcher keeps what it cannot write in "
+                "memory, so the journal's tail, incident records and heartbeat may be missing or stale")
+    return None
 
 
 def _number(value, fmt: str) -> str:
@@ -177,6 +200,8 @@ def render(status: dict) -> list[str]:
     if s["heartbeat"]:
         b = s["heartbeat"]
         lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {b['step']}, trainer alive {b['trainer_alive']}")
+    if s.get("journal_tail"):
+        lines.append(f"journal   {s['journal_tail']}")
     d = s["disk"]
     lines.append(f"disk      {d['free_bytes'] / 1e9:,.1f} GB free ({d['free_percent']:.0f}%) under {s['out_dir']}")
     c = s["checkpoints"]
