@@ -29,6 +29,7 @@ from typing import Any, Iterable
 
 from pydantic import ValidationError
 
+from engine.merge import deep_merge
 from engine.matcher import AttemptHistory, MatchMemory, decide
 from engine.planner import plan
 from engine.playbook import Playbook, PlaybookTest
@@ -38,17 +39,6 @@ from engine.config import RunConfig
 OBSERVATION_INTERVAL_S = 1.0
 TAIL_LINES = 200
 FIRING_KINDS = ("recover", "escalate")
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """A new dict: `override` on top of `base`, mappings merged key by key, anything else replaced."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def _describe(err: ValidationError) -> str:
@@ -170,4 +160,4 @@ def run_playbook_tests(playbooks: list[Playbook]) -> list[TestResult]:
     return [run_test(p, t, playbooks) for p in playbooks for t in p.tests]
 
 
-__all__ = ["TestResult", "build_config", "build_snapshots", "deep_merge", "related_playbooks", "run_playbook_tests", "run_test"]
+__all__ = ["TestResult", "build_config", "build_snapshots", "related_playbooks", "run_playbook_tests", "run_test"]

@@ -13,7 +13,8 @@ from engine.expressions import _ENV, compile_expression
 from engine.matcher import AttemptHistory, MatchMemory, decide, ordered
 from engine.planner import plan
 from engine.playbook import build_playbook
-from engine.playbook_testing import build_snapshots, deep_merge, run_test
+from engine.merge import deep_merge
+from engine.playbook_testing import build_snapshots, run_test
 from engine.state import StateSnapshot
 from engine.config import RunConfig
 

@@ -24,6 +24,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
 
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
     """
+    from engine.merge import deep_merge
     from engine.yaml_source import round_trip_yaml
 
     yaml = round_trip_yaml()
@@ -39,13 +40,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     tree["data"]["make_default"] = False
     tree.setdefault("playbooks", {})["paths"] = [str(p) for p in loaded.playbook_paths]
     tree.setdefault("notifications", {}).setdefault("slack", {})["enabled"] = False
-    for key, value in fault.config.items():
-        if isinstance(value, dict):
-            tree.setdefault(key, {})
-            for sub, subvalue in value.items():
-                tree[key][sub] = subvalue
-        else:
-            tree[key] = value
+    tree = deep_merge(tree, fault.config)
     config = root / "configs" / "run_config.yaml"
     config.parent.mkdir(parents=True)
     with open(config, "w") as fh:

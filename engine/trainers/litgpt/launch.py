@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from engine.merge import deep_merge
 from engine.trainers.base import LaunchSpec
 
 
@@ -111,8 +112,7 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
         "seed": cfg.seed,
         "logger_name": "csv",
     }
-    _deep_merge(litgpt_config, cfg.trainer.extra)
-    return litgpt_config
+    return deep_merge(litgpt_config, cfg.trainer.extra)
 
 def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
     cfg = loaded.config
@@ -161,14 +161,6 @@ def _bin_path() -> str:
 def _litgpt_executable() -> str:
     # Prefer the litgpt installed beside this Python (the venv), whatever PATH says.
     return shutil.which("litgpt", path=_bin_path()) or "litgpt"
-
-
-def _deep_merge(base: dict, extra: dict) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_merge(base[key], value)
-        else:
-            base[key] = value
 
 
 def is_installed() -> bool:
