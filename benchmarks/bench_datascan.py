@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from engine.datascan import DEFAULT_MAX_TOKENS, load_tokenizer, scan_files, scan_files_per_line  # noqa: E402
 from runbook.default_data import ensure_default_assets  # noqa: E402
+from benchmarks.common import DOCS, write_section  # noqa: E402
 
-DOC = REPO / "docs" / "benchmarks.md"
-SECTION = "## Data scan"
+SECTION = "Data scan"
 PLANTS = [  # (kind, line) planted every ~1 MB, in this rotation
     ("invalid_utf8", b"name = 'caf\xe9'  # latin-1 bytes"),
     ("control_char", b"print('bell\x07')"),
@@ -83,21 +83,6 @@ def machine() -> str:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (f"{usable} usable core(s) (nproc), {cpu}; Python {platform.python_version()}, "
             f"tokenizers {tokenizers.__version__}, {platform.system()} {platform.machine()}")
-
-
-def write_section(body: str) -> None:
-    """Replace only our section; re-read right before writing since others add sections too."""
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    section = f"{SECTION}\n\n{body.strip()}\n"
-    match = re.search(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", text, re.M | re.S)
-    if match:
-        text = text[: match.start()] + section + ("\n" if match.end() < len(text) else "") + text[match.end():]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    tmp = DOC.with_name(f".{DOC.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, DOC)
 
 
 def main() -> int:
@@ -160,8 +145,8 @@ a byte-level BPE tokenizer without a normalizer a line of n bytes has at most n 
 full, in batches, and are not much faster than the seed).
 """
     if not args.no_write:
-        write_section(body)
-        print(f"updated {DOC.relative_to(REPO)} section '{SECTION[3:]}'")
+        write_section(SECTION, body)
+        print(f"updated {DOCS.relative_to(REPO)} section '{SECTION}'")
     return 0 if ratio >= 10 else 1
 
 

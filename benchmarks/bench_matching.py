@@ -41,12 +41,12 @@ from engine.playbook_loader import load_playbooks  # noqa: E402
 from engine.state import CheckpointStatus, DiskStatus, StateSnapshot, TrainerStatus  # noqa: E402
 from engine.trainers.litgpt import LitGPTAdapter  # noqa: E402
 from engine.config import RunConfig  # noqa: E402
+from benchmarks.common import DOCS, write_section  # noqa: E402
 
 TAIL = 200
 REPLAY_BATCH = 10
 TOKENS_PER_ITER = 4 * 64
-DOCS = ROOT / "docs" / "benchmarks.md"
-SECTION = "## Matching throughput"
+SECTION = "Matching throughput"
 
 
 def litgpt_log(n_lines: int, seed: int = 0) -> list[str]:
@@ -189,18 +189,6 @@ def replay(lines: list[str], playbooks, config, batch: int) -> tuple[float, int]
     return elapsed, -(-len(lines) // batch)
 
 
-def update_docs(section: str, path: Path = DOCS) -> None:
-    """Replace the '## Matching throughput' section (up to the next '## '), keep everything else."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs, a 100,000-line log, docs untouched")
@@ -233,8 +221,8 @@ def main() -> None:
     if args.quick or args.no_docs:
         return
     md_rows = "\n".join(f"| {name} | {value} |" for name, value in rows)
-    update_docs(
-        f"{SECTION}\n\n"
+    write_section(
+        SECTION,
         "Command: `python benchmarks/bench_matching.py` (see its docstring for what each figure measures). "
         "One process, one thread; CPU time of the process.\n\n"
         f"Machine: {machine}.\n\n"

@@ -76,6 +76,8 @@ def write_section(title: str, body: str, doc: Path = DOCS, first: bool = False) 
     """Replace the `## title` section of docs/benchmarks.md, keeping every other section byte for
     byte; a new section is appended (or, with first, put before the first `## ` section). The file
     is re-read right before writing: others edit it too."""
+    from engine.durable import atomic_write_text
+
     heading = f"## {title}"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     section = f"{heading}\n\n{body.strip()}\n"
@@ -86,9 +88,7 @@ def write_section(title: str, body: str, doc: Path = DOCS, first: bool = False) 
         text = text[: m.start()] + section + "\n" + text[m.start():]
     else:
         text = text.rstrip("\n") + "\n\n" + section
-    tmp = doc.with_suffix(".md.tmp-bench")
-    tmp.write_text(text)
-    os.replace(tmp, doc)
+    atomic_write_text(doc, text)
 
 
 def table(headers: list[str], rows: list[list], right: set[int] | None = None) -> str:
@@ -133,6 +133,7 @@ def data_hash(config: Path) -> str:
 def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
     """The litgpt config and environment runbook would launch with (its own adapter writes them),
     for running litgpt without runbook. resume="auto" turns it into `--resume auto`."""
+    from engine.durable import atomic_write_text
     from engine.trainers.litgpt import LitGPTAdapter
     from ruamel.yaml import YAML
 
@@ -144,7 +145,7 @@ def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
         tree["resume"] = resume
         buffer = io.StringIO()
         yaml.dump(tree, buffer)
-        spec.config_file.write_text(buffer.getvalue())
+        atomic_write_text(spec.config_file, buffer.getvalue())
     return spec
 
 

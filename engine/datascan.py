@@ -29,6 +29,8 @@ from itertools import compress, count
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from engine.durable import atomic_write
+
 DEFAULT_MAX_TOKENS = 100_000
 CHUNK_BYTES = 8 << 20
 BATCH_LINES, BATCH_BYTES = 1024, 4 << 20
@@ -449,12 +451,14 @@ def fix_file(path: Path, report: ScanReport, out_dir: Path | None = None) -> Pat
     if target.exists():
         raise FileExistsError(f"{target} exists; a cleaned copy never replaces a file")
     bad = report.bad_lines_of(path)
-    tmp = out_dir / f".{path.name}.{os.getpid()}.tmp"
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        for number, raw in enumerate(src, 1):  # binary iteration splits on b"\n": the scan's numbering
-            if number not in bad:
-                dst.write(raw)
-    os.replace(tmp, target)
+
+    def write_kept_lines(dst) -> None:
+        with open(path, "rb") as src:
+            for number, raw in enumerate(src, 1):  # binary iteration splits on b"\n": the scan's numbering
+                if number not in bad:
+                    dst.write(raw)
+
+    atomic_write(target, write_kept_lines)
     return target
 
 

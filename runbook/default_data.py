@@ -8,9 +8,10 @@ make it. Files are chosen and ordered deterministically so two machines make the
 from __future__ import annotations
 
 import json
-import os
 import sysconfig
 from pathlib import Path
+
+from engine.durable import atomic_write_text
 
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
 
@@ -36,9 +37,7 @@ def _write_shards(files: list[Path], folder: Path, shards: int) -> None:
     for i, path in enumerate(files):
         texts[i % shards].append(path.read_text(encoding="utf-8", errors="replace"))
     for i, parts in enumerate(texts):
-        tmp = folder / f".shard-{i:03d}.txt.tmp"
-        tmp.write_text("\n\n".join(parts), encoding="utf-8")
-        os.replace(tmp, folder / f"shard-{i:03d}.txt")
+        atomic_write_text(folder / f"shard-{i:03d}.txt", "\n\n".join(parts))
 
 
 def make_corpus(data_dir: Path, train_bytes: int = 1_500_000, val_bytes: int = 120_000) -> None:
@@ -78,7 +77,7 @@ def make_tokenizer(corpus_dir: Path, tokenizer_dir: Path, vocab_size: int = 512)
     tokenizer_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(tokenizer_dir / "tokenizer.json"))
     config = {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "tokenizer_class": "PreTrainedTokenizerFast"}
-    (tokenizer_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    atomic_write_text(tokenizer_dir / "tokenizer_config.json", json.dumps(config, indent=2))
 
 
 def ensure_default_assets(data_dir: Path, tokenizer_dir: Path) -> None:

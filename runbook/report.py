@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import checkpoints as ckpts
+from engine.durable import atomic_write
 from engine.events import FinalValidation, Progress, Resumed, Validation
 from engine.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
@@ -296,6 +297,6 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
     # Outside the axes: incident labels and annotations sit anywhere along the curve.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, bbox_inches="tight")
+    atomic_write(png, lambda f: fig.savefig(f, format="png", bbox_inches="tight"))
     plt.close(fig)
     return png

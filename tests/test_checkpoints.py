@@ -28,7 +28,7 @@ from engine.checkpoints import (
     write_manifest,
 )
 from engine.partial_saves import find_partial_saves, read_announced
-from engine.trainers.litgpt.resume import find_nonfinite_tensors, read_progress, rescaled_copy
+from engine.trainers.litgpt.resume import find_nonfinite_tensors, read_progress, relocate_loader_state, rescaled_copy
 
 
 def _state(step: int) -> dict:
@@ -329,6 +329,23 @@ def test_rescaled_copy_doubles_iter_num_and_leaves_source_identical(tmp_path):
     with pytest.raises(ValueError, match="differ"):
         rescaled_copy(ckpt.pth, ckpt.pth, 2.0)
     assert _sha(ckpt.pth) == before
+
+
+def test_relocating_loader_paths_rewrites_the_file_in_place_and_leaves_no_temp(tmp_path):
+    ckpt = make_ckpt(tmp_path / "out", 20)
+    old_run, new_run = tmp_path / "run", tmp_path / "replay" / "run"
+    state = torch.load(ckpt.pth, weights_only=True)
+    state["train_dataloader"]["dataset"]["input_dir_path"] = str(old_run / "data" / "abc")
+    state["train_dataloader"]["dataset"]["cache"] = [str(old_run), str(tmp_path / "runs-elsewhere")]
+    torch.save(state, ckpt.pth)
+    assert relocate_loader_state(ckpt.pth, old_run, new_run) == 2
+    loader = torch.load(ckpt.pth, weights_only=True)["train_dataloader"]["dataset"]
+    assert loader["input_dir_path"] == str(new_run / "data" / "abc")
+    assert loader["cache"] == [str(new_run), str(tmp_path / "runs-elsewhere")]   # a prefix of a name is not the folder
+    assert sorted(os.listdir(ckpt.path)) == sorted(["lit_model.pth", "model_config.yaml", "hyperparameters.yaml",
+                                                   "tokenizer.json", "tokenizer_config.json"])
+    before = _sha(ckpt.pth)
+    assert relocate_loader_state(ckpt.pth, old_run, new_run) == 0 and _sha(ckpt.pth) == before   # nothing to change
 
 
 def test_find_nonfinite_tensors(tmp_path):

@@ -20,6 +20,7 @@ from engine.datascan import (
     DataScanError,
     TokenBounds,
     clean_dir_for,
+    fix_file,
     fix_folder,
     load_tokenizer,
     scan_files,
@@ -200,6 +201,31 @@ def test_fix_folder_never_reuses_a_folder(tmp_path, tokenizer):
     first, second = fix_folder(tmp_path / "train", report), fix_folder(tmp_path / "train", report)
     assert (first.name, second.name) == ("train-clean", "train-clean-2")
     assert clean_dir_for(second).name == "train-clean-3"
+
+
+def test_fix_file_drops_exactly_the_bad_lines_through_one_atomic_write(tmp_path, tokenizer):
+    source = tmp_path / "train" / "code.txt"
+    source.parent.mkdir()
+    planted_corpus(source)
+    report = scan_files([source], tokenizer, 1000)
+    target = fix_file(source, report, tmp_path / "clean")
+    kept = [line for number, line in enumerate(source.read_bytes().split(b"\n")[:-1], 1)
+            if number not in report.bad_lines_of(source)]
+    assert target.read_bytes() == b"".join(line + b"\n" for line in kept)
+    assert os.listdir(tmp_path / "clean") == ["code.txt"]   # no temp file left beside it
+    with pytest.raises(FileExistsError):
+        fix_file(source, report, tmp_path / "clean")          # a cleaned copy never replaces a file
+
+
+def test_fix_file_that_fails_midway_leaves_neither_target_nor_temp(tmp_path, tokenizer):
+    source = tmp_path / "train" / "code.txt"
+    source.parent.mkdir()
+    planted_corpus(source)
+    report = scan_files([source], tokenizer, 1000)
+    source.unlink()   # the read fails inside the write
+    with pytest.raises(FileNotFoundError):
+        fix_file(source, report, tmp_path / "clean")
+    assert os.listdir(tmp_path / "clean") == []
 
 
 # --- the command ------------------------------------------------------------------------------------

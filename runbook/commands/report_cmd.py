@@ -108,6 +108,7 @@ def render_markdown(loaded, history, png_name: str) -> str:
 
 def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
     """The report and its picture, and the journal lines and records that had to be skipped."""
+    from engine.durable import atomic_write_text
     from runbook.report import plot_history, read_history
 
     history = read_history(loaded)
@@ -116,7 +117,7 @@ def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
              f"{len(history.incidents)} incident(s), goodput {_percent(history.goodput)}")
     plot_history(history, png, title)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(render_markdown(loaded, history, os.path.relpath(png, output.parent)), encoding="utf-8")
+    atomic_write_text(output, render_markdown(loaded, history, os.path.relpath(png, output.parent)))
     return output, png, history.problems
 
 

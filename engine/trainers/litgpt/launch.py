@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from engine.durable import atomic_write_text
 from engine.merge import deep_merge
 from engine.trainers.base import LaunchSpec
 
@@ -123,7 +124,7 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     config_file = launch_dir / "litgpt_pretrain.yaml"
     buffer = io.StringIO()
     YAML(typ="safe", pure=True).dump(config, buffer)
-    config_file.write_text(buffer.getvalue())
+    atomic_write_text(config_file, buffer.getvalue())
 
     device = cfg.trainer.device
     if device == "auto":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from engine.checkpoints import OWN_TMP_PREFIX
+from engine.checkpoints import OWN_TMP_PREFIX, own_tmp_prefix
 from engine.durable import atomic_write
 
 
@@ -103,7 +103,6 @@ def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> in
     state = torch.load(pth, map_location="cpu", weights_only=True)
     state["train_dataloader"] = walk(state.get("train_dataloader"))
     if changed:
-        tmp = pth.with_name(f"{OWN_TMP_PREFIX}{pth.name}.part")  # never matches litgpt's step-*/*.pth search
-        torch.save(state, tmp)
-        os.replace(tmp, pth)
+        # The out_dir's own temp prefix: a leftover is runbook's, never a file foreign to the checkpoint.
+        atomic_write(pth, lambda f: torch.save(state, f), prefix=own_tmp_prefix(pth.parent.parent))
     return changed
