@@ -29,7 +29,6 @@ from engine.planner import plan
 from engine.playbook import Playbook, build_playbook
 from engine.state import StateSnapshot
 
-UNCLAIMED = "unclaimed-failure"   # the supervisor's fallback when a dead trainer matches no playbook
 _EPSILON_S = 1e-3                 # float slack so "held for exactly `seconds`" is not lost to rounding
 
 # verdict -> does it count as a changed decision (exit 1)?
@@ -179,16 +178,11 @@ def persisted_memory(playbooks: list[Playbook], now: float) -> MatchMemory:
     return MatchMemory(streaks)
 
 
-def unclaimed_playbook(exit_code) -> Playbook:
-    """The same fallback the supervisor escalates with when a dead trainer matches no playbook."""
-    return build_playbook({
-        "name": UNCLAIMED,
-        "description": f"the trainer exited (code {exit_code}) and no playbook matched",
-        "severity": "critical",
-        "lesson": "Write a playbook for this failure: `runbook replay` the incident after adding it.",
-        "match": {"exit": {"nonzero": True}},
-        "actions": [{"escalate": {"reason": "no playbook matched this failure"}}],
-    })
+def unclaimed_playbook() -> Playbook:
+    """The incident runner's own fallback, escalated when a dead trainer matches no playbook."""
+    from engine.incident_runner import FALLBACK_PLAYBOOK   # deferred: the runner's imports are not needed to replay
+
+    return build_playbook(FALLBACK_PLAYBOOK)
 
 
 def _planned(steps) -> tuple[PlannedAction, ...]:
@@ -241,9 +235,9 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
             notes.append(f"assumed '{chosen.name}' matched for its whole `for:` ({chosen.persist.observations} "
                          f"observation(s), {chosen.persist.seconds:g} s); the record holds only the snapshot that fired")
     elif not snapshot.trainer.alive:
-        fallback = unclaimed_playbook(snapshot.trainer.exit_code)
+        fallback = unclaimed_playbook()
         reason = f"trainer exited with {snapshot.trainer.exit_code} and no playbook matched"
-        now = Verdict("escalate", UNCLAIMED, None, reason, _planned(plan(fallback, snapshot, config)))
+        now = Verdict("escalate", fallback.name, None, reason, _planned(plan(fallback, snapshot, config)))
     else:
         now = Verdict(None, None, None, "no playbook matches the recorded state")
     if decision is not None and decision.kind == "wait":
@@ -263,7 +257,7 @@ def _verdict(then: Verdict, now: Verdict) -> str:
         return "different-decision"
     if [a.key for a in now.actions] != [a.key for a in then.actions]:
         return "different-actions"
-    if now.playbook != UNCLAIMED and now.playbook_hash != then.playbook_hash:
+    if now.playbook_hash is not None and now.playbook_hash != then.playbook_hash:   # None: the built-in fallback
         return "edited"
     return "unchanged"
 

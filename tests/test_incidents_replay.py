@@ -280,6 +280,24 @@ def test_other_playbooks_via_option_fall_back_to_unclaimed_escalation(project, t
     assert "+ 1. escalate" in result.stdout
 
 
+def test_an_unclaimed_failure_replays_against_the_incident_runners_own_fallback():
+    from engine.config import RunConfig
+    from engine.incident import Incident
+    from engine.incident_runner import FALLBACK_PLAYBOOK
+    from engine.matcher import Decision
+    from engine.playbook import build_playbook
+
+    snap = snapshot(trainer={"exit_code": 3, "signal": None})
+    fallback = build_playbook(FALLBACK_PLAYBOOK)
+    steps = plan(fallback, snap, RunConfig())
+    record = Incident.open("incident-1", fallback, Decision("escalate", fallback, "no playbook matched"), snap, 1,
+                           [s.to_dict() for s in steps], RunConfig().model_dump(mode="json")).to_json()
+    result = replay_record(record, [], RunConfig())
+    assert result.verdict == "unchanged", result.render()
+    assert (result.now.kind, result.now.playbook) == ("escalate", FALLBACK_PLAYBOOK["name"])
+    assert [a.verb for a in result.now.actions] == [a["verb"] for a in record["plan"]] == ["escalate"]
+
+
 def test_replay_usage_errors(project, two_incidents):
     config = str(config_of(project))
     assert run("replay", "--config", config).exit_code == 2
