@@ -139,10 +139,6 @@ class RunConfig(Strict):
                              f"(batch_size x model.block_size = {per_step} tokens): the run would plan 0 steps")
         return self
 
-    @property
-    def accumulation(self) -> int:
-        return self.batch_size // self.micro_batch_size
-
 
 class LoadedConfig:
     """A validated RunConfig plus where it came from, with every path made absolute."""
@@ -280,10 +276,6 @@ def load_config(path: Path) -> LoadedConfig:
     if problems := _run_folder_problems(path, tree, loaded):
         raise SourceError(problems)
     return loaded
-
-
-def data_files(train_dir: Path, val_dir: Path) -> list[Path]:
-    return sorted(train_dir.glob("*.txt")) + sorted(val_dir.glob("*.txt"))
 
 
 def compute_data_hash(train_dir: Path, val_dir: Path) -> str:

@@ -2,7 +2,7 @@
 
 Each Fault says how to set the run up (config changes) and what to do to the live trainer, and
 which playbook is expected to answer. The timings and limits below were measured on the embedded
-tiny model on a 2-core CPU machine (see FINDINGS.md and the tests that use the same numbers).
+tiny model on a 2-core CPU machine; the tests use the same numbers.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from engine.clauses import AnyClause
-from engine.expressions import compile_expression, is_expression
+from engine.expressions import compile_expression
 from engine.playbook_types import Duration, parse_duration
 
 class Strict(BaseModel):
@@ -67,10 +67,6 @@ class ActionStep(Strict):
             compile_expression(self.condition)
         return self
 
-    @property
-    def has_expressions(self) -> bool:
-        return any(is_expression(v) for v in self.params.values())
-
 
 class PlaybookTest(Strict):
     """A recorded or written series of observations and the decision the playbook must make."""
@@ -103,7 +99,7 @@ class Playbook(Strict):
         return self
 
     _source: Path | None = PrivateAttr(None)
-    _line: int = PrivateAttr(1)
+    _line: int = PrivateAttr(1)            # the line of the file where the playbook's mapping starts
     _content_hash: str = PrivateAttr("")
 
     @property

@@ -36,7 +36,8 @@ def load_playbook_file(path: Path) -> Playbook:
     if not isinstance(tree, dict):
         raise SourceError([f"{path}:1:1: a playbook file must hold one mapping (name, description, match, actions)"])
     try:
-        return build_playbook(plain(tree), source=path, line=1, text=read_text_file(path))
+        line = (locate(tree, ()) or (1, 1))[0]   # where the mapping starts, after any header comments
+        return build_playbook(plain(tree), source=path, line=line, text=read_text_file(path))
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
 

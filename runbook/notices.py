@@ -22,7 +22,7 @@ class NoticesRefused(Exception):
 
 
 def outbox_dir(loaded) -> Path:
-    return loaded.run_dir / "outbox"
+    return loaded.folder.outbox
 
 
 def pending(loaded) -> int:

@@ -133,7 +133,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
 
             notifier = NullNotifier()
         else:
-            notifier = make_notifier(loaded.config.notifications.slack, loaded.run_dir / "outbox")
+            notifier = make_notifier(loaded.config.notifications.slack, loaded.folder.outbox)
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         return ExitCode.BAD_CONFIG

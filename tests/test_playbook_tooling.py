@@ -94,6 +94,15 @@ def test_every_shipped_playbook_loads(path: Path):
     assert path.stem.replace("_", "-") == playbook.name  # one playbook per file, named after it
 
 
+def test_a_playbook_source_names_the_line_its_mapping_starts_on(tmp_path: Path):
+    path = tmp_path / "commented.yaml"
+    path.write_text("# Why this playbook exists:\n# two lines of header.\n\nname: commented\ndescription: x\n"
+                    "match: {exit: {nonzero: true}}\nactions: [{escalate: {reason: r}}]\n")
+    assert load_playbook_file(path).source == f"{path}:4"
+    path.write_text("{name: flow, description: x, match: {exit: {nonzero: true}}, actions: [{stop: {}}]}\n")
+    assert load_playbook_file(path).source == f"{path}:1"
+
+
 def test_shipped_playbook_names_and_inhibitions_are_consistent():
     assert len(load_playbooks([SHIPPED])) == len(SHIPPED_FILES)
 

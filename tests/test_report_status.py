@@ -1,6 +1,6 @@
 """`runbook status`, `runbook report` and the live view, on a run folder laid out as a real run leaves it.
 
-No training here: the trainer logs use litgpt's real progress-line format (engine/trainers/litgpt.py
+No training here: the trainer logs use litgpt's real progress-line format (engine/trainers/litgpt/log_lines.py
 PROGRESS), the journal and incident records carry the fields the supervisor writes, and the
 checkpoints are real torch.save files sealed by engine.checkpoints. The story of the run:
 

@@ -1,7 +1,9 @@
 """Launching litgpt `pretrain`: its generated config, staged data, environment and argv.
 
-Measured behaviour relied on is in ../shared/FINDINGS.md: TMPDIR must share the checkpoint
-filesystem for atomic saves, TORCHDYNAMO_DISABLE on CPU, stdout unbuffered.
+Measured litgpt 0.5.13 behaviour relied on: Lightning saves through a temp file in $TMPDIR and then
+moves it, so a save is atomic only when TMPDIR shares the checkpoints' filesystem; pretrain.py
+compiles the model, so on CPU TORCHDYNAMO_DISABLE=1 spares every start a long compile; without
+PYTHONUNBUFFERED=1 the trainer's output arrives in 8 KB blocks and is lost when it is killed.
 """
 
 from __future__ import annotations

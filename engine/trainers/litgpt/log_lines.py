@@ -1,6 +1,7 @@
 """What litgpt 0.5.13 `pretrain` prints, as events; and which saves its log announces.
 
-Measured formats are in ../shared/FINDINGS.md (progress line) and partial_saves.py (the save order).
+PROGRESS matched every progress line of a real run; the order a save announces and writes its files
+is in partial_saves.py. litgpt's own `Tok/sec` summary is not read: it divides by a timestamp.
 """
 
 from __future__ import annotations

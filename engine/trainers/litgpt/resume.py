@@ -45,9 +45,13 @@ def checkpoint_micro_batch(step_dir: Path) -> int | None:
 
 
 def rescaled_copy(src_pth: Path, dst_pth: Path, iter_num_factor: float) -> dict:
-    """Copy src with iter_num multiplied by iter_num_factor (old_mb / new_mb when micro_batch_size
-    changes on resume; see FINDINGS.md); step_count, weights, optimizer and loader state unchanged.
-    The source is never modified. Checked: litgpt resumes from the copy (--resume <copy>)."""
+    """Copy src with iter_num multiplied by iter_num_factor; step_count, weights, optimizer and
+    loader state unchanged. The source is never modified. Checked: litgpt resumes from the copy.
+
+    Why: iter_num counts micro-batches, and a resume recomputes max_iters and the warm-up in the new
+    micro-batch's units. Resumed at micro-batch 4 -> 2 without the rescale (factor old_mb / new_mb),
+    a measured run trained 19% more tokens and moved the cosine lr schedule backwards; with it,
+    tokens, optimizer steps and the schedule match the fault-free run."""
     import torch
 
     src_pth, dst_pth = Path(src_pth), Path(dst_pth)
