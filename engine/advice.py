@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import statistics
+import time
 
 
 def young_daly_interval_s(save_cost_s: float, mtbf_s: float) -> float:
@@ -20,3 +22,16 @@ def save_interval_advice(save_cost_s: float | None, mtbf_s: float | None, step_t
         return None
     return (f"save_interval {save_interval} is far from the Young-Daly optimum of ~{best_steps} steps "
             f"(save cost {save_cost_s:.2f} s, mean time between failures {mtbf_s:.0f} s, {step_time_s:.3f} s/step)")
+
+
+def run_save_interval_advice(tracker, history, journal, config) -> str | None:
+    """save_interval_advice from what this run has shown: its save cost and step time (the log), and
+    its mean time between failures (the journal's first entry and the playbooks fired since)."""
+    save_cost = statistics.median(tracker.save_seconds) if tracker.save_seconds else None
+    step_time = statistics.median(tracker.step_seconds) if tracker.step_seconds else None
+    failures = history.all_fired()
+    entries = journal.entries() if journal.path.exists() else []
+    started = entries[0].get("time") if entries else None   # every line may be unreadable
+    mtbf = (time.time() - started) / max(1, len(failures)) if started else None
+    return save_interval_advice(save_cost, mtbf, step_time, config.save_interval)
+

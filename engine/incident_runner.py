@@ -79,6 +79,8 @@ class IncidentRunner:
         s = self.services
         incident = s.store.read(opened["incident"])
         incident.note("the watcher restarted during this recovery and continued it")
+        # An action whose result reached the record but not the journal ran already: not again.
+        skip = set(done) | {a.index for a in incident.actions}
         if incident.plan:
             steps = [PlannedStep.from_dict(d) for d in incident.plan]
         else:   # opened but its record not yet saved with a plan: plan again from the stored snapshot
@@ -88,8 +90,26 @@ class IncidentRunner:
                 self._close(incident, EngineRuntime(incident, self.parts), "escalated")
                 return incident
             steps = plan(playbook, incident.state, self.parts.control.loaded.config, incident.attempt)
-        self._run(incident, steps, skip=set(done))
+        self._run(incident, steps, skip=skip)
         return incident
+
+    def adopt_unjournaled(self, known: list[str]) -> dict | None:
+        """A watcher killed between saving a new record and journaling its opening left an open record
+        the journal does not know: journal it now, so it is continued rather than opened twice."""
+        s = self.services
+        for incident_id in reversed(s.store.ids()):
+            if incident_id in known:
+                return None
+            incident = s.store.read(incident_id)
+            if incident.outcome == "open":
+                return s.journal.append("incident_opened", incident=incident.id, playbook=incident.playbook,
+                                        decision=incident.decision, snapshot=incident.snapshot, adopted=True)
+        return None
+
+    def report_unreported(self, incident_ids: list[str]) -> None:
+        """Closed incidents a killed watcher had not yet reported (run log, notifier): report them now."""
+        for incident_id in incident_ids:
+            self._report(self.services.store.read(incident_id))
 
     def escalate_unclaimed(self, snapshot, config) -> Incident:
         from engine.matcher import Decision
@@ -166,7 +186,7 @@ class IncidentRunner:
                        self.escalation)
         self._save(incident)
         crash_point("incident-closing")
-        s.journal.append("incident_closed", incident=incident.id, outcome=outcome)
+        s.journal.append("incident_closed", incident=incident.id, outcome=outcome, awaits_report=True)
         crash_point("incident-closed")
         if outcome == "recovered":
             s.transition(RunState.RUNNING, f"{incident.id} recovered")
@@ -197,9 +217,11 @@ class IncidentRunner:
     def _report(self, incident: Incident) -> None:
         """The run-log entry, the notifier's close and the console line, once the outcome is known."""
         record = incident.to_json()
-        self.services.append_run_log(record)
+        self.services.append_run_log(record)   # at most once per incident: the run log keeps a marker
+        crash_point("run-log-appended")
         self.parts.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
                                             escalate=incident.outcome != "recovered")
+        self.services.journal.append("incident_reported", incident=incident.id)
         self.parts.events("incident_closed", record=record)
 
     def _save(self, incident: Incident) -> None:

@@ -35,6 +35,7 @@ class JournalState:
     history: AttemptHistory = field(default_factory=AttemptHistory)
     extra_env: dict[str, str] = field(default_factory=dict)
     incidents: list[str] = field(default_factory=list)
+    unreported: list[str] = field(default_factory=list)   # closed, but not yet in the run log / notifier
     last_exit_code: int | None = None
     last_exit_signal: str | None = None
 
@@ -176,7 +177,12 @@ def rebuild(entries: list[dict]) -> JournalState:
                 s.history = s.history.record(e["playbook"], e["time"])
         elif kind == "action_done":
             s.done_actions.append(e["index"])
+        elif kind == "incident_reported":
+            if e.get("incident") in s.unreported:
+                s.unreported.remove(e["incident"])
         elif kind == "incident_closed":
+            if e.get("awaits_report") and e.get("incident") not in s.unreported:   # older journals: reported
+                s.unreported.append(e.get("incident"))
             if e.get("outcome") == "escalated" and s.open_incident:
                 s.history = AttemptHistory(s.history.fired, s.history.escalated | {s.open_incident["playbook"]})
             s.open_incident = None

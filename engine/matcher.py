@@ -137,3 +137,10 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
         # A fired playbook starts counting afresh: one incident per distinct failure.
         new_memory = MatchMemory({k: v for k, v in streaks.items() if k != chosen.name})
     return MatchOutcome(decision, new_memory, ctx.errors)
+
+
+def attempt_number(history, playbook, now: float) -> int:
+    """PURE. 1 for the first firing within the playbook's limits window, 2 for the next..."""
+    earlier = [t for t in history.fired.get(playbook.name, ()) if now - t < playbook.limits.window]
+    return len(earlier) + 1
+

@@ -10,20 +10,21 @@ lines -> metrics -> snapshots) and the incident runner (open, act, close, report
 from __future__ import annotations
 
 import signal
-import statistics
 import threading
 import time
 from pathlib import Path
 
+from engine.advice import run_save_interval_advice
 from engine.dry_run import observe_without_acting
 from engine.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.incident_runner import IncidentRunner, IncidentServices
 from engine.journal import Journal
 from engine.ledger import CheckpointLedger
 from engine.lock import RunLock
-from engine.matcher import MatchMemory, decide
+from engine.matcher import MatchMemory, attempt_number, decide
 from engine.observer import Observer
 from engine.runtime import RuntimeParts
+from engine.startup import start_or_continue
 from engine.state import TERMINAL_STATES, RunState
 from engine.trainer_control import TrainerControl
 from engine.trainers import adapter_for
@@ -55,7 +56,7 @@ class Supervisor:
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.incidents = IncidentRunner(IncidentServices(
-            journal=self.journal, store=store, transition=self._transition, append_run_log=run_log,
+            journal=self.journal, store=store, transition=self.transition, append_run_log=run_log,
             tokens_per_step=lambda: self.loaded.config.batch_size * self.loaded.config.model.block_size), parts)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
@@ -79,7 +80,7 @@ class Supervisor:
         try:
             self.install_signal_handlers()
             with self.recovery_lock:
-                self._start_or_continue()
+                start_or_continue(self)
             self._start_upkeep()
             while self.state not in TERMINAL_STATES:
                 if self.stop_requested:
@@ -118,7 +119,7 @@ class Supervisor:
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
         # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
         if not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists():
-            self._complete()
+            self.complete()
             return
         outcome = decide(snapshot, self.loaded.config, self.playbooks, self.memory, self.history)
         self.memory = outcome.memory
@@ -143,7 +144,7 @@ class Supervisor:
             self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
                         + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
 
-    def _complete(self) -> None:
+    def complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
         try:   # keep_last_k + best, the run config's retention policy, once the run is over
             result = self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
@@ -151,67 +152,22 @@ class Supervisor:
             self.journal.append("retention", summary=result.summary())
         except ValueError as error:  # a refusal to delete is reported, never forced
             self.events("warning", text=f"retention skipped: {error}")
-        self._transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
-
-    # --- start-up and re-attach ----------------------------------------------------------------
-    def _start_or_continue(self) -> None:
-        past = self.journal.replay()
-        self.history = past.history
-        self.control.extra_env = dict(past.extra_env)
-        self.control.launches = past.launches
-        self.ledger.refresh(quarantine_corrupt=True, force=True)
-        if past.run_state == RunState.COMPLETED:
-            self.state = RunState.COMPLETED
-            return
-        if past.trainer_pid and past.run_state in (RunState.RUNNING, RunState.STARTING):
-            trainer = self.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
-            self.observer.follow(trainer.log_path, self.control.tokens_per_iter, replay_existing=True)
-            if trainer.alive:
-                self._transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")
-                return
-            if past.open_incident is None:
-                # It ended while no watcher was running: the next tick judges that exit (its launcher
-                # recorded it) with the launch's log, as if it had been watched.
-                how = f"with exit code {trainer.poll()}" if trainer.exit_known else "with an exit status nobody recorded"
-                self._transition(RunState.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
-                return
-        if past.open_incident is not None:
-            self.incidents.continue_open(past.open_incident, past.done_actions, self.playbooks)
-            self.history = self.journal.replay().history
-            return
-        newest = self.ledger.newest_verified()
-        if newest is None:
-            self.launch(None)
-            return
-        plan = self.control.adapter.prepare_resume(newest, self.loaded, self.loaded.folder.resume)
-        self.launch(plan.file)
+        self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
     # --- effects lent to the incident runtime --------------------------------------------------
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.follow(process.log_path, self.control.tokens_per_iter)
         self.dead_observations = 0
-        self._transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
+        self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))
         self.events("launch", pid=process.pid, resume_from=resume_file, launch=self.control.launches)
 
     def save_interval_advice(self) -> str | None:
-        from engine.advice import save_interval_advice
-
-        tracker = self.observer.tracker
-        save_cost = statistics.median(tracker.save_seconds) if tracker.save_seconds else None
-        step_time = statistics.median(tracker.step_seconds) if tracker.step_seconds else None
-        failures = self.history.all_fired()
-        entries = self.journal.entries() if self.journal.path.exists() else []
-        started = entries[0].get("time") if entries else None   # every line may be unreadable
-        mtbf = (time.time() - started) / max(1, len(failures)) if started else None
-        return save_interval_advice(save_cost, mtbf, step_time, self.loaded.config.save_interval)
+        return run_save_interval_advice(self.observer.tracker, self.history, self.journal, self.loaded.config)
 
     def attempt(self, playbook) -> int:
-        """1 for the first firing within the playbook's limits window, 2 for the next..."""
-        now = time.time()
-        earlier = [t for t in self.history.fired.get(playbook.name, ()) if now - t < playbook.limits.window]
-        return len(earlier) + 1
+        return attempt_number(self.history, playbook, time.time())
 
     # --- helpers -------------------------------------------------------------------------------
     def _saving_from(self) -> int | None:
@@ -227,7 +183,7 @@ class Supervisor:
                              events=self.events, trouble=self.trouble)
         self.upkeep.start()
 
-    def _transition(self, to: RunState, reason: str) -> None:
+    def transition(self, to: RunState, reason: str) -> None:
         previous, self.state = self.state, to
         if not self.dry_run:
             self.journal.append("transition", **{"from": previous.value, "to": to.value, "reason": reason})
@@ -242,4 +198,4 @@ class Supervisor:
 
     def _stop_watching(self, signame: str) -> None:
         detail = self.control.stop(f"watcher received {signame}") if self.control.alive else "no trainer running"
-        self._transition(RunState.STOPPED, f"watcher received {signame}; {detail}")
+        self.transition(RunState.STOPPED, f"watcher received {signame}; {detail}")

@@ -283,14 +283,14 @@ def test_outbox_is_ordered_atomic_and_persistent(tmp_path):
     ids = [box.put({"n": i}) for i in range(12)]
     assert ids == sorted(ids) and len(set(ids)) == 12
     box.done(ids[0])
-    (tmp_path / ".tmp-leftover.part").write_text('{"half": ')  # a crash mid-write
+    (tmp_path / ".runbook-tmp-leftover.part").write_text('{"half": ')  # a crash mid-write
     assert [m["n"] for _, m in box.pending()] == list(range(1, 12))
     box.state_set("thread:a", {"ts": "1.0"})
     for i in range(5):
         box.state_set(f"k{i}", i, max_keys=3)
 
     reopened = Outbox(tmp_path)
-    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+    assert not any(p.name.startswith(".runbook-tmp-") for p in tmp_path.iterdir())
     assert reopened.put({"n": 99}) > ids[-1]  # numbering continues after a restart
     assert [m["n"] for _, m in reopened.pending()][-2:] == [11, 99]
     assert reopened.state_get("k4") == 4 and reopened.state_get("thread:a") is None  # oldest dropped

@@ -1,0 +1,54 @@
+"""Where a watcher starts: continue what the journal says was under way, or launch the trainer.
+
+Read at every start of `runbook watch`: a fresh run launches from scratch; a restarted watcher
+re-attaches to a live trainer, judges one that ended while nobody watched (its launcher recorded the
+exit), finishes an incident a killed watcher left open (exactly once: engine/incident_runner.py),
+reports incidents it closed but never reported, and removes the temp files of a write it was
+killed in; a run stopped by a person resumes from the newest verified checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.durable import remove_stale_temps
+from engine.state import RunState
+
+
+def start_or_continue(sup) -> None:
+    """`sup` is the engine.supervisor.Supervisor; only its public members are used."""
+    past = sup.journal.replay()
+    if sup.incidents.adopt_unjournaled(past.incidents) is not None:
+        past = sup.journal.replay()
+    sup.history = past.history
+    sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
+    sup.control.extra_env = dict(past.extra_env)
+    sup.control.launches = past.launches
+    sup.ledger.refresh(quarantine_corrupt=True, force=True)
+    for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
+        remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
+    if past.run_state == RunState.COMPLETED:
+        sup.state = RunState.COMPLETED
+        return
+    if past.trainer_pid and past.run_state not in (RunState.STOPPED, RunState.ESCALATED):
+        trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+        sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+        if trainer.alive and past.open_incident is None:
+            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")
+            return
+        if past.open_incident is None:
+            # It ended while no watcher was running: the next tick judges that exit (its launcher
+            # recorded it) with the launch's log, as if it had been watched.
+            how = f"with exit code {trainer.poll()}" if trainer.exit_known else "with an exit status nobody recorded"
+            sup.transition(RunState.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
+            return
+    if past.open_incident is not None:
+        sup.incidents.continue_open(past.open_incident, past.done_actions, sup.playbooks)
+        sup.history = sup.journal.replay().history
+        return
+    newest = sup.ledger.newest_verified()
+    if newest is None:
+        sup.launch(None)
+        return
+    plan = sup.control.adapter.prepare_resume(newest, sup.loaded, sup.loaded.folder.resume)
+    sup.launch(plan.file)
