@@ -41,10 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from engine import checkpoints as ckpts  # noqa: E402
-from engine.pth_scan import scan_pth  # noqa: E402
+from engine.trainers.litgpt.layout import LitGPTLayout  # noqa: E402
+from engine.trainers.litgpt.pth_scan import scan_pth  # noqa: E402
 
 SECTION = "Checkpoint verification"
 SIZES_MB = [10, 100, 1000]
+LAYOUT = LitGPTLayout()
 
 
 def make_checkpoint(folder: Path, size_mb: int) -> ckpts.Checkpoint:
@@ -66,11 +68,11 @@ def make_checkpoint(folder: Path, size_mb: int) -> ckpts.Checkpoint:
 
     state = {"model": tensors(model_n, "transformer.h"), "optimizer": {"state": tensors(opt_n, "exp_avg")},
              "iter_num": 400, "step_count": 100}
-    torch.save(state, folder / ckpts.PTH_NAME)
+    torch.save(state, folder / LAYOUT.resume_file(folder).name)
     del state
     (folder / "model_config.yaml").write_text("name: synthetic\nblock_size: 64\nn_layer: 2\n")
     (folder / "hyperparameters.yaml").write_text("train:\n  micro_batch_size: 4\n  global_batch_size: 16\n")
-    return ckpts.Checkpoint(folder, int(folder.name.split("-")[1]))
+    return ckpts.Checkpoint(folder, LAYOUT.step_of(folder.name), LAYOUT)
 
 
 def drop_caches() -> str | None:
@@ -87,20 +89,20 @@ def drop_caches() -> str | None:
 
 def run_dd(ckpt: ckpts.Checkpoint) -> float:
     """dd's own figure for the copy (its start-up, and loading dd itself after a cache drop, excluded)."""
-    done = subprocess.run(["dd", f"if={ckpt.pth}", "of=/dev/null", "bs=4M"], check=True, capture_output=True, text=True)
+    done = subprocess.run(["dd", f"if={ckpt.resume_file}", "of=/dev/null", "bs=4M"], check=True, capture_output=True, text=True)
     return float(re.search(r"copied, ([\d.e-]+) s", done.stderr).group(1))
 
 
 def run_python_read(ckpt: ckpts.Checkpoint) -> None:
     """4 MB readinto calls, sequential, in this process: what a plain Python read of the file costs."""
     buf = bytearray(4 * 1024 * 1024)
-    with open(ckpt.pth, "rb", buffering=0) as f:
+    with open(ckpt.resume_file, "rb", buffering=0) as f:
         while f.readinto(buf):
             pass
 
 
 def run_sha256sum(ckpt: ckpts.Checkpoint) -> None:
-    subprocess.run(["sha256sum", str(ckpt.pth)], check=True, capture_output=True)
+    subprocess.run(["sha256sum", str(ckpt.resume_file)], check=True, capture_output=True)
 
 
 def without_manifest(ckpt: ckpts.Checkpoint) -> None:
@@ -116,7 +118,7 @@ def run_seal(ckpt: ckpts.Checkpoint) -> None:
 
 
 def run_verify_one_thread(ckpt: ckpts.Checkpoint) -> None:
-    assert scan_pth(ckpt.pth, want_sha256=False, workers=1) == (None, None)
+    assert scan_pth(ckpt.resume_file, want_sha256=False, workers=1) == (None, None)
 
 
 METHODS = {  # name -> (prepare, untimed; timed; a timed function may return its own seconds)
@@ -173,7 +175,7 @@ def main() -> int:
             if args.root.exists():
                 shutil.rmtree(args.root)
             ckpt = make_checkpoint(args.root / f"step-{size:08d}", size)
-            mb = ckpt.pth.stat().st_size / 1e6
+            mb = ckpt.resume_file.stat().st_size / 1e6
             print(f"  {mb:.0f} MB checkpoint written", flush=True)
             for cold in ([True, False] if cold_problem is None else [False]):
                 times = measure(ckpt, rounds, cold)

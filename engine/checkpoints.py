@@ -21,21 +21,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from engine.pth_scan import sha256_file
 from engine.durable import atomic_write, fsync_dir
+from engine.file_hash import sha256_file
+
+if TYPE_CHECKING:   # only for annotations: the trainers' package imports this module
+    from engine.trainers.base import CheckpointLayout
 
 MANIFEST_NAME = "runbook-manifest.json"
 QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
 LAST_LINK_NAME = "last"
 OWN_TMP_PREFIX = "tmp-runbook-"  # + a token per out_dir: see own_tmp_prefix
-
-
-def default_layout():
-    """The layout of the default trainer kind, for callers that name none."""
-    from engine.trainers import DEFAULT_TRAINER_KIND, adapter_for  # deferred: trainers import this module
-
-    return adapter_for(DEFAULT_TRAINER_KIND).layout
 
 
 def own_tmp_prefix(out_dir: Path) -> str:
@@ -45,9 +42,9 @@ def own_tmp_prefix(out_dir: Path) -> str:
     return f"{OWN_TMP_PREFIX}{token}-"
 
 
-def foreign_files(folder: Path, layout=None) -> list[str]:
+def foreign_files(folder: Path, layout: CheckpointLayout) -> list[str]:
     """Names in a checkpoint folder that neither the trainer's save nor runbook writes (sorted)."""
-    known = (layout or default_layout()).checkpoint_files | {MANIFEST_NAME}
+    known = layout.checkpoint_files | {MANIFEST_NAME}
     prefix = own_tmp_prefix(Path(folder).parent)
     return sorted(e.name for e in _scandir(Path(folder))
                   if not (e.name in known and e.is_file(follow_symlinks=False)) and not e.name.startswith(prefix))
@@ -57,21 +54,12 @@ def foreign_files(folder: Path, layout=None) -> list[str]:
 class Checkpoint:
     path: Path  # the checkpoint's folder, directly in out_dir
     step: int   # optimizer step, from the folder name
-    layout: object = field(default=None, compare=False, repr=False)   # a CheckpointLayout; None: the default's
-
-    def __post_init__(self):
-        if self.layout is None:
-            object.__setattr__(self, "layout", default_layout())
+    layout: CheckpointLayout = field(compare=False, repr=False)   # the trainer's, which wrote it
 
     @property
     def resume_file(self) -> Path:
         """The file the trainer resumes from."""
         return self.layout.resume_file(self.path)
-
-    @property
-    def pth(self) -> Path:
-        """Old name of resume_file, kept for callers written when litgpt was the only trainer."""
-        return self.resume_file
 
     def size_bytes(self) -> int:
         # os.walk does not follow symlinked dirs; lstat counts a link as itself.
@@ -91,9 +79,9 @@ def _scandir(path: Path) -> list[os.DirEntry]:
         return []
 
 
-def list_checkpoints(out_dir: Path, layout=None) -> list[Checkpoint]:
+def list_checkpoints(out_dir: Path, layout: CheckpointLayout) -> list[Checkpoint]:
     """Direct children the layout names step checkpoints, oldest first; ``[]`` if out_dir is missing."""
-    out_dir, layout = Path(out_dir), layout or default_layout()
+    out_dir = Path(out_dir)
     found = [
         Checkpoint(path=out_dir / e.name, step=step, layout=layout)
         for e in _scandir(out_dir)
@@ -265,12 +253,13 @@ def plan_prune(
     return [c for c in by_step if c.step not in keep]
 
 
-def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[str] | set[str], layout=None) -> int:
+def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[str] | set[str],
+                layout: CheckpointLayout) -> int:
     """Delete the doomed folders; return bytes freed. Refuses all (ValueError, nothing deleted) if
     any is not a direct step checkpoint child of out_dir, was not announced by this run's trainer
     (see partial_saves.read_announced), holds a file the trainer and runbook do not write, is the
     newest checkpoint with a manifest (the last verified one), or is where ``out_dir/last`` points."""
-    out_dir, layout = Path(out_dir), layout or default_layout()
+    out_dir = Path(out_dir)
     root, last = out_dir.resolve(), last_link_target(out_dir)
     sealed = [c for c in list_checkpoints(out_dir, layout) if has_manifest(c)]
     newest_sealed = sealed[-1].path.resolve() if sealed else None
@@ -297,6 +286,6 @@ def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[st
     return freed
 
 
-def final_exists(out_dir: Path, layout) -> bool:
+def final_exists(out_dir: Path, layout: CheckpointLayout) -> bool:
     """Has the trainer saved its final checkpoint (the end of a finished run)?"""
     return layout.final_name is not None and layout.resume_file(Path(out_dir) / layout.final_name).is_file()

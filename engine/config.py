@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.durable import atomic_write_text
 from engine.notifier import SlackSettings
+from engine.trainers.registry import DEFAULT_TRAINER_KIND
 from engine.upkeep import UpkeepSettings
 from engine.yaml_source import (
     SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
@@ -64,7 +65,7 @@ class DataSettings(Strict):
 
 
 class TrainerSettings(Strict):
-    kind: str = Field("litgpt", description="a registered trainer (litgpt) or python:<module>:<adapter class>")
+    kind: str = Field(DEFAULT_TRAINER_KIND, description=f"a registered trainer ({DEFAULT_TRAINER_KIND}) or python:<module>:<adapter class>")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: str = "32-true"
     lr_warmup_steps: int = Field(10, ge=0)

@@ -22,7 +22,7 @@ class Validation:
 
 @dataclass(frozen=True)
 class CheckpointSaving:
-    path: str              # the .pth being written
+    path: str              # the resume file being written (CheckpointLayout.resume_file)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,12 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine import checkpoints as ckpts
+
+if TYPE_CHECKING:
+    from engine.trainers.base import CheckpointLayout
 
 
 def trainer_tmp_dir(out_dir: Path) -> Path:
@@ -44,9 +48,8 @@ _cache: dict[tuple, set[str]] = {}  # (path, inode, size, mtime, out_dir, layout
 _cache_lock = threading.Lock()      # upkeep's thread and the watch loop both ask
 
 
-def read_announced(log_dir: Path, out_dir: Path, layout=None) -> frozenset[str]:
+def read_announced(log_dir: Path, out_dir: Path, layout: CheckpointLayout) -> frozenset[str]:
     """Every save any launch of this run announced, from ``log_dir/trainer-*.log`` and ``.log.gz``."""
-    layout = layout or ckpts.default_layout()
     found: set[str] = set()
     for path in sorted(Path(log_dir).glob("trainer-*.log*")):
         if not (path.name.endswith(".log") or path.name.endswith(".log.gz")):
@@ -124,9 +127,8 @@ def survey(out_dir: Path, layout) -> list[Entry]:
     return entries
 
 
-def find_partial_saves(out_dir: Path, announced, require_side_files=(), layout=None) -> Cleanup:
+def find_partial_saves(out_dir: Path, announced, layout: CheckpointLayout, require_side_files=()) -> Cleanup:
     """What an interrupted save of this run left in out_dir. Call only while no trainer writes there."""
-    layout = layout or ckpts.default_layout()
     return plan_cleanup(survey(out_dir, layout), ckpts.own_tmp_prefix(out_dir), announced, layout, require_side_files)
 
 
@@ -151,8 +153,7 @@ def remove_temps(out_dir: Path, temps: list[str]) -> int:
     return freed
 
 
-def owned_checkpoints(out_dir: Path, announced, layout=None) -> list[ckpts.Checkpoint]:
+def owned_checkpoints(out_dir: Path, announced, layout: CheckpointLayout) -> list[ckpts.Checkpoint]:
     """The checkpoints this run's trainer announced and nobody else added files to: the only ones pruning may delete."""
-    layout = layout or ckpts.default_layout()
     return [c for c in ckpts.list_checkpoints(out_dir, layout)
             if c.path.name in announced and not ckpts.foreign_files(c.path, layout)]

@@ -22,11 +22,13 @@ class Refusal(Exception):
 
 
 def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, make_default: bool = True) -> str:
-    """Make the embedded default if asked, check the data, and settle `data_hash`. Returns the hash.
+    """Make the embedded default if asked, check the data and what the trainer needs besides it
+    (its adapter's check_environment), and settle `data_hash`. Returns the hash.
 
     With record_hash=False (drills) the config is only read, never written."""
     from engine import checkpoints as ckpts
     from engine.config import compute_data_hash
+    from engine.trainers import adapter_for
     from runbook.default_data import ensure_default_assets
 
     cfg = loaded.config
@@ -41,16 +43,14 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: folder {folder} does not exist ({loaded.path})")
         if not any(folder.glob("*.txt")):
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: no .txt files in {folder}")
-    if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer.model").is_file():
-        raise Refusal(ExitCode.BAD_CONFIG, f"data.tokenizer_dir: no tokenizer.json in {tok_dir}")
+    if problems := adapter_for(cfg.trainer.kind).check_environment(loaded):
+        raise Refusal(ExitCode.BAD_CONFIG, "; ".join(problems))
     data_hash = compute_data_hash(train_dir, val_dir)
     if not record_hash:
         return data_hash
     if not cfg.data_hash:
         loaded.write_back({"data_hash": data_hash})
     elif cfg.data_hash != data_hash:
-        from engine.trainers import adapter_for
-
         has_checkpoints = bool(ckpts.list_checkpoints(loaded.out_dir, adapter_for(cfg.trainer.kind).layout))
         if has_checkpoints and not accept_data_change:
             raise Refusal(ExitCode.BAD_CONFIG,
@@ -66,14 +66,8 @@ def check_trainer(loaded) -> None:
 
     adapter = adapter_for(loaded.config.trainer.kind)
     if not adapter.is_installed():
-        raise Refusal(ExitCode.TRAINER_MISSING, f"{adapter.name} is not installed in this Python environment; "
-                      "run `bash scripts/setup.sh` (README.md), or `pip install litgpt` into the Python that runs runbook")
-    if loaded.config.trainer.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise Refusal(ExitCode.BAD_CONFIG, f"trainer.device is 'cuda' in {loaded.path} but this machine has no "
-                          "CUDA GPU visible to torch; set trainer.device: auto (or cpu)")
+        raise Refusal(ExitCode.TRAINER_MISSING,
+                      f"{adapter.name} is not installed in this Python environment; {adapter.install_hint}")
 
 
 def read_journal_state(loaded):

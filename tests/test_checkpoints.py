@@ -28,7 +28,11 @@ from engine.checkpoints import (
     write_manifest,
 )
 from engine.partial_saves import find_partial_saves, read_announced
+from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt.resume import find_nonfinite_tensors, read_progress, relocate_loader_state, rescaled_copy
+
+
+LAYOUT = LitGPTLayout()
 
 
 def _state(step: int) -> dict:
@@ -55,7 +59,7 @@ def make_ckpt(out_dir: Path, step: int, side_files=("model_config.yaml", "hyperp
     torch.save(_state(step), folder / "lit_model.pth")
     for name in side_files:
         (folder / name).write_text(f"{name}: {step}\n")
-    return Checkpoint(path=folder, step=step)
+    return Checkpoint(path=folder, step=step, layout=LAYOUT)
 
 
 def announce(log_dir: Path, *ckpts: Checkpoint) -> None:
@@ -95,8 +99,8 @@ def test_good_checkpoint_verifies_and_seals(tmp_path):
 
 def test_truncated_pth_fails_with_clear_reason(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    data = ckpt.pth.read_bytes()
-    ckpt.pth.write_bytes(data[: len(data) // 2])
+    data = ckpt.resume_file.read_bytes()
+    ckpt.resume_file.write_bytes(data[: len(data) // 2])
     v = verify_checkpoint(ckpt)
     assert not v.ok
     assert v.reason == "lit_model.pth is not a zip archive (truncated?)"
@@ -104,23 +108,23 @@ def test_truncated_pth_fails_with_clear_reason(tmp_path):
 
 def test_flipped_byte_in_tensor_payload_is_caught(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    offset, length = _largest_member_data_offset(ckpt.pth)
-    data = bytearray(ckpt.pth.read_bytes())
+    offset, length = _largest_member_data_offset(ckpt.resume_file)
+    data = bytearray(ckpt.resume_file.read_bytes())
     data[offset + length // 2] ^= 0x01
-    ckpt.pth.write_bytes(bytes(data))
+    ckpt.resume_file.write_bytes(bytes(data))
     v = verify_checkpoint(ckpt)
     assert not v.ok
     assert "fails its CRC" in v.reason and "/data/" in v.reason  # member: <stem>/data/<n>
-    with zipfile.ZipFile(ckpt.pth) as zf:  # agrees with the stdlib's own check
+    with zipfile.ZipFile(ckpt.resume_file) as zf:  # agrees with the stdlib's own check
         assert zf.testzip() is not None
 
 
 def test_missing_or_empty_pth_and_missing_side_file(tmp_path):
     a = make_ckpt(tmp_path, 10)
-    a.pth.unlink()
+    a.resume_file.unlink()
     assert verify_checkpoint(a).reason == "lit_model.pth is missing"
     b = make_ckpt(tmp_path, 20)
-    b.pth.write_bytes(b"")
+    b.resume_file.write_bytes(b"")
     assert verify_checkpoint(b).reason == "lit_model.pth is empty (0 bytes)"
     c = make_ckpt(tmp_path, 30)
     (c.path / "hyperparameters.yaml").unlink()
@@ -148,7 +152,7 @@ def test_manifest_mismatch_after_modification_fails(tmp_path):
 
 def test_seal_refuses_a_bad_checkpoint(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    ckpt.pth.write_bytes(ckpt.pth.read_bytes()[:100])
+    ckpt.resume_file.write_bytes(ckpt.resume_file.read_bytes()[:100])
     assert not seal_checkpoint(ckpt).ok
     assert not has_manifest(ckpt)
 
@@ -164,15 +168,15 @@ def test_list_checkpoints_only_direct_step_folders(tmp_path):
     (out / "final").mkdir()
     (out / "quarantine" / "step-00000099").mkdir(parents=True)
     (out / "step-00000050").write_text("a file, not a folder")
-    got = list_checkpoints(out)
+    got = list_checkpoints(out, LAYOUT)
     assert [c.step for c in got] == [10, 20, 30]
-    assert all(c.path.parent == out and c.pth == c.path / "lit_model.pth" for c in got)
-    assert got[0].size_bytes() == (got[0].pth).stat().st_size
-    assert list_checkpoints(tmp_path / "missing") == []
+    assert all(c.path.parent == out and c.resume_file == c.path / "lit_model.pth" for c in got)
+    assert got[0].size_bytes() == (got[0].resume_file).stat().st_size
+    assert list_checkpoints(tmp_path / "missing", LAYOUT) == []
 
 
 def test_newest_verified_is_pure():
-    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s) for s in (10, 20, 30)]
+    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s, LAYOUT) for s in (10, 20, 30)]
     assert newest_verified(cks, {10, 20}).step == 20
     assert newest_verified(cks, set()) is None
     assert newest_verified(cks, {99}) is None
@@ -182,7 +186,7 @@ def test_newest_verified_is_pure():
 
 
 def test_plan_prune_keeps_best_newest_k_and_protected():
-    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s) for s in (10, 20, 30, 40, 50, 60)]
+    cks = [Checkpoint(Path(f"/o/step-{s:08d}"), s, LAYOUT) for s in (10, 20, 30, 40, 50, 60)]
     doomed = plan_prune(cks, keep_last_k=2, best_step=20, protected_steps={30})
     assert [c.step for c in doomed] == [10, 40]
     assert [c.step for c in plan_prune(cks, 0, None, set())] == [10, 20, 30, 40, 50, 60]
@@ -196,29 +200,29 @@ def test_apply_prune_deletes_and_refuses_unsafe(tmp_path):
     cks = [make_ckpt(out, s, side_files=()) for s in (10, 20, 30)]
     unannounced = make_ckpt(out, 5, side_files=())
     announce(logs, *cks)
-    announced = read_announced(logs, out)
+    announced = read_announced(logs, out, LAYOUT)
     assert announced == {"step-00000010", "step-00000020", "step-00000030"}
     write_manifest(cks[1])  # step 20 is the newest sealed one
     outsider = make_ckpt(tmp_path / "elsewhere", 5, side_files=())
     with pytest.raises(ValueError, match="directly inside"):
-        apply_prune(out, [cks[0], outsider], announced)
+        apply_prune(out, [cks[0], outsider], announced, LAYOUT)
     assert cks[0].path.exists() and outsider.path.exists()  # all-or-nothing
     with pytest.raises(ValueError, match="never announced"):
-        apply_prune(out, [unannounced], announced)
+        apply_prune(out, [unannounced], announced, LAYOUT)
     (cks[0].path / "notes.md").write_text("mine\n")
     with pytest.raises(ValueError, match="did not write: notes.md"):
-        apply_prune(out, [cks[0]], announced)
+        apply_prune(out, [cks[0]], announced, LAYOUT)
     (cks[0].path / "notes.md").unlink()
     with pytest.raises(ValueError, match="newest checkpoint with a manifest"):
-        apply_prune(out, [cks[1]], announced)
+        apply_prune(out, [cks[1]], announced, LAYOUT)
     update_last_link(out, cks[2])
     with pytest.raises(ValueError, match="points at it"):
-        apply_prune(out, [cks[2]], announced)
+        apply_prune(out, [cks[2]], announced, LAYOUT)
     size = cks[0].size_bytes()
-    assert apply_prune(out, [cks[0]], announced) == size > 0
+    assert apply_prune(out, [cks[0]], announced, LAYOUT) == size > 0
     assert not cks[0].path.exists() and unannounced.path.exists()
-    assert [c.step for c in list_checkpoints(out)] == [5, 20, 30]
-    leftovers = find_partial_saves(out, announced)
+    assert [c.step for c in list_checkpoints(out, LAYOUT)] == [5, 20, 30]
+    leftovers = find_partial_saves(out, announced, LAYOUT)
     assert leftovers.temps == [] and leftovers.partial == []  # no trash folder left
     assert leftovers.foreign == ["step-00000005"]
 
@@ -232,7 +236,7 @@ def test_last_link_points_at_folder_and_is_replaced(tmp_path):
     update_last_link(out, a)
     link = out / "last"
     assert os.readlink(link) == "step-00000010"  # relative
-    assert (link / "lit_model.pth").read_bytes() == a.pth.read_bytes()
+    assert (link / "lit_model.pth").read_bytes() == a.resume_file.read_bytes()
     ino_before = os.lstat(link).st_ino
     update_last_link(out, b)
     assert os.readlink(link) == "step-00000020"
@@ -240,7 +244,7 @@ def test_last_link_points_at_folder_and_is_replaced(tmp_path):
     assert last_link_target(out) == b.path.resolve()
     assert sorted(p.name for p in out.iterdir()) == ["last", "step-00000010", "step-00000020"]
     with pytest.raises(FileNotFoundError):
-        update_last_link(out, Checkpoint(out / "step-00000099", 99))
+        update_last_link(out, Checkpoint(out / "step-00000099", 99, LAYOUT))
     assert os.readlink(link) == "step-00000020"
 
 
@@ -256,10 +260,10 @@ def test_quarantine_refuses_inside_and_moves_with_reason(tmp_path):
     assert dest.name.startswith("step-00000020-")
     assert (dest / "lit_model.pth").is_file()
     assert (dest / QUARANTINE_REASON_NAME).read_text().startswith("CRC mismatch in lit_model/data/3\n")
-    assert list_checkpoints(out) == []
+    assert list_checkpoints(out, LAYOUT) == []
     assert not (out / "last").exists() and (out / "last").is_symlink()  # dangles: caller re-points
     make_ckpt(out, 20)
-    assert quarantine(Checkpoint(out / "step-00000020", 20), tmp_path / "quarantine", "again") != dest
+    assert quarantine(Checkpoint(out / "step-00000020", 20, LAYOUT), tmp_path / "quarantine", "again") != dest
 
 
 # ----------------------------------------------------------------------------------- leftovers
@@ -269,14 +273,14 @@ def test_find_partial_saves_knows_only_what_this_run_wrote(tmp_path):
     out, logs = tmp_path / "out", tmp_path / "run" / "logs"
     good = make_ckpt(out, 10)
     truncated = make_ckpt(out, 20)
-    truncated.pth.write_bytes(truncated.pth.read_bytes()[:1000])
+    truncated.resume_file.write_bytes(truncated.resume_file.read_bytes()[:1000])
     no_pth = make_ckpt(out, 30)
-    no_pth.pth.unlink()
+    no_pth.resume_file.unlink()
     no_yaml = make_ckpt(out, 40, side_files=())
     someone_elses = make_ckpt(out, 50)
-    someone_elses.pth.write_bytes(b"not a zip")
+    someone_elses.resume_file.write_bytes(b"not a zip")
     (out / "final").mkdir()
-    announce(logs, good, truncated, no_pth, no_yaml, Checkpoint(out / "final", 0))
+    announce(logs, good, truncated, no_pth, no_yaml, Checkpoint(out / "final", 0, LAYOUT))
     from engine.checkpoints import own_tmp_prefix
     from engine.partial_saves import trainer_tmp_dir
 
@@ -291,14 +295,14 @@ def test_find_partial_saves_knows_only_what_this_run_wrote(tmp_path):
     (out / "tmp-runbook-someone-else").mkdir()
     (out / "notes.md").write_text("notes\n")
     (good.path / "tmpxyz").write_bytes(b"someone's")
-    found = find_partial_saves(out, read_announced(logs, out))
+    found = find_partial_saves(out, read_announced(logs, out, LAYOUT), LAYOUT)
     assert found.partial == [truncated.path.name, no_pth.path.name]
     assert found.temps == sorted([f"{ours}last-0123456789ab", trainer_tmp_dir(out).name, f"{good.path.name}/{ours}abc.part"])
     assert found.foreign == sorted(["notes.md", "step-00000050", "tmp-runbook-someone-else", "tmp8f3k2l",
                                     "tmpUserNotes.txt", "step-00000010/tmpxyz"])
-    with_yaml = find_partial_saves(out, read_announced(logs, out), require_side_files=("model_config.yaml",))
+    with_yaml = find_partial_saves(out, read_announced(logs, out, LAYOUT), LAYOUT, require_side_files=("model_config.yaml",))
     assert no_yaml.path.name in with_yaml.partial
-    assert find_partial_saves(tmp_path / "missing", frozenset()).partial == []
+    assert find_partial_saves(tmp_path / "missing", frozenset(), LAYOUT).partial == []
 
 
 # ----------------------------------------------------------------------------------- loading
@@ -306,63 +310,63 @@ def test_find_partial_saves_knows_only_what_this_run_wrote(tmp_path):
 
 def test_read_progress_and_weights_only_load(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    assert read_progress(ckpt.pth) == {"iter_num": 40, "step_count": 20}
+    assert read_progress(ckpt.resume_file) == {"iter_num": 40, "step_count": 20}
 
 
 def test_rescaled_copy_doubles_iter_num_and_leaves_source_identical(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    before = _sha(ckpt.pth)
+    before = _sha(ckpt.resume_file)
     dst = tmp_path / "resume" / "lit_model.pth"
-    info = rescaled_copy(ckpt.pth, dst, 2.0)
+    info = rescaled_copy(ckpt.resume_file, dst, 2.0)
     assert info == {"iter_num_before": 40, "iter_num_after": 80, "step_count": 20}
-    assert _sha(ckpt.pth) == before
+    assert _sha(ckpt.resume_file) == before
     copy = torch.load(dst, weights_only=True)
-    orig = torch.load(ckpt.pth, weights_only=True)
+    orig = torch.load(ckpt.resume_file, weights_only=True)
     assert copy["iter_num"] == 80 and copy["step_count"] == 20
     assert copy["train_dataloader"] == orig["train_dataloader"]
     assert all(torch.equal(copy["model"][k], orig["model"][k]) for k in orig["model"])
     assert not [p for p in dst.parent.iterdir() if p.name.startswith("tmp")]
-    assert rescaled_copy(ckpt.pth, tmp_path / "r3.pth", 4 / 3 * 1.5)["iter_num_after"] == 80
-    assert rescaled_copy(ckpt.pth, tmp_path / "r2.pth", 0.5)["iter_num_after"] == 20
+    assert rescaled_copy(ckpt.resume_file, tmp_path / "r3.pth", 4 / 3 * 1.5)["iter_num_after"] == 80
+    assert rescaled_copy(ckpt.resume_file, tmp_path / "r2.pth", 0.5)["iter_num_after"] == 20
     with pytest.raises(ValueError, match="not an integer"):
-        rescaled_copy(ckpt.pth, tmp_path / "r4.pth", 1 / 3)
+        rescaled_copy(ckpt.resume_file, tmp_path / "r4.pth", 1 / 3)
     with pytest.raises(ValueError, match="differ"):
-        rescaled_copy(ckpt.pth, ckpt.pth, 2.0)
-    assert _sha(ckpt.pth) == before
+        rescaled_copy(ckpt.resume_file, ckpt.resume_file, 2.0)
+    assert _sha(ckpt.resume_file) == before
 
 
 def test_relocating_loader_paths_rewrites_the_file_in_place_and_leaves_no_temp(tmp_path):
     ckpt = make_ckpt(tmp_path / "out", 20)
     old_run, new_run = tmp_path / "run", tmp_path / "replay" / "run"
-    state = torch.load(ckpt.pth, weights_only=True)
+    state = torch.load(ckpt.resume_file, weights_only=True)
     state["train_dataloader"]["dataset"]["input_dir_path"] = str(old_run / "data" / "abc")
     state["train_dataloader"]["dataset"]["cache"] = [str(old_run), str(tmp_path / "runs-elsewhere")]
-    torch.save(state, ckpt.pth)
-    assert relocate_loader_state(ckpt.pth, old_run, new_run) == 2
-    loader = torch.load(ckpt.pth, weights_only=True)["train_dataloader"]["dataset"]
+    torch.save(state, ckpt.resume_file)
+    assert relocate_loader_state(ckpt.resume_file, old_run, new_run) == 2
+    loader = torch.load(ckpt.resume_file, weights_only=True)["train_dataloader"]["dataset"]
     assert loader["input_dir_path"] == str(new_run / "data" / "abc")
     assert loader["cache"] == [str(new_run), str(tmp_path / "runs-elsewhere")]   # a prefix of a name is not the folder
     assert sorted(os.listdir(ckpt.path)) == sorted(["lit_model.pth", "model_config.yaml", "hyperparameters.yaml",
                                                    "tokenizer.json", "tokenizer_config.json"])
-    before = _sha(ckpt.pth)
-    assert relocate_loader_state(ckpt.pth, old_run, new_run) == 0 and _sha(ckpt.pth) == before   # nothing to change
+    before = _sha(ckpt.resume_file)
+    assert relocate_loader_state(ckpt.resume_file, old_run, new_run) == 0 and _sha(ckpt.resume_file) == before   # nothing to change
 
 
 def test_find_nonfinite_tensors(tmp_path):
     ckpt = make_ckpt(tmp_path, 20)
-    assert find_nonfinite_tensors(ckpt.pth) == []
-    state = torch.load(ckpt.pth, weights_only=True)
+    assert find_nonfinite_tensors(ckpt.resume_file) == []
+    state = torch.load(ckpt.resume_file, weights_only=True)
     state["model"]["0.weight"][3, 5] = float("nan")
     state["model"]["1.bias"][0] = float("inf")
-    torch.save(state, ckpt.pth)
-    assert find_nonfinite_tensors(ckpt.pth) == ["0.weight", "1.bias"]
-    assert find_nonfinite_tensors(ckpt.pth, limit=1) == ["0.weight"]
+    torch.save(state, ckpt.resume_file)
+    assert find_nonfinite_tensors(ckpt.resume_file) == ["0.weight", "1.bias"]
+    assert find_nonfinite_tensors(ckpt.resume_file, limit=1) == ["0.weight"]
     assert verify_checkpoint(ckpt).ok  # NaN weights are a valid file: verify is about bytes
 
 
 # ------------------------------------------------------------------------- parallel scan
 def test_split_by_bytes_keeps_members_whole_contiguous_and_balanced():
-    from engine.pth_scan import split_by_bytes
+    from engine.trainers.litgpt.pth_scan import split_by_bytes
 
     spans = [(i * 10, i * 10 + size, None) for i, size in enumerate([5, 5, 5, 5, 10, 10])]
     groups = split_by_bytes(spans, 2)
@@ -375,10 +379,10 @@ def test_split_by_bytes_keeps_members_whole_contiguous_and_balanced():
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_parallel_scan_finds_a_flipped_byte_anywhere_and_hashes_like_sha256(tmp_path, workers):
-    from engine.pth_scan import scan_pth
+    from engine.trainers.litgpt.pth_scan import scan_pth
 
     ckpt = make_ckpt(tmp_path, 10)
-    pth = ckpt.pth
+    pth = ckpt.resume_file
     assert scan_pth(pth, want_sha256=True, workers=workers, parallel_min_bytes=0) == (None, _sha(pth))
     with zipfile.ZipFile(pth) as zf:
         members = sorted((i for i in zf.infolist() if "/data/" in i.filename), key=lambda i: i.header_offset)

@@ -10,6 +10,7 @@ import threading
 import time
 
 from engine.checkpoints import list_checkpoints
+from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt.resume import find_nonfinite_tensors
 from tests.conftest import REPO, stop_process, wait_for
 
@@ -58,8 +59,8 @@ def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project, tmp_path
     assert "# peak learning rate (cosine schedule with warm-up)" in text  # comments kept
     assert math.isfinite(final_val_loss(project))
     # Quarantined checkpoints are out of litgpt's resume path, and nothing left there holds NaN/Inf.
-    for ckpt in list_checkpoints(project.out_dir):
-        assert find_nonfinite_tensors(ckpt.pth) == []
+    for ckpt in list_checkpoints(project.out_dir, LitGPTLayout()):
+        assert find_nonfinite_tensors(ckpt.resume_file) == []
     quarantine = project.run_dir / "quarantine"
     assert not list(project.out_dir.rglob("QUARANTINE_REASON.txt"))
     if incidents[0].get("resumed_step"):

@@ -366,10 +366,10 @@ def test_prepare_replay_run_copies_relocates_and_leaves_the_original_alone(proje
     _pre, hang = two_incidents  # resumed from step 30; config_after halved lr
     loaded = load_config(config_of(project))
     ckpt = make_ckpt(loaded.out_dir, 30, side_files=("model_config.yaml", "hyperparameters.yaml"))
-    state = torch.load(ckpt.pth, weights_only=True)
+    state = torch.load(ckpt.resume_file, weights_only=True)
     cache = str(loaded.run_dir / "data" / "95d66cac0314a992" / "train" / "train")
     state["train_dataloader"]["dataset"]["input_dir_path"] = cache  # what litdata stores
-    torch.save(state, ckpt.pth)
+    torch.save(state, ckpt.resume_file)
     assert seal_checkpoint(ckpt).ok
     before = tree_digest(project / "runs" / "pretrain") + tree_digest(loaded.out_dir) + tree_digest(project / "configs")
 
@@ -381,9 +381,9 @@ def test_prepare_replay_run_copies_relocates_and_leaves_the_original_alone(proje
     assert (replayed.run_dir, replayed.out_dir) == (folder / "run", folder / "checkpoints")
     assert replayed.config.lr == 0.0015 and replayed.playbook_paths == loaded.playbook_paths
     assert replayed.data_path("train_dir") == loaded.data_path("train_dir")
-    [copy] = list_checkpoints(replayed.out_dir)
-    assert copy.step == 30 and verify_checkpoint(copy).ok and read_progress(copy.pth)["step_count"] == 30
-    moved = torch.load(copy.pth, weights_only=True)["train_dataloader"]["dataset"]["input_dir_path"]
+    [copy] = list_checkpoints(replayed.out_dir, ckpt.layout)
+    assert copy.step == 30 and verify_checkpoint(copy).ok and read_progress(copy.resume_file)["step_count"] == 30
+    moved = torch.load(copy.resume_file, weights_only=True)["train_dataloader"]["dataset"]["input_dir_path"]
     assert moved == str(folder / "run" / "data" / "95d66cac0314a992" / "train" / "train")
     assert json.loads((folder / "replay-origin.json").read_text())["loader_paths_relocated"] == 1
     after = tree_digest(project / "runs" / "pretrain") + tree_digest(loaded.out_dir) + tree_digest(project / "configs")

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from engine import checkpoints as ckpts
 from engine.partial_saves import trainer_tmp_dir
-from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES
+from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES, LitGPTLayout
 from engine.trainers.litgpt.resume import read_progress
 from engine.runtime import EngineRuntime
 from engine.incident import Incident
@@ -45,6 +45,7 @@ from engine.config import load_config
 from engine.notifier import NullNotifier
 from engine.yaml_source import update_yaml_values
 
+LAYOUT = LitGPTLayout()
 REPO = Path(__file__).resolve().parent.parent
 INTERVAL = 10
 FOREIGN_SEEDS = {  # relative to out_dir / run_dir: names an old `tmp*` match would have taken, and others
@@ -83,12 +84,12 @@ class RecordingSupervisor(Supervisor):
 
 def check_resume_choice(sup: Supervisor, resume_file: Path | None) -> None:
     """A resume never picks an unverified file: the newest verified, intact, sealed checkpoint, or none."""
-    existing = ckpts.list_checkpoints(sup.loaded.out_dir)
+    existing = ckpts.list_checkpoints(sup.loaded.out_dir, LAYOUT)
     newest = ckpts.newest_verified(existing, sup.ledger.verified)
     if resume_file is None:
         assert newest is None, f"resumed from scratch although {newest} is verified"
         return
-    ckpt = next(c for c in existing if c.pth == resume_file)
+    ckpt = next(c for c in existing if c.resume_file == resume_file)
     assert ckpt.step in sup.ledger.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
     assert ckpts.verify_checkpoint(ckpt).ok, f"{resume_file} does not verify"
     assert ckpt == newest
@@ -167,10 +168,10 @@ class World:
         self.log(f"iter {4 * self.step}: val loss {loss:.4f}, val time: 5.00 ms\n")
 
     def rot(self, index: int, how: str) -> None:
-        existing = [c for c in ckpts.list_checkpoints(self.out_dir) if c.pth.is_file()]
+        existing = [c for c in ckpts.list_checkpoints(self.out_dir, LAYOUT) if c.resume_file.is_file()]
         if not existing:
             return
-        pth = existing[index % len(existing)].pth
+        pth = existing[index % len(existing)].resume_file
         data = bytearray(pth.read_bytes())
         if how == "flip":
             data[len(data) // 2] ^= 0xFF
@@ -194,7 +195,7 @@ class World:
         false) the best checkpoint survive it."""
         sup = self.sup
         sup.observe()  # what the watcher knows when it prunes: the log read, finished saves sealed
-        before = ckpts.list_checkpoints(self.out_dir)
+        before = ckpts.list_checkpoints(self.out_dir, LAYOUT)
         newest = ckpts.newest_verified(before, sup.ledger.verified)
         best = sup.observer.tracker.best_val_step
         best_ckpt = next((c for c in before if c.step == best and c.step in sup.ledger.verified and keep_best), None)
@@ -260,10 +261,10 @@ class World:
                 STATS["foreign_deleted"] += 1
                 raise AssertionError(f"{path} was deleted, and runbook did not write it")
         link = self.out_dir / ckpts.LAST_LINK_NAME
-        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir), self.sup.ledger.verified)
+        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir, LAYOUT), self.sup.ledger.verified)
         if link.is_symlink():
             target = ckpts.last_link_target(self.out_dir)
-            ckpt = next((c for c in ckpts.list_checkpoints(self.out_dir) if c.path == target), None)
+            ckpt = next((c for c in ckpts.list_checkpoints(self.out_dir, LAYOUT) if c.path == target), None)
             assert ckpt is not None, f"last points at {target}, not a checkpoint"
             assert ckpt.step in self.sup.ledger.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
             assert ckpt == verified, f"last points at {target}, not the newest verified {verified}"

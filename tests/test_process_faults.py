@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints import MANIFEST_NAME, list_checkpoints, verify_checkpoint
+from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.journal import Journal
 from tests.conftest import stop_process, wait_for
 
@@ -46,7 +47,7 @@ def test_oom_drill_halves_micro_batch_until_it_fits_and_keeps_the_token_budget(p
     assert progress["step_count"] == 2
     assert progress["iter_num"] * final_mb * 64 == 65536
     # No corrupt checkpoint left behind.
-    for ckpt in list_checkpoints(project.out_dir):
+    for ckpt in list_checkpoints(project.out_dir, LitGPTLayout()):
         assert verify_checkpoint(ckpt).ok, ckpt
     # One launch copy of the config per launch, showing the hyperparameters each ran with.
     launches = sorted((project.run_dir / "launches").iterdir())
@@ -81,7 +82,7 @@ actions:
     assert any("iter_num" in note and "-> " in note for note in incident["notes"])
     # The original checkpoint was not modified: it still verifies against its manifest.
     source = Path(incident["resumed_from"])
-    assert verify_checkpoint(next(c for c in list_checkpoints(project.out_dir) if c.path == source.parent)).ok
+    assert verify_checkpoint(next(c for c in list_checkpoints(project.out_dir, LitGPTLayout()) if c.path == source.parent)).ok
 
 
 def test_truncated_and_bit_flipped_checkpoints_are_quarantined_and_the_newest_good_one_resumed(project, reference_run):
@@ -174,7 +175,7 @@ def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_n
         project.set(keep_last_k=1)
         code = finish(project.watch(), project)
         assert code == 0, project.watch_output()
-        kept = [c.step for c in list_checkpoints(project.out_dir)]
+        kept = [c.step for c in list_checkpoints(project.out_dir, LitGPTLayout())]
         incidents = project.incidents()
         assert any(i["playbook"] in ("disk-low", "disk-full") for i in incidents)
         assert (project.out_dir / "final" / "lit_model.pth").exists()

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from engine import checkpoints as ckpts
 from engine.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 from engine.durable import gzip_replace as gzip_file
+from engine.trainers.litgpt.layout import LitGPTLayout
 from runbook.cli import app
 from engine.config import load_config
 from runbook.live_view import LiveView
@@ -71,7 +72,7 @@ def make_checkpoint(out_dir: Path, step: int) -> None:
                folder / "lit_model.pth")
     for name in ("model_config.yaml", "hyperparameters.yaml"):
         (folder / name).write_text(f"{name}: {step}\n")
-    assert ckpts.seal_checkpoint(ckpts.Checkpoint(folder, step)).ok
+    assert ckpts.seal_checkpoint(ckpts.Checkpoint(folder, step, LitGPTLayout())).ok
 
 
 def incident(number: int, playbook: str, step: int, resumed: int, opened: float, changes: dict | None = None) -> dict:
@@ -125,7 +126,7 @@ def finished_run(tmp_path) -> Path:
 
     for step in (60, 80, 100):
         make_checkpoint(out_dir, step)
-    ckpts.update_last_link(out_dir, ckpts.Checkpoint(out_dir / "step-00000100", 100))
+    ckpts.update_last_link(out_dir, ckpts.Checkpoint(out_dir / "step-00000100", 100, LitGPTLayout()))
     (out_dir / "final").mkdir()
     (out_dir / "final" / "lit_model.pth").write_bytes((out_dir / "step-00000100" / "lit_model.pth").read_bytes())
     return config

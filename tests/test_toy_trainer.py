@@ -34,8 +34,7 @@ def make_toy_project(root: Path, step_seconds: float = STEP_SECONDS) -> Project:
     for name in ("train", "val"):   # `runbook watch` checks the data folders; the toy reads none of it
         (root / "data" / name).mkdir(parents=True)
         (root / "data" / name / "a.txt").write_text("toy\n")
-    (root / "data" / "tokenizer").mkdir()
-    (root / "data" / "tokenizer" / "tokenizer.json").write_text("{}\n")
+    # No tokenizer: the toy reads no text, and what a trainer needs besides the data is its adapter's to say.
     project = Project(root)
     project.set(playbooks={"paths": [str(REPO / "playbooks")]}, max_tokens=STEPS * 16 * 64, save_interval=SAVE_INTERVAL,
                 keep_last_k=20, data_hash="",

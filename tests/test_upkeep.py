@@ -88,7 +88,7 @@ def make_checkpoints(watcher: Watcher, steps, verified) -> None:
 
 
 def steps_left(watcher: Watcher) -> list[int]:
-    return [c.step for c in list_checkpoints(watcher.out_dir)]
+    return [c.step for c in list_checkpoints(watcher.out_dir, adapter_for("litgpt").layout)]
 
 
 def tree(root: Path) -> dict:
@@ -286,5 +286,5 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
     supervisor.ledger.refresh(force=True)  # seals them, as the watcher does
     assert context.ledger.verified == {10, 20, 30, 40, 50}
     upkeep = Upkeep(UpkeepSettings(), context)
-    assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir)] == [30, 40, 50]
+    assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir, adapter_for(loaded.config.trainer.kind).layout)] == [30, 40, 50]
     assert upkeep.heartbeat().status == "ok" and (loaded.run_dir / HEARTBEAT_NAME).is_file()

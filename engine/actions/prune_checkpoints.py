@@ -13,7 +13,7 @@ class PruneParams(Params):
 
 def describe(p: PruneParams, state) -> str:
     k = p.keep_last_k or "config.keep_last_k"
-    return (f"{'remove partial saves, then ' if p.remove_partial else ''}delete step-* folders except the newest {k}"
+    return (f"{'remove partial saves, then ' if p.remove_partial else ''}delete checkpoints except the newest {k}"
             f"{' and the best' if p.keep_best else ''} (never the newest verified one nor the resume point)")
 
 
@@ -23,6 +23,7 @@ def apply(p: PruneParams, rt) -> ActionResult:
 
 ACTION = ActionDef(
     "prune_checkpoints", PruneParams,
-    "Free disk in out_dir: remove partial saves and old step-* folders, keeping best + newest keep_last_k.",
+    "Free disk in out_dir: remove partial saves and old step checkpoints (only those this run's trainer saved), "
+    "keeping best + newest keep_last_k.",
     describe, apply, example={"prune_checkpoints": {"keep_last_k": 2}},
 )

@@ -72,8 +72,13 @@ class CheckpointLayout(Protocol):
 class TrainerAdapter(Protocol):
     name: str
     layout: CheckpointLayout
+    install_hint: str                      # how to install it, said when is_installed() is False
 
     def is_installed(self) -> bool: ...
+
+    def check_environment(self, loaded) -> list[str]:
+        """What this machine or the run's files lack for the trainer to start (a device, a tokenizer
+        file), one sentence each naming the fix; [] when nothing. Asked once the data is in place."""
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         """Write the trainer config for this launch and return how to start it."""

@@ -66,12 +66,19 @@ class ToyLayout:
 
 class ToyAdapter:
     name = "toy"
+    install_hint = f"{TRAINER} is part of runbook's repository: run from a checkout that has tests/toy_trainer/"
 
     def __init__(self):
         self.layout = ToyLayout()
 
     def is_installed(self) -> bool:
         return TRAINER.is_file()
+
+    def check_environment(self, loaded) -> list[str]:
+        if loaded.config.trainer.device == "cuda":   # it needs no tokenizer: its "model" is a list of floats
+            return [f"trainer.device is 'cuda' in {loaded.path} but the toy trainer runs on the CPU only; "
+                    "set trainer.device: auto (or cpu)"]
+        return []
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         cfg = loaded.config

@@ -12,12 +12,16 @@ from engine.trainers.litgpt.layout import LitGPTLayout
 
 class LitGPTAdapter:
     name = "litgpt"
+    install_hint = launch.INSTALL_HINT
 
     def __init__(self):
         self.layout = LitGPTLayout()
 
     def is_installed(self) -> bool:
         return launch.is_installed()
+
+    def check_environment(self, loaded) -> list[str]:
+        return launch.environment_problems(loaded)
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)

@@ -17,7 +17,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from engine.pth_scan import scan_pth
+from engine.trainers.litgpt.pth_scan import scan_pth
 from engine.trainers.litgpt import log_lines
 
 PTH_NAME = "lit_model.pth"

@@ -22,6 +22,8 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from engine.file_hash import sha256_file
+
 # 1 MB reads: big enough for memory-speed checksums, small enough that the kernel's readahead of the
 # next blocks overlaps the checksum (measured cold, 100 MB: 0.88 x dd with 1 MB, 0.70 with 4 MB).
 BLOCK = 1024 * 1024
@@ -29,15 +31,6 @@ PARALLEL_MIN_BYTES = 32 * 1024 * 1024   # below this a thread pool costs more th
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # zip local header: signature, ..., name len, extra len
 
 Span = tuple[int, int, zipfile.ZipInfo]   # data start, data end, member
-
-
-def sha256_file(path: Path) -> str:
-    h, buf = hashlib.sha256(), bytearray(BLOCK)
-    view = memoryview(buf)
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 def scan_pth(pth: Path, want_sha256: bool, workers: int | None = None,
