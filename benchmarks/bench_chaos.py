@@ -133,20 +133,20 @@ def data_cache(root: Path) -> Path:
     warm_up = settings(GOOD_MB, 1)
     warm_up["trainer"]["memory_limit_mb"] = None  # preprocessing needs more than the limit allows
     config = common.scratch_project(root / "data-cache-project", **warm_up)
-    cfg = common.loaded(config)
-    spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "cache")
-    log = cfg.run_dir / "logs" / "cache.log"
+    loaded = common.load_run(config)
+    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "cache")
+    log = loaded.run_dir / "logs" / "cache.log"
     if common.start_bare(spec, log).wait() != 0:
         raise RuntimeError(f"preparing the data cache failed: see {log}")
     if cache.exists():
         shutil.rmtree(cache)
-    shutil.copytree(cfg.run_dir / "data", cache, symlinks=True)
+    shutil.copytree(loaded.run_dir / "data", cache, symlinks=True)
     return cache
 
 
 def project(root: Path, run_settings: dict, cache: Path) -> Path:
     config = common.scratch_project(root, **run_settings)
-    shutil.copytree(cache, common.loaded(config).run_dir / "data", symlinks=True)
+    shutil.copytree(cache, common.load_run(config).run_dir / "data", symlinks=True)
     return config
 
 
@@ -199,34 +199,34 @@ trainer_logs = common.trainer_logs
 
 def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
     config = project(root, settings(GOOD_MB, steps), cache)
-    cfg = common.loaded(config)
-    spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "reference")
+    loaded = common.load_run(config)
+    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "reference")
     out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
     started = time.time()
-    proc = common.start_bare(spec, cfg.run_dir / "logs" / "trainer-001.log")
+    proc = common.start_bare(spec, loaded.run_dir / "logs" / "trainer-001.log")
     code = proc.wait()
     out.wall_s = time.time() - started
-    delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
+    delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
     out.completed = code == 0 and out.steps is not None
     out.note = "completed" if out.completed else f"exit {code}"
     return out
 
 
-def mount_disk(cfg, use_tmpfs: bool) -> str | None:
+def mount_disk(loaded, use_tmpfs: bool) -> str | None:
     if not use_tmpfs:
         return "no disk fault in this run"
-    return common.mount_tmpfs(cfg.out_dir, TMPFS_MB)
+    return common.mount_tmpfs(loaded.out_dir, TMPFS_MB)
 
 
 def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, name: str, cache: Path) -> Outcome:
     config = project(root, run_settings, cache)
-    cfg = common.loaded(config)
-    disk_skip = mount_disk(cfg, use_tmpfs)
+    loaded = common.load_run(config)
+    disk_skip = mount_disk(loaded, use_tmpfs)
     out = Outcome(name, load=common.load_average())
     try:
         started = time.time()
         proc = common.start_watch(config, root / "watch.log")
-        injector = Injector(cfg.out_dir, cfg.run_dir, proc, timeout, schedule)
+        injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
         injector.start()
         try:
             code = proc.wait(timeout=timeout)
@@ -236,9 +236,9 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
             common.stop(proc)  # only if still running
         out.wall_s = time.time() - started
         injector.join(timeout=5)
-        delivered(cfg.out_dir, cfg.run_dir, trainer_logs(cfg.run_dir), out)
+        delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
         out.completed = code == 0 and out.steps is not None
-        records = common.incidents(cfg.run_dir)
+        records = common.incidents(loaded.run_dir)
         answered = answering_incidents(records, injector.injected)
         for record in records:
             out.incidents.append(f"{record['playbook']} ({record['outcome']})")
@@ -252,8 +252,8 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         ]))
     finally:
         if not disk_skip:
-            keep_disk_evidence(cfg.out_dir, root)
-            common.unmount(cfg.out_dir)
+            keep_disk_evidence(loaded.out_dir, root)
+            common.unmount(loaded.out_dir)
     return out
 
 
@@ -313,22 +313,22 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
     after `patience` s without progress. With `assisted`, a human kills a hung trainer after
     `patience` s (counted as a human action) and the loop goes on."""
     config = project(root, run_settings, cache)
-    cfg = common.loaded(config)
-    disk_skip = mount_disk(cfg, use_tmpfs)
+    loaded = common.load_run(config)
+    disk_skip = mount_disk(loaded, use_tmpfs)
     out = Outcome(name, load=common.load_average())
-    logs_dir = cfg.run_dir / "logs"
+    logs_dir = loaded.run_dir / "logs"
     logs_dir.mkdir(parents=True, exist_ok=True)
     proc = None
     try:
-        spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "naive", resume="auto")
-        script = cfg.run_dir / "naive_loop.sh"
+        spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "naive", resume="auto")
+        script = loaded.run_dir / "naive_loop.sh"
         script.write_text(NAIVE_LOOP)
         mem_kb = str(spec.memory_limit_bytes // 1024) if spec.memory_limit_bytes else ""
         started = time.time()
-        proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(cfg.run_dir / "trainer.pid"),
+        proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(loaded.run_dir / "trainer.pid"),
                                  str(cap), mem_kb, spec.argv[0]], env=spec.env, cwd=spec.cwd,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        injector = Injector(cfg.out_dir, cfg.run_dir, proc, timeout, schedule)
+        injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
         injector.start()
         code, hung = None, 0
         last_lines, last_change = -1, time.monotonic()
@@ -338,7 +338,7 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
                 break
             except subprocess.TimeoutExpired:
                 pass
-            lines = common.log_figures(trainer_logs(cfg.run_dir)).progress_lines
+            lines = common.log_figures(trainer_logs(loaded.run_dir)).progress_lines
             if lines != last_lines:
                 last_lines, last_change = lines, time.monotonic()
             stalled = time.monotonic() - last_change
@@ -352,14 +352,14 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
                     hung = 1
                     common.stop(proc)
                     break
-                os.kill(int((cfg.run_dir / "trainer.pid").read_text()), signal.SIGKILL)  # the on-call human
+                os.kill(int((loaded.run_dir / "trainer.pid").read_text()), signal.SIGKILL)  # the on-call human
                 out.human_actions += 1
                 hung += 1
                 last_change = time.monotonic()
         out.wall_s = time.time() - started
         injector.join(timeout=5)
-        logs = trainer_logs(cfg.run_dir)
-        delivered(cfg.out_dir, cfg.run_dir, logs, out)
+        logs = trainer_logs(loaded.run_dir)
+        delivered(loaded.out_dir, loaded.run_dir, logs, out)
         out.completed = code == 0 and out.steps is not None
         out.incidents, out.steps_lost = naive_incidents(logs)
         if hung and not assisted:
@@ -377,8 +377,8 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
         if proc is not None:
             common.stop(proc)  # only if still running
         if not disk_skip:
-            keep_disk_evidence(cfg.out_dir, root)
-            common.unmount(cfg.out_dir)
+            keep_disk_evidence(loaded.out_dir, root)
+            common.unmount(loaded.out_dir)
     return out
 
 

@@ -85,16 +85,16 @@ class ExitClock(threading.Thread):
 def run_class(name: str, root: Path, timeout: float) -> dict:
     config_changes, inject = CLASSES[name]
     config = common.scratch_project(root, **config_changes)
-    cfg = common.loaded(config)
-    clock = ExitClock(cfg.run_dir / "trainer.pid")
+    loaded = common.load_run(config)
+    clock = ExitClock(loaded.run_dir / "trainer.pid")
     clock.start()
     started = time.time()
     proc = common.start_watch(config, root / "watch.log")
     injected = None
     try:
         if inject is not None:
-            adapter = adapter_for(cfg.config.trainer.kind)
-            injected = inject(faults.DrillRun(cfg.out_dir, cfg.run_dir, proc, adapter, timeout))
+            adapter = adapter_for(loaded.config.trainer.kind)
+            injected = inject(faults.DrillRun(loaded.out_dir, loaded.run_dir, proc, adapter, timeout))
         code = proc.wait(timeout=max(1.0, timeout - (time.time() - started)))
     except (subprocess.TimeoutExpired, TimeoutError, RuntimeError) as err:
         common.stop(proc)
@@ -104,7 +104,7 @@ def run_class(name: str, root: Path, timeout: float) -> dict:
     time.sleep(0.1)
     clock.stop.set()
     clock.join()
-    records = common.incidents(cfg.run_dir)
+    records = common.incidents(loaded.run_dir)
     first = records[0] if records else None
     exits = sorted(clock.exits.values())
     result = {"class": name, "watch_exit": code, "incidents": [f"{r['playbook']} ({r['outcome']})" for r in records]}

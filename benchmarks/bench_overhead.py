@@ -142,9 +142,9 @@ def throughput(stamps, tokens_per_step: int) -> tuple[float, int]:
 
 def run_bare(root: Path, settings: dict) -> Sample:
     config = common.scratch_project(root, **settings)
-    cfg = common.loaded(config)
-    spec = common.litgpt_launch(config, cfg.run_dir / "launches" / "bare")
-    log = cfg.run_dir / "logs" / "trainer-001.log"
+    loaded = common.load_run(config)
+    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "bare")
+    log = loaded.run_dir / "logs" / "trainer-001.log"
     started = time.time()
     proc = common.start_bare(spec, log)
     clock = LineClock(log, lambda: proc.pid)
@@ -155,7 +155,7 @@ def run_bare(root: Path, settings: dict) -> Sample:
     clock.join()
     if proc.returncode != 0:
         raise RuntimeError(f"bare litgpt exited {proc.returncode}: see {log}")
-    tps, steps = throughput(clock.stamps, cfg.config.batch_size * cfg.config.model.block_size)
+    tps, steps = throughput(clock.stamps, loaded.config.batch_size * loaded.config.model.block_size)
     span, trainer_cpu, _ = window(clock.stamps)
     # with its reaped children (litdata's preprocessing workers), as the watched trainer's count in the watcher's
     own = times.user + times.system + times.children_user + times.children_system
@@ -165,11 +165,11 @@ def run_bare(root: Path, settings: dict) -> Sample:
 
 def run_watched(root: Path, settings: dict) -> Sample:
     config = common.scratch_project(root, **settings)
-    cfg = common.loaded(config)
-    log = cfg.run_dir / "logs" / "trainer-001.log"
+    loaded = common.load_run(config)
+    log = loaded.run_dir / "logs" / "trainer-001.log"
     started = time.time()
     proc = common.start_watch(config, root / "watch.log")
-    pid_file = cfg.run_dir / "trainer.pid"
+    pid_file = loaded.run_dir / "trainer.pid"
     clock = LineClock(log, lambda: int(pid_file.read_text()), proc.pid)
     clock.start()
     rss = [0.0]
@@ -186,7 +186,7 @@ def run_watched(root: Path, settings: dict) -> Sample:
     clock.join()
     if proc.returncode != 0:
         raise RuntimeError(f"runbook watch exited {proc.returncode}: see {root / 'watch.log'}")
-    tps, steps = throughput(clock.stamps, cfg.config.batch_size * cfg.config.model.block_size)
+    tps, steps = throughput(clock.stamps, loaded.config.batch_size * loaded.config.model.block_size)
     span, trainer_cpu, watcher_cpu = window(clock.stamps)
     return Sample("runbook watch", tps, wall, steps, trainer_cpu_s=times.children_user + times.children_system,
                   train_window_s=span, trainer_cpu_window_s=trainer_cpu, watcher_cpu_s=times.user + times.system,
@@ -197,11 +197,11 @@ def run_alternating(root: Path, settings: dict, block_s: float) -> PairedResult:
     """One watched run whose watcher is paused (SIGSTOP) and let run (SIGCONT) in alternating blocks
     (benchmarks/alternating_blocks.py says why); returns the paired step rates."""
     config = common.scratch_project(root, **settings)
-    cfg = common.loaded(config)
-    total_steps = cfg.config.max_tokens // (cfg.config.batch_size * cfg.config.model.block_size)
-    log = cfg.run_dir / "logs" / "trainer-001.log"
+    loaded = common.load_run(config)
+    total_steps = loaded.config.max_tokens // (loaded.config.batch_size * loaded.config.model.block_size)
+    log = loaded.run_dir / "logs" / "trainer-001.log"
     proc = common.start_watch(config, root / "watch.log")
-    pid_file = cfg.run_dir / "trainer.pid"
+    pid_file = loaded.run_dir / "trainer.pid"
     clock = LineClock(log, lambda: int(pid_file.read_text()))
     clock.start()
     blocks: list[Block] = []

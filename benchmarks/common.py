@@ -118,7 +118,7 @@ def scratch_project(root: Path, **settings) -> Path:
     return make_scratch_project(loaded, SimpleNamespace(config=settings), root)
 
 
-def loaded(config: Path):
+def load_run(config: Path):
     from engine.config import load_config
 
     return load_config(config)
@@ -127,7 +127,7 @@ def loaded(config: Path):
 def data_hash(config: Path) -> str:
     from runbook.watch_command import prepare_data
 
-    return prepare_data(loaded(config), accept_data_change=False, record_hash=False)
+    return prepare_data(load_run(config), accept_data_change=False, record_hash=False)
 
 
 def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
@@ -137,8 +137,8 @@ def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
     from engine.trainers.litgpt import LitGPTAdapter
     from ruamel.yaml import YAML
 
-    cfg = loaded(config)
-    spec = LitGPTAdapter().prepare_launch(cfg, launch_dir, None, data_hash(config))
+    loaded = load_run(config)
+    spec = LitGPTAdapter().prepare_launch(loaded, launch_dir, None, data_hash(config))
     if resume is not None:
         yaml = YAML(typ="safe", pure=True)
         tree = yaml.load(spec.config_file.read_text())

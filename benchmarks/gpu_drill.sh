@@ -151,7 +151,7 @@ if data_root is not None:  # point the scratch project at the bigger corpus
         import re
         text = re.sub(rf"^(\s+{key}:).*$", rf"\1 {path}", text, flags=re.M)
     config.write_text(text)
-cfg = common.loaded(config)
+loaded = common.load_run(config)
 print(f"model: block {block}, {shape}; micro_batch_size {start_mb} = batch_size; max_tokens {settings['max_tokens']:,}")
 started = time.time()
 proc = common.start_watch(config, root / "watch.log")
@@ -161,10 +161,10 @@ except subprocess.TimeoutExpired:
     common.stop(proc)
     code = "timeout"
 wall = time.time() - started
-incidents = common.incidents(cfg.run_dir)
-progress = common.final_progress(cfg.out_dir)
-final_mb = common.loaded(config).config.micro_batch_size
-logs = sorted((cfg.run_dir / "logs").glob("trainer-*.log"))
+incidents = common.incidents(loaded.run_dir)
+progress = common.final_progress(loaded.out_dir)
+final_mb = common.load_run(config).config.micro_batch_size
+logs = sorted((loaded.run_dir / "logs").glob("trainer-*.log"))
 oom_lines = [l for log in logs for l in log.read_text(errors="replace").splitlines()
              if "OutOfMemoryError" in l or "CUDA out of memory" in l or "can't allocate memory" in l]
 report = {

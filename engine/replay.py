@@ -221,9 +221,9 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
                    _recorded_actions(record))
 
     history = history_before(record, earlier)
-    outcome = decide(snapshot, config, playbooks, persisted_memory(playbooks, snapshot.time), history)
-    notes = [f"expression error while matching: {e}" for e in outcome.errors]
-    decision = outcome.decision
+    matched = decide(snapshot, config, playbooks, persisted_memory(playbooks, snapshot.time), history)
+    notes = [f"expression error while matching: {e}" for e in matched.errors]
+    decision = matched.decision
     if decision is not None:
         chosen = decision.playbook
         # `attempt` as the supervisor counts it: earlier firings within the limits window, plus this one.
