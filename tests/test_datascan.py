@@ -203,11 +203,15 @@ def test_fix_folder_never_reuses_a_folder(tmp_path, tokenizer):
     assert clean_dir_for(second).name == "train-clean-3"
 
 
-def test_fix_file_drops_exactly_the_bad_lines_through_one_atomic_write(tmp_path, tokenizer):
+def scanned_planted_file(tmp_path: Path, tokenizer):
     source = tmp_path / "train" / "code.txt"
     source.parent.mkdir()
     planted_corpus(source)
-    report = scan_files([source], tokenizer, 1000)
+    return source, scan_files([source], tokenizer, 1000)
+
+
+def test_fix_file_drops_exactly_the_bad_lines_through_one_atomic_write(tmp_path, tokenizer):
+    source, report = scanned_planted_file(tmp_path, tokenizer)
     target = fix_file(source, report, tmp_path / "clean")
     kept = [line for number, line in enumerate(source.read_bytes().split(b"\n")[:-1], 1)
             if number not in report.bad_lines_of(source)]
@@ -218,10 +222,7 @@ def test_fix_file_drops_exactly_the_bad_lines_through_one_atomic_write(tmp_path,
 
 
 def test_fix_file_that_fails_midway_leaves_neither_target_nor_temp(tmp_path, tokenizer):
-    source = tmp_path / "train" / "code.txt"
-    source.parent.mkdir()
-    planted_corpus(source)
-    report = scan_files([source], tokenizer, 1000)
+    source, report = scanned_planted_file(tmp_path, tokenizer)
     source.unlink()   # the read fails inside the write
     with pytest.raises(FileNotFoundError):
         fix_file(source, report, tmp_path / "clean")

@@ -36,14 +36,19 @@ def test_empty_updates_give_an_equal_new_dict():
     assert merged == base and merged is not base
 
 
-def test_a_trainer_extra_section_merges_into_the_generated_litgpt_config(tmp_path):
+def shipped_config(tmp_path):
     from engine.config import load_config
-    from engine.trainers.litgpt import LitGPTAdapter
 
     path = tmp_path / "proj" / "configs" / "run_config.yaml"
     path.parent.mkdir(parents=True)
     path.write_text((REPO / "configs" / "run_config.yaml").read_text())
-    loaded = load_config(path).write_back({"trainer": {"extra": {"train": {"log_interval": 7}, "num_nodes": 2}}})
+    return load_config(path)
+
+
+def test_a_trainer_extra_section_merges_into_the_generated_litgpt_config(tmp_path):
+    from engine.trainers.litgpt import LitGPTAdapter
+
+    loaded = shipped_config(tmp_path).write_back({"trainer": {"extra": {"train": {"log_interval": 7}, "num_nodes": 2}}})
     generated = LitGPTAdapter().trainer_config(loaded, tmp_path, tmp_path, None)
     assert generated["train"]["log_interval"] == 7 and generated["num_nodes"] == 2
     assert generated["train"]["min_lr"] == loaded.config.trainer.min_lr   # the rest of the section stays
@@ -55,10 +60,7 @@ def test_a_drill_fault_config_merges_into_the_scratch_project_config(tmp_path):
     from engine.config import load_config
     from runbook.commands.drill_cmd import make_scratch_project
 
-    path = tmp_path / "proj" / "configs" / "run_config.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text((REPO / "configs" / "run_config.yaml").read_text())
-    loaded = load_config(path)
+    loaded = shipped_config(tmp_path)
     fault = SimpleNamespace(config={"watch": {"hang_timeout_s": 4}, "lr": 0.5})
     scratch = load_config(make_scratch_project(loaded, fault, tmp_path / "scratch"))
     assert scratch.config.watch.hang_timeout_s == 4 and scratch.config.lr == 0.5
