@@ -19,14 +19,15 @@ def verify(
 ) -> None:
     """Verify each checkpoint: the trainer's own check (litgpt: zip CRCs), side files, and the sha256 manifest when sealed."""
     from engine import checkpoints as ckpts
+    from engine.trainers import DEFAULT_TRAINER_KIND, adapter_for
 
-    layout = None   # with OUT_DIR given: the default trainer's layout
+    kind = DEFAULT_TRAINER_KIND   # with OUT_DIR given no run config is read: the default trainer's layout
     if out_dir is None:
         from engine.config import load_config
-        from engine.trainers import adapter_for
 
         loaded = load_config(config)
-        out_dir, layout = loaded.out_dir, adapter_for(loaded.config.trainer.kind).layout
+        out_dir, kind = loaded.out_dir, loaded.config.trainer.kind
+    layout = adapter_for(kind).layout
     if not out_dir.is_dir():
         out.print(f"error: {out_dir} is not a folder")
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
