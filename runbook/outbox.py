@@ -3,7 +3,7 @@
 One JSON file per message, named by a zero-padded sequence number, so a plain
 sorted directory listing is the delivery order and survives a process restart.
 Every write goes temp file -> fsync -> os.replace -> fsync(dir): a crash leaves
-either the complete file under its final name or only a ``.tmp-*`` leftover,
+either the complete file under its final name or only a ``.runbook-tmp-*.part`` leftover,
 never a half-written message.
 
 One Outbox per directory per process: sequence numbers are allocated under an
