@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.durable import atomic_write_text
 from engine.notifier import SlackSettings
+from engine.run_folder import RunFolder
 from engine.trainers.registry import DEFAULT_TRAINER_KIND
 from engine.upkeep import UpkeepSettings
 from engine.yaml_source import (
@@ -165,9 +166,7 @@ class LoadedConfig:
         return self.resolve(self.config.run_log)
 
     @property
-    def folder(self) -> "RunFolder":
-        from engine.run_folder import RunFolder
-
+    def folder(self) -> RunFolder:
         return RunFolder(self.run_dir)
 
     @property

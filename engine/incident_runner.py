@@ -21,14 +21,6 @@ from engine.planner import PlannedStep, plan
 from engine.runtime import EngineRuntime, RuntimeParts
 from engine.state import RunState
 
-FALLBACK_PLAYBOOK = {
-    "name": "unclaimed-failure",
-    "description": "the trainer exited and no playbook matched",
-    "severity": "critical",
-    "lesson": "Write a playbook for this failure: `runbook replay` the incident after adding it.",
-    "match": {"exit": {"nonzero": True}},
-    "actions": [{"escalate": {"reason": "no playbook matched this failure"}}],
-}
 
 
 @dataclass
@@ -113,10 +105,10 @@ class IncidentRunner:
 
     def escalate_unclaimed(self, snapshot, config) -> Incident:
         from engine.matcher import Decision
-        from engine.playbook import build_playbook
+        from engine.playbook import unclaimed_failure_playbook
 
         code = snapshot.trainer.exit_code
-        fallback = build_playbook({**FALLBACK_PLAYBOOK, "description": f"the trainer exited (code {code}) and no playbook matched"})
+        fallback = unclaimed_failure_playbook(code)
         decision = Decision("escalate", fallback, f"trainer exited with {code} and no playbook matched")
         return self.handle(decision, snapshot, 1, config)
 

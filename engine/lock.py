@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from engine.run_folder import RunFolder
+
 
 class RunLocked(RuntimeError):
     pass
@@ -13,7 +15,7 @@ class RunLocked(RuntimeError):
 
 class RunLock:
     def __init__(self, run_dir: Path):
-        self.path = run_dir / "watch.lock"
+        self.path = RunFolder(run_dir).lock
         self._fd: int | None = None
 
     def acquire(self) -> None:

@@ -18,7 +18,6 @@ Everything else is left alone and reported. ``plan_cleanup`` is pure; the rest r
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import threading
 from dataclasses import dataclass, field

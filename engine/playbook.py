@@ -129,3 +129,21 @@ def build_playbook(data: dict, source: Path | None = None, line: int = 1, text: 
 
 
 __all__ = ["Playbook", "ActionStep", "Limits", "Persistence", "PlaybookTest", "build_playbook", "parse_duration", "ValidationError"]
+
+
+# Escalated when a dead trainer matches no playbook (the watcher and `runbook replay` share it).
+FALLBACK_PLAYBOOK = {
+    "name": "unclaimed-failure",
+    "description": "the trainer exited and no playbook matched",
+    "severity": "critical",
+    "lesson": "Write a playbook for this failure: `runbook replay` the incident after adding it.",
+    "match": {"exit": {"nonzero": True}},
+    "actions": [{"escalate": {"reason": "no playbook matched this failure"}}],
+}
+
+
+def unclaimed_failure_playbook(exit_code: int | None = None) -> Playbook:
+    described = {**FALLBACK_PLAYBOOK}
+    if exit_code is not None:
+        described["description"] = f"the trainer exited (code {exit_code}) and no playbook matched"
+    return build_playbook(described)

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from engine.matcher import AttemptHistory, MatchMemory, Streak, decide
 from engine.planner import plan
-from engine.playbook import Playbook, build_playbook
+from engine.playbook import Playbook, unclaimed_failure_playbook
 from engine.state import StateSnapshot
 
 _EPSILON_S = 1e-3                 # float slack so "held for exactly `seconds`" is not lost to rounding
@@ -178,13 +178,6 @@ def persisted_memory(playbooks: list[Playbook], now: float) -> MatchMemory:
     return MatchMemory(streaks)
 
 
-def unclaimed_playbook() -> Playbook:
-    """The incident runner's own fallback, escalated when a dead trainer matches no playbook."""
-    from engine.incident_runner import FALLBACK_PLAYBOOK   # deferred: the runner's imports are not needed to replay
-
-    return build_playbook(FALLBACK_PLAYBOOK)
-
-
 def _planned(steps) -> tuple[PlannedAction, ...]:
     return tuple(PlannedAction(s.verb, s.description, _canonical(s.to_dict().get("params")), s.skipped or s.error)
                  for s in steps)
@@ -235,7 +228,7 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
             notes.append(f"assumed '{chosen.name}' matched for its whole `for:` ({chosen.persist.observations} "
                          f"observation(s), {chosen.persist.seconds:g} s); the record holds only the snapshot that fired")
     elif not snapshot.trainer.alive:
-        fallback = unclaimed_playbook()
+        fallback = unclaimed_failure_playbook()
         reason = f"trainer exited with {snapshot.trainer.exit_code} and no playbook matched"
         now = Verdict("escalate", fallback.name, None, reason, _planned(plan(fallback, snapshot, config)))
     else:

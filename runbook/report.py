@@ -8,7 +8,6 @@ checkpoint folder. Nothing needs the watcher to be running.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -168,7 +167,7 @@ def read_checkpoints(out_dir: Path, layout) -> list[CheckpointInfo]:
 def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
     """Raises JournalUnreadable when the journal file itself cannot be read; bad lines are only skipped."""
     run_dir = loaded.run_dir
-    journal = Journal(run_dir / "journal.jsonl")
+    journal = Journal(loaded.folder.journal)
     entries = journal.entries()
     adapter = adapter_for(loaded.config.trainer.kind)
     starts = launch_starts(entries, adapter.layout)

@@ -74,7 +74,7 @@ def read_journal_state(loaded):
     """The run state the journal says; each bad line is one warning (file:line), then skipped."""
     from engine.journal import Journal, JournalUnreadable, rebuild
 
-    journal = Journal(loaded.run_dir / "journal.jsonl")
+    journal = Journal(loaded.folder.journal)
     try:
         entries = journal.entries()
     except JournalUnreadable as error:

@@ -53,7 +53,7 @@ def test_kill_9_mid_run_is_recovered_and_files_runbook_did_not_write_are_left_al
     assert stale.name in incident["deleted"] and not set(incident["left_alone"]) & set(incident["deleted"])
     prune = next(a for a in incident["actions"] if a["verb"] == "prune_checkpoints")
     # The summary says what went, and names what stayed.
-    assert f"deleted 2 temporary file(s) of runbook's" in prune["summary"], prune["summary"]
+    assert "deleted 2 temporary file(s) of runbook's" in prune["summary"], prune["summary"]
     assert "deleted 0 checkpoint(s)" in prune["summary"]
     assert "left alone 4 item(s)" in prune["summary"] and "tmpUserNotes.txt" in prune["summary"]
     assert any("tmpUserNotes.txt" in note for note in incident["notes"])

@@ -283,7 +283,7 @@ def test_other_playbooks_via_option_fall_back_to_unclaimed_escalation(project, t
 def test_an_unclaimed_failure_replays_against_the_incident_runners_own_fallback():
     from engine.config import RunConfig
     from engine.incident import Incident
-    from engine.incident_runner import FALLBACK_PLAYBOOK
+    from engine.playbook import FALLBACK_PLAYBOOK
     from engine.matcher import Decision
     from engine.playbook import build_playbook
 

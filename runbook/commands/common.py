@@ -28,7 +28,7 @@ def load_started_run(config: Path):
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
-    journal = loaded.run_dir / "journal.jsonl"
+    journal = loaded.folder.journal
     if journal.exists() and not journal.is_file():
         err.print(f"error: cannot read the journal {journal}: it is not a file; nothing was changed", markup=False)
         raise typer.Exit(int(ExitCode.NOT_FOUND))

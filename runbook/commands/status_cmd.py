@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from engine.run_folder import RunFolder
 from runbook.exit_codes import ExitCode
 
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
@@ -31,7 +32,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def watcher_holding(run_dir: Path) -> int | None:
     """The pid of the `runbook watch` holding the run folder's lock, or None when nobody does."""
-    path = run_dir / "watch.lock"
+    path = RunFolder(run_dir).lock
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -95,7 +96,7 @@ def gather(loaded, now: float | None = None) -> dict:
         }
 
     heartbeat = None
-    beat_path = loaded.run_dir / "heartbeat.json"
+    beat_path = loaded.folder.heartbeat
     if beat_path.is_file():
         try:
             beat = json.loads(beat_path.read_text(encoding="utf-8"))
@@ -109,7 +110,7 @@ def gather(loaded, now: float | None = None) -> dict:
 
     from runbook.outbox import pending_summary
 
-    notices = pending_summary(loaded.run_dir / "outbox")
+    notices = pending_summary(loaded.folder.outbox)
     notices["oldest_age_seconds"] = (round(now - notices["oldest_queued_at"], 1)
                                      if notices["oldest_queued_at"] is not None else None)
     disk = disk_status(loaded.out_dir)

@@ -14,7 +14,6 @@ buffers, so the threads really overlap.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import zipfile
