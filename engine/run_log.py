@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jinja2 import StrictUndefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from engine.expressions import render_template
 
 from engine.write_trouble import append_whole
 
@@ -32,12 +31,13 @@ Every incident runbook handled, appended automatically (one entry each). Add you
 anywhere: runbook only ever appends.
 """
 
-_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
 
 
 def render_entry(incident: dict, template_path: Path | None = None) -> str:
+    """The entry's text. The template is the user's (run_log_template): it renders in the playbooks'
+    sandbox, under the same budgets, so a hostile one fails with a sentence instead of hanging."""
     source = template_path.read_text(encoding="utf-8") if template_path else DEFAULT_TEMPLATE
-    return _ENV.from_string(source).render(incident=incident)
+    return render_template(source, {"incident": incident})
 
 
 def entry_marker(incident_id: str) -> str:

@@ -239,3 +239,25 @@ def test_read_only_commands_write_nothing(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
     assert _snapshot(root) == before
     assert not (root / "runs").exists() and not Path(MARK).exists()
+
+
+def test_a_hostile_run_log_template_is_cut_off_by_the_sandbox_not_run(tmp_path):
+    """run_log_template is the user's file too: it renders in the same sandbox, under the same budgets."""
+    import time
+
+    from engine.expressions import ExpressionError
+    from engine.run_log import render_entry
+
+    record = {"id": "incident-1", "playbook": "preemption", "outcome": "recovered", "actions": []}
+    cases = {
+        "loops": "{% for a in range(9999) %}{% for b in range(9999) %}x{% endfor %}{% endfor %}",
+        "a path method": "{{ incident.id.__class__.__mro__ }}",
+        "huge power": "{{ 9 ** (9 ** 9) }}",
+    }
+    for name, text in cases.items():
+        template = tmp_path / f"{name}.md.j2"
+        template.write_text(text)
+        started = time.monotonic()
+        with pytest.raises(ExpressionError):
+            render_entry(record, template)
+        assert time.monotonic() - started < 3, name
