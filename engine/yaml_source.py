@@ -6,13 +6,15 @@ reports an error location as a tuple of keys. `locate` walks one with the other.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.scalarbool import ScalarBoolean
 from ruamel.yaml.error import MarkedYAMLError
 
 from engine.bounded_read import read_text_file, shown
@@ -135,11 +137,30 @@ def describe_validation_error(path: Path, tree: Any, err: ValidationError, prefi
 
 
 def plain(node: Any) -> Any:
-    """ruamel containers -> plain dicts/lists (pydantic validates these)."""
+    """ruamel's tree -> plain Python data: dicts, lists, str, int, float, bool, None (and dates, bytes).
+
+    The round-trip loader hands back its own subclasses (ScalarFloat for `0.1`, HexInt for `0x1F`,
+    DoubleQuotedScalarString, ScalarBoolean and ScalarInt behind an anchor, TimeStamp). pydantic keeps
+    them as they are in `Any` fields (`trainer.extra`), and a safe YAML or JSON writer refuses them,
+    so the whole tree is converted here, once, where a user's file is loaded.
+    """
     if isinstance(node, dict):
         return {str(k): plain(v) for k, v in node.items()}
-    if isinstance(node, list):
+    if isinstance(node, (list, tuple)):
         return [plain(v) for v in node]
+    if node is None or type(node) in (str, int, float, bool, bytes, dt.date, dt.datetime):
+        return node
+    if isinstance(node, ScalarBoolean):      # an int subclass: test it before int
+        return bool(node)
+    if isinstance(node, dt.datetime):        # TimeStamp; before date, its base
+        return dt.datetime.combine(node.date(), node.time(), node.tzinfo)
+    if isinstance(node, dt.date):
+        return dt.date(node.year, node.month, node.day)
+    for kind in (bool, int, float, str, bytes):
+        if isinstance(node, kind):
+            return kind(node)
+    if isinstance(node, TaggedScalar):       # `!custom value`: the value, as written
+        return str(node.value)
     return node
 
 

@@ -125,7 +125,10 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     launch_dir.mkdir(parents=True, exist_ok=True)
     config_file = launch_dir / "litgpt_pretrain.yaml"
     buffer = io.StringIO()
-    YAML(typ="safe", pure=True).dump(config, buffer)
+    writer = YAML(typ="safe", pure=True)
+    # litgpt reads this with PyYAML (YAML 1.1): written as 1.2, 1e-05 would come back a string and 'yes' a bool.
+    writer.version = (1, 1)
+    writer.dump(config, buffer)
     atomic_write_text(config_file, buffer.getvalue())
 
     device = cfg.trainer.device
