@@ -5,6 +5,7 @@
       watch.lock                    one watcher per run folder (engine/lock.py)
       heartbeat.json                the watcher's pulse (engine/upkeep.py)
       trainer.pid                   the current trainer's pid, for people and fault injection
+      wandb-run-id                  the run's WANDB_RUN_ID, made once (engine/trainer_env.py)
       incidents/incident-N.json     one record per incident (engine/incidents.py)
       logs/trainer-NNN.log          each launch's output (gzipped later by upkeep)
       launches/launch-NNN/          each launch's run config copy, trainer config and exit status
@@ -39,6 +40,10 @@ class RunFolder:
     @property
     def trainer_pid(self) -> Path:
         return self.root / "trainer.pid"
+
+    @property
+    def wandb_run_id(self) -> Path:
+        return self.root / "wandb-run-id"
 
     @property
     def incidents(self) -> Path:

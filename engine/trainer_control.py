@@ -4,12 +4,14 @@ change the run config or environment that the next launch gets. Everything it do
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from engine.durable import atomic_write_text
 from engine.journal import Journal
 from engine.partial_saves import clear_trainer_tmp
 from engine.state import TrainerStatus
+from engine.trainer_env import trainer_environment
 from engine.trainer_process import TrainerProcess, signal_name
 from engine.write_trouble import WriteTrouble, passing
 
@@ -49,6 +51,7 @@ class TrainerControl:
         clear_trainer_tmp(self.loaded.out_dir)
         spec = self._prepare(launch_dir, resume_file)
         spec.env.update(self.extra_env)
+        spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches))
         self._write_pid(self.process.pid)

@@ -5,7 +5,8 @@ announced as ``toy: saving <folder>`` before any of its files is written.
 
 Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, save_interval,
 step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so tests have time to
-signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would.
+signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would; env_file
+names a file each launch appends its environment to (one JSON line).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def load(path: Path) -> dict:
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     out_dir = Path(cfg["out_dir"])
+    if cfg.get("env_file"):   # one JSON line per launch: the environment this trainer was given
+        with open(cfg["env_file"], "a") as fh:
+            fh.write(json.dumps(dict(os.environ)) + "\n")
     limit = cfg.get("oom_above_micro_batch")
     if limit is not None and cfg.get("micro_batch_size", 0) > limit:   # a memory limit, the toy's way
         print(f"MemoryError: toy cannot fit micro-batch {cfg['micro_batch_size']} (limit {limit})", flush=True)

@@ -8,7 +8,6 @@ PYTHONUNBUFFERED=1 the trainer's output arrives in 8 KB blocks and is lost when 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import shutil
@@ -141,9 +140,9 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     tmp_dir = trainer_tmp_dir(loaded.out_dir)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
+    # One experiment-tracker run across every relaunch (the seed's WANDB_RESUME=allow); the id is the
+    # run folder's, added to every trainer's environment by engine/trainer_env.py.
     env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
-    # One experiment-tracker run across every relaunch of this run (the seed's WANDB_RESUME=allow).
-    env.setdefault("WANDB_RUN_ID", "runbook-" + hashlib.sha256(str(loaded.run_dir).encode()).hexdigest()[:12])
     if device == "cpu":
         env["TORCHDYNAMO_DISABLE"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
