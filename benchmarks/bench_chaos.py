@@ -100,7 +100,9 @@ class StepRun(faults.DrillRun):
     injectors then fire at the same point of the run for every contender."""
 
     def __init__(self, out_dir, run_dir, proc, timeout, step):
-        super().__init__(out_dir, run_dir, proc, timeout)
+        from engine.trainers import adapter_for
+
+        super().__init__(out_dir, run_dir, proc, adapter_for("litgpt"), timeout)   # the chaos run trains litgpt
         self.step = step
 
     def wait_for_checkpoint(self, count: int) -> Path:
