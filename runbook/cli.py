@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 
 from engine.yaml_source import SourceError
+from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
+app = typer.Typer(add_completion=True, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 
 
 @app.callback()
@@ -23,7 +24,8 @@ def _root() -> None:
 
 @app.command()
 def watch(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    config: Optional[Path] = config_argument(),
+    config_opt: Optional[Path] = config_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="supervise, but only print what a recovery would do"),
     accept_data_change: bool = typer.Option(False, help="resume although the training data changed"),
     quiet: bool = typer.Option(False, "--quiet", help="only state changes and incidents"),
@@ -33,7 +35,7 @@ def watch(
     """Train and supervise: launch the trainer, watch it, recover from failures by the playbooks."""
     from runbook.watch_command import run_watch
 
-    code = run_watch(config, dry_run=dry_run, accept_data_change=accept_data_change, quiet=quiet,
+    code = run_watch(chosen_config(config, config_opt), dry_run=dry_run, accept_data_change=accept_data_change, quiet=quiet,
                      as_json=as_json, debug=debug)
     raise typer.Exit(int(code))
 

@@ -1,10 +1,13 @@
-"""What `runbook watch` prints: one plain timestamped line per event (CI, nohup, SLURM), or JSON lines."""
+"""What `runbook watch` prints: one plain timestamped line per event (CI, nohup, SLURM), or JSON lines
+(typed fields: runbook/watch_events.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import sys
+
+from runbook.watch_events import fields
 
 
 class PlainReporter:
@@ -18,11 +21,18 @@ class PlainReporter:
 
     def __call__(self, kind: str, **data) -> None:
         line = self.format(kind, data)
+        if self.as_json and kind == "launch":   # scripts want each launch; people see it as a transition
+            resume = data.get("resume_from")
+            line = f"launch {data['launch']}: trainer pid {data['pid']}" + (f", resuming from {resume}" if resume else "")
         if line is None:
             return
         if self.as_json:
-            payload = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), "event": kind, "text": line}
-            print(json.dumps(payload), file=self.stream, flush=True)
+            typed = fields(kind, data)   # the schema: runbook/watch_events.py, docs/watch-events.md
+            if typed is None:
+                return
+            payload = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), "event": kind,
+                       "text": line, **typed}
+            print(json.dumps(payload, allow_nan=False), file=self.stream, flush=True)
         elif not self.quiet or kind in ("incident_opened", "incident_closed", "transition"):
             stamp = dt.datetime.now().strftime("%H:%M:%S")
             print(f"{stamp} {line}", file=self.stream, flush=True)

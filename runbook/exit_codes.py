@@ -16,3 +16,10 @@ class ExitCode(IntEnum):
     NOT_FOUND = 9           # an incident id or record that does not exist / cannot be read
     DATA_ISSUES = 10        # `scan-data` found bad lines
     UNDELIVERED = 11        # `notify --flush`: notices still pending (Slack did not accept them in time)
+    WATCHER_FAILED = 12     # the watcher itself crashed (a bug, not the run): the trainer keeps running unsupervised;
+                            # `status`: the run is unfinished and no watcher holds it. `runbook watch` re-attaches
+    RUNNING = 13            # `status`: a watcher is supervising the run right now
+
+
+# `runbook status` exits with the run's state, as `runbook watch` would have exited had it ended now.
+STATUS_CODES = {"completed": ExitCode.OK, "escalated": ExitCode.ESCALATED, "stopped": ExitCode.INTERRUPTED}

@@ -156,7 +156,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             traceback.print_exc()
         err.print(f"error: the watcher failed: {type(error).__name__}: {error} (rerun with --debug for details; "
                   "the trainer keeps running and a new `runbook watch` re-attaches)", markup=False)
-        return ExitCode.ESCALATED
+        return ExitCode.WATCHER_FAILED   # runbook's own fault, not the run's: never 4 (escalated by a playbook)
     if dry_run:
         return ExitCode.OK
     return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,3 +53,73 @@ def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(pr
     assert not project.out_dir.exists()                  # and nothing was trained in the real run
     reports = list((project.run_dir.parent / "drills").glob("preemption-*/drill-report.json"))
     assert len(reports) == 1
+
+
+# --- one grammar: every command that reads a run takes CONFIG as a positional, -c or --config ------
+NOT_A_RUN = {"playbooks", "init"}   # playbooks: files of playbooks (-c names a run config there too); init writes one
+FORMS = {   # the arguments before the config, when a command needs some; any other command: `runbook NAME CONFIG`
+    "incidents show": ["incidents", "show", "incident-1"],
+    "replay --all": ["replay", "--all"],
+    "replay": ["replay", "incident-1"],
+    "drill": ["drill", "preemption"],
+}
+
+
+def _invoke(args: list[str]):
+    """In process, with runbook.cli.main's own handling of a SourceError (exit 3, the message)."""
+    from typer.testing import CliRunner
+
+    from engine.yaml_source import SourceError
+
+    result = CliRunner().invoke(app, args)
+    if isinstance(result.exception, SourceError):
+        return 3, "\n".join(result.exception.messages)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output
+
+
+def _run_commands() -> dict[str, list[str]]:
+    top = {name: [name] for name in get_command(app).commands if name not in NOT_A_RUN}
+    return {**top, **FORMS}
+
+
+def test_every_command_that_reads_a_run_takes_the_config_as_positional_c_or_config(tmp_path):
+    # A config that does not exist, while the current folder has configs/run_config.yaml (the default):
+    # exit 3 naming it proves the command read the config it was given, each way.
+    missing = str(tmp_path / "elsewhere" / "configs" / "run_config.yaml")
+    for name, before in _run_commands().items():
+        for args in ([*before, missing], [*before, "-c", missing], [*before, "--config", missing]):
+            code, output = _invoke(args)
+            assert code == 3 and missing in output.replace("\n", ""), (args, code, output)
+
+
+def test_a_group_takes_its_config_before_the_subcommand_too(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    code, output = _invoke(["incidents", "-c", missing, "show", "incident-1"])
+    assert code == 3 and missing in output.replace("\n", ""), output
+
+
+def test_two_different_configs_are_a_usage_error(tmp_path):
+    code, output = _invoke(["status", str(tmp_path / "a.yaml"), "-c", str(tmp_path / "b.yaml")])
+    assert code == 2 and "two run configs given" in output
+
+
+def test_the_same_run_read_each_way_says_the_same(tmp_path):
+    from tests.test_toy_trainer import make_toy_project, run_toy
+
+    project = make_toy_project(tmp_path / "project", step_seconds=0.0)
+    run_toy(project)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    answers = []
+    for args in ([str(project.config)], ["-c", str(project.config)], []):   # [] : the default, from the project
+        done = subprocess.run([RUNBOOK, "status", "--json", *args], capture_output=True, text=True, timeout=60,
+                              cwd=project.root, env=env)
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        answer["progress"].pop("seconds_since_log_written")
+        answers.append({k: v for k, v in answer.items() if k not in ("disk", "heartbeat", "last_transition")})   # clocks
+    assert answers[0] == answers[1] == answers[2] and answers[0]["state"] == "completed"
+
+
+def test_shell_completion_is_offered():
+    assert "--install-completion" in subprocess.run([RUNBOOK, "--help"], capture_output=True, text=True, timeout=30).stdout

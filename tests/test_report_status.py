@@ -167,7 +167,7 @@ def test_status_of_a_live_run_without_its_watcher_says_so(finished_run):
                                    "log": str(run_dir / "logs" / "trainer-003.log"), "resume_from": None}))
         (run_dir / "journal.jsonl").write_text("\n".join(entries) + "\n")
         result = runner.invoke(app, ["status", str(finished_run)])
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == 12, result.output   # ExitCode.WATCHER_FAILED: unfinished, nobody watching
         assert f"trainer   alive, pid {sleeper.pid}" in result.output
         assert "no watcher holds the run folder" in result.output
     finally:

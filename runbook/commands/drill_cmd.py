@@ -1,4 +1,4 @@
-"""`runbook drill FAULT`: break a scratch copy of the configured run on purpose and report the recovery."""
+"""`runbook drill FAULT [CONFIG]`: break a scratch copy of the configured run on purpose and report the recovery."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 
+from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 
 out = Console(highlight=False, soft_wrap=True)
@@ -50,7 +52,8 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
 
 def drill(
     fault_name: str = typer.Argument(..., metavar="FAULT", help="preemption, hang, corrupt-checkpoint, oom, nan, loss-spike, slow"),
-    config: Path = typer.Option(Path("configs/run_config.yaml"), help="the run to copy (it is never modified)"),
+    config: Optional[Path] = config_argument("the run config to copy (it is never modified), default configs/run_config.yaml"),
+    config_opt: Optional[Path] = config_option(),
     timeout: float = typer.Option(600.0, help="give up after this many seconds"),
 ) -> None:
     """Run the seed's "break it on purpose" exercise on a scratch copy and report what runbook did."""
@@ -63,7 +66,7 @@ def drill(
         out.print(f"error: unknown fault '{fault_name}'; known: {', '.join(FAULTS)}")
         raise typer.Exit(int(ExitCode.USAGE))
     fault = FAULTS[fault_name]
-    loaded = load_config(config)
+    loaded = load_config(chosen_config(config, config_opt))
     try:  # the default corpus must exist before the scratch copy points at it
         prepare_data(loaded, accept_data_change=False, record_hash=False)
     except Exception as error:  # noqa: BLE001 - one sentence, same as `watch`

@@ -17,14 +17,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from engine.yaml_source import SourceError
 
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-incidents_app = typer.Typer(add_completion=False, invoke_without_command=True,
+incidents_app = typer.Typer(add_completion=False, invoke_without_command=True, cls=ConfigGroup,
                             help="List the run's incident records, or show one.")
 
 
@@ -201,16 +201,17 @@ def print_record(record: dict) -> None:
 
 
 # --- commands ------------------------------------------------------------------------------------
-ConfigOption = typer.Option(DEFAULT_CONFIG, "--config", help="run config (YAML)")
 JsonOption = typer.Option(False, "--json", help="machine-readable output")
 
 
 @incidents_app.callback()
-def list_incidents(ctx: typer.Context, config: Path = ConfigOption, as_json: bool = JsonOption) -> None:
+def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(),
+                   config_opt: Optional[Path] = config_option(), as_json: bool = JsonOption) -> None:
     """List the incident records of the run (id, when, playbook, outcome, step, lost compute)."""
     if ctx.invoked_subcommand is not None:
-        ctx.obj = {"config": config}  # `incidents --config X show ...` works too
+        ctx.obj = {"config": config or config_opt}  # `incidents -c X show ...` works too
         return
+    config = chosen_config(config, config_opt)
     try:
         _loaded, store = open_store(config)
     except RecordProblem as problem:
@@ -229,10 +230,10 @@ def list_incidents(ctx: typer.Context, config: Path = ConfigOption, as_json: boo
 
 @incidents_app.command("show")
 def show_incident(ctx: typer.Context, incident_id: str = typer.Argument(..., help="incident-N"),
-                  config: Optional[Path] = typer.Option(None, "--config", help=f"run config (YAML) [default: {DEFAULT_CONFIG}]"),
+                  config: Optional[Path] = config_argument(), config_opt: Optional[Path] = config_option(),
                   as_json: bool = JsonOption) -> None:
     """Show one incident: summary, actions with results, config changes, log excerpt."""
-    config = config or (ctx.obj or {}).get("config") or DEFAULT_CONFIG
+    config = chosen_config(config, config_opt or (ctx.obj or {}).get("config"))
     try:
         _loaded, store = open_store(config)
         record = read_record(store, incident_id)

@@ -15,16 +15,17 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from engine.yaml_source import SourceError
 
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def notify(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    config: Optional[Path] = config_argument(),
+    config_opt: Optional[Path] = config_option(),
     flush: bool = typer.Option(False, "--flush", help="deliver the pending notices now"),
     timeout: Optional[float] = typer.Option(
         None, "--timeout", min=0, help="seconds to keep trying (default: notifications.slack.delivery_timeout_s)"),
@@ -36,7 +37,7 @@ def notify(
     from runbook.report import duration
 
     try:
-        loaded = load_config(config)
+        loaded = load_config(chosen_config(config, config_opt))
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None

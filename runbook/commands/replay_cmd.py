@@ -1,4 +1,4 @@
-"""`runbook replay incident-N | --all`: re-decide recorded incidents against today's playbooks.
+"""`runbook replay incident-N | --all [CONFIG]`: re-decide recorded incidents against today's playbooks.
 
 Dry-run by default: it reads the config, the playbooks and the records and writes nothing, runs
 nothing. Exit 0 when every decision is unchanged, 1 when one changed, 9 when a record is unknown or
@@ -16,16 +16,18 @@ import typer
 from rich.text import Text
 
 from runbook.commands.incidents_cmd import (
-    DEFAULT_CONFIG, RecordProblem, err, open_store, out, read_all, read_record, report,
+    RecordProblem, err, open_store, out, read_all, read_record, report,
 )
+from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from engine.yaml_source import SourceError
 
 
 def replay(
     incident_id: Optional[str] = typer.Argument(None, help="incident-N (or use --all)"),
+    config: Optional[Path] = config_argument(),
     all_incidents: bool = typer.Option(False, "--all", help="replay every recorded incident (a regression check)"),
-    config: Path = typer.Option(DEFAULT_CONFIG, "--config", help="run config (YAML)"),
+    config_opt: Optional[Path] = config_option(),
     playbooks: Optional[list[Path]] = typer.Option(
         None, "--playbooks", help="playbook file or folder to use instead of the config's (repeatable)"),
     config_now: bool = typer.Option(
@@ -37,6 +39,9 @@ def replay(
         False, "--accept-data-change", help="with --execute: resume although the training data changed since the incident"),
 ) -> None:
     """Re-evaluate recorded incidents against today's playbooks and show what would differ (dry-run)."""
+    if incident_id and Path(incident_id).suffix in (".yaml", ".yml") and config is None:   # `replay --all CONFIG`
+        incident_id, config = None, Path(incident_id)
+    config = chosen_config(config, config_opt)
     if (incident_id is None) == (not all_incidents):
         err.print(Text("error: give one incident id (incident-N) or --all, not both and not neither"))
         raise typer.Exit(int(ExitCode.USAGE))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 
+from runbook.config_arg import chosen_config, config_argument, config_option
 
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -122,7 +123,8 @@ def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
 
 
 def report(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    config: Optional[Path] = config_argument(),
+    config_opt: Optional[Path] = config_option(),
     output: Path = typer.Option(None, "--output", "-o", help="Markdown file to write (default: <run_dir>/report/report.md)"),
 ) -> None:
     """Write a Markdown report of the run: loss curve across restarts, incidents, lost compute, goodput."""
@@ -131,7 +133,7 @@ def report(
     from engine.journal import JournalUnreadable
     from runbook.exit_codes import ExitCode
 
-    loaded = load_started_run(config)
+    loaded = load_started_run(chosen_config(config, config_opt))
     target = output or loaded.run_dir / "report" / "report.md"
     if target.is_dir():   # `--output some/folder/`: the report goes inside it
         target = target / "report.md"

@@ -21,16 +21,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from runbook.config_arg import chosen_config, config_option
 from runbook.exit_codes import ExitCode
 
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 SHOWN_FINDINGS = 50
 out = Console(highlight=False)
 
 
 def scan_data(
-    paths: Optional[list[Path]] = typer.Argument(None, help="text files or folders of *.txt (default: the run's data.train_dir)"),
-    config: Path = typer.Option(DEFAULT_CONFIG, "--config", "-c", help="run config (YAML): tokenizer and data folders"),
+    paths: Optional[list[Path]] = typer.Argument(None, metavar="CONFIG|PATHS", help="the run config (a .yaml/.yml "
+                                                 "file), then text files or folders of *.txt (default: the run's data.train_dir)"),
+    config: Optional[Path] = config_option("run config (YAML): tokenizer and data folders (same as CONFIG)"),
     max_tokens: int = typer.Option(100_000, "--max-tokens", min=1, help="flag lines with more tokens than this"),
     context: Optional[int] = typer.Option(None, "--context", min=1, help="also flag lines longer than the model context (tokens)"),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer folder (default: the config's data.tokenizer_dir)"),
@@ -41,6 +42,11 @@ def scan_data(
     from engine.datascan import DataScanError, load_tokenizer, scan_files
     from runbook.commands.common import fail
 
+    configs = [p for p in paths or [] if p.suffix in (".yaml", ".yml")]   # never training text
+    if len(configs) > 1:
+        fail(ExitCode.USAGE, f"more than one run config given ({', '.join(map(str, configs))}); give one")
+    config = chosen_config(configs[0] if configs else None, config)
+    paths = [p for p in paths or [] if p not in configs]
     loaded = _load_config(config, needed=not paths or tokenizer is None)
     tok_dir = tokenizer or (loaded.data_path("tokenizer_dir") if loaded else None)
     try:
@@ -71,7 +77,7 @@ def _load_config(path: Path, needed: bool):
 
     if not path.is_file():
         if needed:
-            fail(ExitCode.BAD_CONFIG, f"run config {path} not found; it names the data and tokenizer (pass --config).")
+            fail(ExitCode.BAD_CONFIG, f"run config {path} not found; it names the data and tokenizer (give it as CONFIG or -c).")
         return None
     return load_config(path)  # a SourceError becomes exit 3 with file:line in runbook.cli.main
 

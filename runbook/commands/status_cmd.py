@@ -1,4 +1,4 @@
-"""`runbook status [CONFIG] [--json]`: where the run stands, read from its folder.
+"""`runbook status [CONFIG] [--json]`: where the run stands, read from its folder; the exit code says its state.
 
 Works in a second terminal while `runbook watch` runs, and after it ended: the journal says the
 state and launches, heartbeat.json what the watcher last saw, the newest trainer log the latest
@@ -15,15 +15,16 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from engine.run_folder import RunFolder
-from runbook.exit_codes import ExitCode
+from runbook.config_arg import chosen_config, config_argument, config_option
+from runbook.exit_codes import STATUS_CODES, ExitCode
 
-DEFAULT_CONFIG = Path("configs/run_config.yaml")
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
 RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
 out = Console(highlight=False, soft_wrap=True)
@@ -226,16 +227,26 @@ def render(status: dict) -> list[str]:
     return lines
 
 
+def status_code(status: dict) -> ExitCode:
+    """PURE. The exit code that tells the run's state apart (README's table): completed 0, escalated 4,
+    stopped 7 (resumable), running under a watcher 13, unfinished with no watcher 12 (it failed or was killed)."""
+    if status["state"] in STATUS_CODES:
+        return STATUS_CODES[status["state"]]
+    return ExitCode.RUNNING if status["watcher"]["running"] else ExitCode.WATCHER_FAILED
+
+
 def status(
-    config: Path = typer.Argument(DEFAULT_CONFIG, help="run config (YAML)"),
+    config: Optional[Path] = config_argument(),
+    config_opt: Optional[Path] = config_option(),
     as_json: bool = typer.Option(False, "--json", help="one JSON object"),
 ) -> None:
-    """Where the run stands: state, step, loss, speed, checkpoints, incidents (live or after the end)."""
+    """Where the run stands: state, step, loss, speed, checkpoints, incidents (live or after the end).
+    Exits 0 completed, 4 escalated, 7 stopped, 12 unfinished with no watcher, 13 running."""
     from runbook.commands.common import load_started_run
 
     from engine.journal import JournalUnreadable
 
-    loaded = load_started_run(config)
+    loaded = load_started_run(chosen_config(config, config_opt))
     try:
         data = gather(loaded)
     except JournalUnreadable as error:
@@ -248,6 +259,7 @@ def status(
     else:
         for line in render(data):
             out.print(Text(line))
+    raise typer.Exit(int(status_code(data)))
 
 
 def json_safe(value):

@@ -1,32 +1,36 @@
-"""`runbook verify [OUT_DIR]`: the status of every checkpoint, checked without unpickling anything."""
+"""`runbook verify [CONFIG | OUT_DIR]`: the status of every checkpoint, checked without unpickling anything."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from runbook.config_arg import chosen_config, config_option
 from runbook.exit_codes import ExitCode
 
 out = Console(highlight=False, soft_wrap=True)
 
 
 def verify(
-    out_dir: Path = typer.Argument(None, help="checkpoint folder (default: out_dir of the run config)"),
-    config: Path = typer.Option(Path("configs/run_config.yaml"), help="run config, used when OUT_DIR is not given"),
+    target: Optional[Path] = typer.Argument(None, metavar="CONFIG|OUT_DIR",
+                                            help="run config (its out_dir), or a checkpoint folder; default configs/run_config.yaml"),
+    config: Optional[Path] = config_option("run config: its out_dir, or with OUT_DIR its trainer's layout"),
 ) -> None:
     """Verify each checkpoint: the trainer's own check (litgpt: zip CRCs), side files, and the sha256 manifest when sealed."""
     from engine import checkpoints as ckpts
     from engine.trainers import DEFAULT_TRAINER_KIND, adapter_for
 
-    kind = DEFAULT_TRAINER_KIND   # with OUT_DIR given no run config is read: the default trainer's layout
-    if out_dir is None:
+    out_dir = target if target is not None and target.is_dir() else None   # a folder is OUT_DIR, a file a config
+    kind = DEFAULT_TRAINER_KIND   # OUT_DIR alone reads no run config: the default trainer's layout
+    if out_dir is None or config is not None:
         from engine.config import load_config
 
-        loaded = load_config(config)
-        out_dir, kind = loaded.out_dir, loaded.config.trainer.kind
+        loaded = load_config(chosen_config(None if out_dir else target, config))
+        out_dir, kind = out_dir or loaded.out_dir, loaded.config.trainer.kind
     layout = adapter_for(kind).layout
     if not out_dir.is_dir():
         out.print(f"error: {out_dir} is not a folder")

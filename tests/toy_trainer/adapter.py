@@ -113,3 +113,13 @@ class ToyAdapter:
 
     def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return 0   # the toy records no paths in its checkpoints
+
+
+class FaultyToyAdapter(ToyAdapter):
+    """A trainer plugin with a bug: reading the first progress line raises, so the watcher itself fails
+    (what `runbook watch` exits with then is not the run's outcome, tests/test_watch_events.py)."""
+
+    def parse_line(self, line: str) -> Event | None:
+        if PROGRESS.match(line.rstrip("\n")):
+            raise RuntimeError("a bug in the toy adapter")
+        return super().parse_line(line)

@@ -1,0 +1,108 @@
+"""`runbook watch --json`: one JSON object per line, each with typed fields (documented in
+docs/watch-events.md; SCHEMA below is what tests/test_watch_events.py checks every line of a real run
+against), so scripts read the step and the loss instead of parsing `text`.
+
+Every object has `time` (ISO 8601, UTC), `event` and `text` (the line the plain output prints).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+INT, NUM, STR, BOOL, NULL, LIST = "integer", "number", "string", "boolean", "null", "array"
+
+# event -> field -> (JSON types allowed, required). A field that does not apply is null, never absent.
+SCHEMA: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
+    "observation": {   # a progress line, at most one per 10 optimizer steps (as in the plain output)
+        "state": ((STR,), True), "step": ((INT,), True), "loss": ((NUM, NULL), True),
+        "val_loss": ((NUM, NULL), True), "tokens_per_s": ((NUM, NULL), True),
+        "tokens": ((INT, NULL), True), "verified_checkpoint_step": ((INT, NULL), True),
+    },
+    "transition": {"state": ((STR,), True), "previous": ((STR, NULL), True), "reason": ((STR,), True)},
+    "launch": {"launch": ((INT,), True), "pid": ((INT,), True), "resume_from": ((STR, NULL), True)},
+    "incident_opened": {
+        "incident": ((STR,), True), "playbook": ((STR,), True), "symptom": ((STR, NULL), True),
+        "step": ((INT, NULL), True),
+    },
+    "action": {
+        "incident": ((STR,), True), "playbook": ((STR,), True), "action": ((STR,), True),
+        "outcome": ((STR,), True), "summary": ((STR, NULL), True),
+    },
+    "incident_closed": {
+        "incident": ((STR,), True), "playbook": ((STR,), True), "outcome": ((STR,), True),
+        "recovery_seconds": ((NUM, NULL), True), "steps_lost": ((INT, NULL), True),
+        "resumed_step": ((INT, NULL), True),
+    },
+    "dry_run_plan": {"playbook": ((STR,), True), "reason": ((STR,), True), "steps": ((LIST,), True)},
+    "dry_run": {"message": ((STR,), True)},
+    "warning": {"message": ((STR,), True)},
+    "expression_error": {"message": ((STR,), True)},
+}
+COMMON = {"time": ((STR,), True), "event": ((STR,), True), "text": ((STR,), True)}
+ACTION_OUTCOMES = ("ok", "failed")
+
+
+def _number(value: Any) -> float | None:
+    """JSON has no NaN or infinity: a non-finite loss (the NaN playbook's case) is null."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _state(value: Any) -> str | None:
+    return None if value is None else getattr(value, "value", str(value))
+
+
+def fields(kind: str, data: dict) -> dict | None:
+    """PURE. The typed fields of one event, or None for an event --json does not print."""
+    if kind == "observation":
+        snap = data["snapshot"]
+        m = snap.metrics
+        return {"state": _state(snap.run_state), "step": m.step, "loss": _number(m.loss), "val_loss": _number(m.val_loss),
+                "tokens_per_s": _number(m.tokens_per_sec), "tokens": m.tokens,
+                "verified_checkpoint_step": snap.checkpoints.newest_verified_step}
+    if kind == "transition":
+        return {"state": _state(data["state"]), "previous": _state(data.get("previous")), "reason": str(data["reason"])}
+    if kind == "launch":
+        resume = data.get("resume_from")
+        return {"launch": data["launch"], "pid": data["pid"], "resume_from": str(resume) if resume else None}
+    if kind in ("incident_opened", "action", "incident_closed"):
+        r = data["record"]
+        base = {"incident": r["id"], "playbook": r["playbook"]}
+        if kind == "incident_opened":
+            return {**base, "symptom": r.get("symptom"), "step": r.get("step_at_failure")}
+        if kind == "action":
+            res = data["result"]
+            return {**base, "action": res["verb"], "outcome": "ok" if res["ok"] else "failed", "summary": res.get("summary")}
+        return {**base, "outcome": r["outcome"], "recovery_seconds": _number(r.get("recovery_seconds")),
+                "steps_lost": r.get("steps_lost"), "resumed_step": r.get("resumed_step")}
+    if kind == "dry_run_plan":
+        d = data["decision"]
+        return {"playbook": d.playbook.name, "reason": str(d.reason), "steps": [s.description for s in data["steps"]]}
+    if kind in ("dry_run", "warning", "expression_error"):
+        return {"message": str(data.get("text") or data.get("error"))}
+    return None
+
+
+def problems(line: dict) -> list[str]:
+    """PURE. How one parsed --json line breaks SCHEMA (empty when it does not)."""
+    spec = SCHEMA.get(line.get("event"))
+    if spec is None:
+        return [f"unknown event {line.get('event')!r}"]
+    allowed = {**COMMON, **spec}
+    found = [f"unknown field {k!r}" for k in line if k not in allowed]
+    for name, (types, required) in allowed.items():
+        if name not in line:
+            found += [f"missing field {name!r}"] if required else []
+        elif _json_type(line[name]) not in types:
+            found.append(f"{name!r} is {_json_type(line[name])}, not {' or '.join(types)}")
+    return found
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT
+    return {float: NUM, str: STR, list: LIST}.get(type(value), "object")
