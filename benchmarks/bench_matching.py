@@ -198,7 +198,7 @@ def main() -> None:
     load = os.getloadavg()[0]  # CPU time still suffers when other processes share the cores
 
     config = RunConfig()
-    shipped = load_playbooks([ROOT / "playbooks"])
+    shipped = load_playbooks([ROOT / "engine" / "playbooks"])
     generated = generated_playbooks(200)
     snapshots = healthy_snapshots(2000)
     rows = []

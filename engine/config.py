@@ -89,7 +89,9 @@ class TrainerSettings(Strict):
 
 
 class PlaybookSettings(Strict):
-    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")])
+    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")],
+                              description="the project's playbooks: added to the shipped set, or replacing a shipped one by name")
+    shipped: bool = Field(True, description="also use the playbooks shipped with runbook (engine/playbooks/)")
 
 
 class WatchSettings(Strict):
@@ -176,7 +178,9 @@ class LoadedConfig:
 
     @property
     def playbook_paths(self) -> list[Path]:
-        return [self.resolve(p) for p in self.config.playbooks.paths]
+        # The project's own playbooks/ folder is optional (the shipped set suffices); any other path must exist.
+        return [self.resolve(p) for p in self.config.playbooks.paths
+                if p != Path("playbooks") or self.resolve(p).exists()]
 
     def data_path(self, name: str) -> Path:
         return self.resolve(getattr(self.config.data, name))

@@ -19,7 +19,8 @@ from engine.actions import REGISTRY
 from engine.clauses import walk
 from engine.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.playbook import Playbook
-from engine.playbook_loader import playbook_files, read_playbook_files, set_problems, where
+from engine.playbook_loader import playbook_files, set_problems, where
+from engine.playbook_set import read_set, shipped_files
 from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
 from engine.config import RunConfig
 from engine.yaml_source import SourceError, load_yaml
@@ -51,22 +52,25 @@ class LintReport:
     valid: list[Playbook] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)      # project playbooks replacing shipped ones
 
     @property
     def ok(self) -> bool:
         return not self.errors
 
 
-def lint_paths(paths: list[Path], config: RunConfig | None = None) -> LintReport:
+def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipped: bool = False) -> LintReport:
+    """Lint the files under `paths`, with the shipped set under them when include_shipped (a run's view)."""
     config = config or RunConfig()
     report = LintReport()
     try:
-        files = playbook_files(paths)
+        playbooks, report.errors, replaced = read_set(paths, include_shipped)
+        shipped = len(shipped_files()) if include_shipped else 0
+        report.files = len(playbook_files(paths)) + shipped - len(replaced)
     except SourceError as err:
         report.errors += err.messages
         return report
-    report.files = len(files)
-    playbooks, report.errors = read_playbook_files(files)
+    report.notes = [r.note() for r in replaced]
     problems = set_problems(playbooks)
     report.errors += [problem.message() for problem in problems]
     spoiled = {id(p) for problem in problems for p in problem.spoils}

@@ -103,7 +103,7 @@ def deliver_leftover_notices(loaded) -> None:
 
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
     from engine.lock import RunLocked
-    from engine.playbook_loader import load_playbooks
+    from engine.playbook_set import load_run_playbooks
     from engine.state import RunState
     from engine.supervisor import Supervisor
     from engine.config import load_config
@@ -118,7 +118,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
                       f"change run_dir and out_dir in {loaded.path} or remove {loaded.run_dir}")
             return ExitCode.OK
-        playbooks = load_playbooks(loaded.playbook_paths)
+        playbooks = load_run_playbooks(loaded)
         check_trainer(loaded)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()

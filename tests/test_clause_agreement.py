@@ -21,7 +21,7 @@ from runbook.playbook_lint import SAMPLES
 from tests.test_playbook_language import CLAUSE_CASES, snap
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = load_playbooks([REPO / "playbooks"])
+SHIPPED = load_playbooks([REPO / "engine" / "playbooks"])
 _CLAUSE = TypeAdapter(AnyClause)
 
 

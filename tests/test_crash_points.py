@@ -52,7 +52,7 @@ ACTION_POINTS = ["before-action-{i}", "after-action-{i}", "saved-action-{i}", "j
 def crash_points(playbook: str, with_actions: bool) -> list[str]:
     points = list(INCIDENT_POINTS)
     if with_actions:
-        actions = load_playbook_file(REPO / "playbooks" / f"{playbook.replace('-', '_')}.yaml").actions
+        actions = load_playbook_file(REPO / "engine" / "playbooks" / f"{playbook.replace('-', '_')}.yaml").actions
         for i in range(len(actions)):
             points += [p.format(i=i, n=i + 1) for p in ACTION_POINTS]
     if SCENARIOS[playbook][2]:

@@ -39,10 +39,10 @@ def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project, tmp_path
     # gradients go non-finite around step 11; without loss-spike the NaN path is what is exercised.
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
-    for source in (REPO / "playbooks").glob("*.yaml"):
+    for source in (REPO / "engine" / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
             (playbooks / source.name).write_text(source.read_text().replace("inhibits: [unknown-crash, loss-spike]", "inhibits: [unknown-crash]"))
-    project.set(lr=10.0, seed=SEED, playbooks={"paths": [str(playbooks)]})
+    project.set(lr=10.0, seed=SEED, playbooks={"paths": [str(playbooks)], "shipped": False})
     assert finish(project.watch()) == 0, project.watch_output()
 
     incidents = project.incidents()
@@ -94,7 +94,7 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
     # cooldown the throttle's own incident is not held back by such an earlier one.
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
-    for source in (REPO / "playbooks").glob("*.yaml"):
+    for source in (REPO / "engine" / "playbooks").glob("*.yaml"):
         (playbooks / source.name).write_text(source.read_text().replace("  cooldown: 2m\n", "  cooldown: 0s\n"))
     project.set(max_tokens=409600, save_interval=100, trainer={"eval_interval": 100}, playbooks={"paths": [str(playbooks)]})
     watcher = project.watch()

@@ -89,7 +89,8 @@ actions:
 def project(tmp_path) -> Path:
     root = tmp_path / "project"
     (root / "configs").mkdir(parents=True)
-    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
+    config = (REPO / "configs" / "run_config.yaml").read_text()   # only the test's own playbooks:
+    (root / "configs" / "run_config.yaml").write_text(config.replace("  shipped: true", "  shipped: false"))
     (root / "playbooks").mkdir()
     for name, text in PLAYBOOKS.items():
         (root / "playbooks" / name).write_text(text)
@@ -413,7 +414,7 @@ def test_a_record_written_by_runbook_78fd88e_still_loads_and_replays(project, mo
     assert incident.state.trainer.signal == "SIGTERM"                 # the snapshot types again
 
     monkeypatch.chdir(project)
-    replayed = run("replay", "incident-1", "--playbooks", str(REPO / "playbooks"))   # today's shipped ones
+    replayed = run("replay", "incident-1", "--playbooks", str(REPO / "engine" / "playbooks"))   # today's shipped ones
     assert replayed.exit_code == 0, replayed.output
     assert "preemption" in replayed.output
     changed = run("replay", "incident-1")   # this project's preemption playbook lost two actions since

@@ -30,7 +30,7 @@ def feed(tracker: MetricTracker, lines: list[tuple[float, str]]) -> None:
 
 
 def spike_fires(tracker: MetricTracker) -> bool:
-    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    playbook = load_playbook_file(REPO / "engine" / "playbooks" / "loss_spike.yaml")
     snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics=tracker.metrics())
     outcome = decide(snapshot, build_config({}), [playbook], MatchMemory(), AttemptHistory())
     return outcome.decision is not None and outcome.decision.playbook.name == "loss-spike"
@@ -96,7 +96,7 @@ def test_each_repeated_spike_cuts_the_lr_four_times_harder():
     from engine.planner import plan
     from engine.config import RunConfig
 
-    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    playbook = load_playbook_file(REPO / "engine" / "playbooks" / "loss_spike.yaml")
     snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
                                                                           "loss_best_median": 6.4, "last_healthy_step": 3})
     lr, seen = 10.0, []
@@ -136,7 +136,7 @@ def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_bac
     from engine.planner import plan
     from engine.config import RunConfig
 
-    playbook = load_playbook_file(REPO / "playbooks" / "nan.yaml")
+    playbook = load_playbook_file(REPO / "engine" / "playbooks" / "nan.yaml")
     tracker = MetricTracker(tokens_per_iter=256)
     feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(12)])
     feed(tracker, [(12 + i, progress(13 + i, loss)) for i, loss in enumerate([40.0, 446.0, 1027.0, 1101.0])])

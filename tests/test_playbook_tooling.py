@@ -19,7 +19,7 @@ from runbook.exit_codes import ExitCode
 from runbook.playbook_schema import duration_fields, playbook_schema
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "playbooks"
+SHIPPED = REPO / "engine" / "playbooks"
 SHIPPED_FILES = sorted(p for p in SHIPPED.iterdir() if p.suffix in (".yaml", ".yml"))
 HEAD = "description: x\nmatch:\n  stalled: {}\nactions:\n  - stop: {}\n"
 

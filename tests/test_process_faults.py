@@ -68,7 +68,7 @@ actions:
   - set_hyperparameters: {micro_batch_size: "{{ config.micro_batch_size // 2 }}"}
   - resume: {from: newest_verified}
 """)
-    project.set(playbooks={"paths": [str(playbooks)]})
+    project.set(playbooks={"paths": [str(playbooks)], "shipped": False})
     watcher = project.watch()
     wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="checkpoint 20")
     os.kill(project.trainer_pid(), signal.SIGTERM)

@@ -92,10 +92,10 @@ def test_an_oom_of_a_reattached_trainer_halves_the_micro_batch(project):
 def test_a_nan_crash_of_a_reattached_trainer_is_rolled_back(project, tmp_path):
     playbooks = tmp_path / "playbooks"   # without loss-spike: the NaN path is what is exercised
     playbooks.mkdir()
-    for source in (REPO / "playbooks").glob("*.yaml"):
+    for source in (REPO / "engine" / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
             (playbooks / source.name).write_text(source.read_text().replace("inhibits: [unknown-crash, loss-spike]", "inhibits: [unknown-crash]"))
-    project.set(lr=10.0, playbooks={"paths": [str(playbooks)]})
+    project.set(lr=10.0, playbooks={"paths": [str(playbooks)], "shipped": False})
     watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=1)
     os.kill(trainer_pid, signal.SIGCONT)
     assert finish(watcher, project) == 0, project.watch_output()

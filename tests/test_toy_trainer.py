@@ -36,7 +36,7 @@ def make_toy_project(root: Path, step_seconds: float = STEP_SECONDS) -> Project:
         (root / "data" / name / "a.txt").write_text("toy\n")
     # No tokenizer: the toy reads no text, and what a trainer needs besides the data is its adapter's to say.
     project = Project(root)
-    project.set(playbooks={"paths": [str(REPO / "playbooks")]}, max_tokens=STEPS * 16 * 64, save_interval=SAVE_INTERVAL,
+    project.set(max_tokens=STEPS * 16 * 64, save_interval=SAVE_INTERVAL,
                 keep_last_k=20, data_hash="",
                 data={"train_dir": "data/train", "val_dir": "data/val", "tokenizer_dir": "data/tokenizer",
                       "make_default": False},

@@ -77,7 +77,7 @@ actions:
   - wait: {seconds: 20}
   - resume: {from: newest_verified}
 """)
-    project.set(playbooks={"paths": [str(playbooks)]})
+    project.set(playbooks={"paths": [str(playbooks)], "shipped": False})
     first = project.watch()
     wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="checkpoint 20")
     os.kill(project.trainer_pid(), signal.SIGTERM)

@@ -17,7 +17,8 @@ from engine.yaml_source import SourceError
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
 DEFAULT_PLAYBOOKS = Path("playbooks")
 
-PATHS = typer.Argument(None, help="playbook files or folders (default: ./playbooks, or the run config's playbooks.paths)")
+PATHS = typer.Argument(None, help="playbook files or folders, exactly these (default: the shipped set + ./playbooks, "
+                                   "or the run config's set)")
 CONFIG = typer.Option(None, "--config", "-c", help="run config (YAML): its playbooks.paths and values")
 
 
@@ -28,23 +29,28 @@ def _exit(code: ExitCode, *lines: str) -> None:
 
 
 def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
-    """(RunConfig, playbook paths): explicit paths win, then the run config's, then ./playbooks."""
+    """(RunConfig, project paths, include shipped): explicit paths are exactly the set; else the run
+    config's set (shipped + playbooks.paths); else the shipped set + ./playbooks when it exists."""
     from engine.config import RunConfig, load_config
 
     if config_path is None:
-        return RunConfig(), list(paths or [DEFAULT_PLAYBOOKS])
+        if paths:
+            return RunConfig(), list(paths), False
+        return RunConfig(), [DEFAULT_PLAYBOOKS] if DEFAULT_PLAYBOOKS.exists() else [], True
     try:
         loaded = load_config(config_path)
     except SourceError as err:
         _exit(ExitCode.BAD_CONFIG, *err.messages)
-    return loaded.config, list(paths or loaded.playbook_paths)
+    if paths:
+        return loaded.config, list(paths), False
+    return loaded.config, loaded.playbook_paths, loaded.config.playbooks.shipped
 
 
-def _load(paths: list[Path], code: ExitCode):
-    from engine.playbook_loader import load_playbooks
+def _load(paths: list[Path], code: ExitCode, include_shipped: bool = False):
+    from engine.playbook_set import load_set
 
     try:
-        return load_playbooks(paths)
+        return load_set(paths, include_shipped)[0]
     except SourceError as err:
         _exit(code, *err.messages)
 
@@ -54,9 +60,9 @@ def lint(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -
     """Validate playbooks: every problem as file:line:col: key: reason. Exit 0 only when all are valid."""
     from runbook.playbook_lint import lint_paths
 
-    run_config, paths = _setup(paths, config)
-    report = lint_paths(paths, run_config)
-    for line in report.errors + report.warnings:
+    run_config, paths, shipped = _setup(paths, config)
+    report = lint_paths(paths, run_config, include_shipped=shipped)
+    for line in report.errors + report.warnings + report.notes:
         typer.echo(line)
     if report.files == 0 and not report.errors:
         _exit(ExitCode.INVALID, f"no playbook files (*.yaml, *.yml) in {', '.join(map(str, paths))}")
@@ -73,8 +79,8 @@ def run_tests(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONF
     """Run the `tests:` of every playbook. Exit 0 only when all pass."""
     from engine.playbook_testing import run_playbook_tests
 
-    _, paths = _setup(paths, config)
-    playbooks = _load(paths, ExitCode.INVALID)
+    _, paths, shipped = _setup(paths, config)
+    playbooks = _load(paths, ExitCode.INVALID, shipped)
     results = run_playbook_tests(playbooks)
     for result in results:
         if result.passed:
@@ -136,14 +142,14 @@ def explain(
     from engine.planner import plan
     from engine.config import RunConfig
 
-    run_config, paths = _setup(playbooks, config)
+    run_config, paths, shipped = _setup(playbooks, config)
     snapshot, record_config = _read_state(state)
     if config is None and record_config:
         try:
             run_config = RunConfig.model_validate(record_config)  # the config the incident was decided with
         except ValidationError:
             typer.echo("note: the record's config_before is not valid any more; using the defaults")
-    loaded = _load(paths, ExitCode.BAD_CONFIG)
+    loaded = _load(paths, ExitCode.BAD_CONFIG, shipped)
     by_name = {p.name: p for p in loaded}
     if name not in by_name:
         _exit(ExitCode.NOT_FOUND, f"no playbook '{name}' in {', '.join(map(str, paths))} (known: {', '.join(sorted(by_name))})")
@@ -182,6 +188,25 @@ def explain(
             status = f" (skipped: {step.skipped})" if step.skipped else f" (cannot plan: {step.error})" if step.error else ""
             typer.echo(f"  {step.index + 1}. {step.description}{status}")
     raise typer.Exit(0 if explanation.matched else int(ExitCode.NO_MATCH))
+
+
+@playbooks_app.command("list")
+def list_playbooks(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -> None:
+    """Every playbook in use, highest priority first, with its origin: shipped, or the project file."""
+    from engine.matcher import ordered
+    from engine.playbook_set import load_set, origin
+
+    _, paths, shipped = _setup(paths, config)
+    try:
+        playbooks, replaced = load_set(paths, shipped)
+    except SourceError as err:
+        _exit(ExitCode.INVALID, *err.messages)
+    replacing = {r.project.name for r in replaced}
+    for playbook in ordered(playbooks):
+        note = " (replaces the shipped one)" if playbook.name in replacing else ""
+        typer.echo(f"{playbook.name:<22} priority {playbook.priority:>4}  {origin(playbook)}{note}")
+    typer.echo(f"{len(playbooks)} playbook(s): {sum(origin(p) == 'shipped' for p in playbooks)} shipped, "
+               f"{sum(origin(p) != 'shipped' for p in playbooks)} from the project ({len(replaced)} replacing shipped ones)")
 
 
 @playbooks_app.command()

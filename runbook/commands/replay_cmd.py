@@ -54,10 +54,12 @@ def replay(
     except RecordProblem as problem:
         raise typer.Exit(int(report(problem)))
     try:
-        from engine.playbook_loader import load_playbooks
+        from engine.playbook_set import load_set
 
+        # --playbooks names exactly the set to replay with; without it, the run's own (shipped + project).
         playbook_paths = [p.resolve() for p in playbooks] if playbooks else loaded.playbook_paths
-        today = load_playbooks(playbook_paths)
+        shipped = not playbooks and loaded.config.playbooks.shipped
+        today = load_set(playbook_paths, shipped)[0]
     except SourceError as error:
         err.print(Text("\n".join(error.messages)))
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
@@ -91,7 +93,7 @@ def replay(
     if execute and not problems:
         from runbook.commands.replay_execute import execute_replay
 
-        code = execute_replay(chosen[0], loaded, playbook_paths, accept_data_change=accept_data_change)
+        code = execute_replay(chosen[0], loaded, playbook_paths, accept_data_change=accept_data_change, shipped=shipped)
     raise typer.Exit(int(code))
 
 

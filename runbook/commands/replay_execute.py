@@ -80,7 +80,7 @@ def source_checkpoint(record: dict, out_dir: Path, layout):
     return ckpt
 
 
-def replay_config(loaded, record: dict, playbook_paths: list[Path]) -> dict:
+def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: bool | None = None) -> dict:
     """Today's config with the recorded hyperparameters, every outside path absolute, and out_dir,
     run_dir and run_log inside the replay folder (relative: they resolve against it)."""
     from pydantic import ValidationError
@@ -97,7 +97,8 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path]) -> dict:
     tree.update(out_dir="checkpoints", run_dir="run", run_log="run-log.md", data_hash=loaded.config.data_hash)
     tree["data"] = {**tree["data"], "make_default": False,
                     **{name: str(loaded.data_path(name)) for name in ("train_dir", "val_dir", "tokenizer_dir")}}
-    tree["playbooks"] = {"paths": [str(p) for p in playbook_paths]}
+    tree["playbooks"] = {"paths": [str(p) for p in playbook_paths],
+                         "shipped": loaded.config.playbooks.shipped if shipped is None else shipped}
     if loaded.config.run_log_template:
         tree["run_log_template"] = str(loaded.resolve(loaded.config.run_log_template))
     tree["watch"] = {**tree["watch"], "quarantine_dir": None}
@@ -110,7 +111,8 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path]) -> dict:
     return tree
 
 
-def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt.datetime | None = None) -> Path:
+def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt.datetime | None = None,
+                       shipped: bool | None = None) -> Path:
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine import checkpoints as ckpts
     from engine.incidents import ID_PATTERN
@@ -121,7 +123,7 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     incident_id = str(record.get("id"))
     if not ID_PATTERN.match(incident_id):
         raise ExecuteRefused(ExitCode.NOT_FOUND, f"'{incident_id}' is not an incident id")
-    tree = replay_config(loaded, record, playbook_paths)          # refuse before creating anything
+    tree = replay_config(loaded, record, playbook_paths, shipped)          # refuse before creating anything
     adapter = adapter_for(loaded.config.trainer.kind)
     source = source_checkpoint(record, loaded.out_dir, adapter.layout)
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -167,12 +169,13 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     return config_path
 
 
-def execute_replay(record: dict, loaded, playbook_paths: list[Path], accept_data_change: bool = False) -> ExitCode:
+def execute_replay(record: dict, loaded, playbook_paths: list[Path], accept_data_change: bool = False,
+                   shipped: bool | None = None) -> ExitCode:
     """Prepare the replay folder and run `runbook watch` on it in-process; its exit code is ours."""
     from runbook.watch_command import run_watch
 
     try:
-        config_path = prepare_replay_run(record, loaded, playbook_paths)
+        config_path = prepare_replay_run(record, loaded, playbook_paths, shipped=shipped)
     except ExecuteRefused as refused:
         err.print(Text(f"error: {refused}"))
         return refused.code

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
-from engine.trainers.litgpt import launch, log_lines, resume
+from engine.trainers.litgpt import launch, log_lines, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 
 
@@ -21,6 +21,8 @@ class LitGPTAdapter:
         return launch.is_installed()
 
     def check_environment(self, loaded) -> list[str]:
+        if problem := support.version_problem(support.installed_version()):
+            return [problem]   # the other checks ask litgpt itself, whose answers may differ in another version
         return launch.environment_problems(loaded)
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
