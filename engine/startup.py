@@ -51,4 +51,6 @@ def start_or_continue(sup) -> None:
         sup.launch(None)
         return
     plan = sup.control.adapter.prepare_resume(newest, sup.loaded, sup.loaded.folder.resume)
+    if plan.note:   # no incident at start-up: what the resume copy changed goes to the journal
+        sup.journal.append("resume_rewritten", detail=plan.detail, note=plan.note)
     sup.launch(plan.file)

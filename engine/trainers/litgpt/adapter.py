@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
-from engine.trainers.litgpt import launch, log_lines, resume, support
+from engine.trainers.litgpt import data_moves, launch, log_lines, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 
 
@@ -36,19 +36,20 @@ class LitGPTAdapter:
 
     def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
         pth = self.layout.resume_file(checkpoint.path)
+        plan = ResumePlan(pth, f"from step {checkpoint.step}")
         saved_mb = resume.checkpoint_micro_batch(checkpoint.path)
         new_mb = loaded.config.micro_batch_size
-        if saved_mb is None or saved_mb == new_mb:
-            return ResumePlan(pth, f"from step {checkpoint.step}")
-        copy = Path(scratch_dir) / f"{self.layout.folder_name(checkpoint.step)}-mb{new_mb}.pth"
-        # litgpt counts iter_num in micro-batches: rescale so tokens and the lr schedule stay exact.
-        info = resume.rescaled_copy(pth, copy, saved_mb / new_mb)
-        return ResumePlan(
-            copy,
-            f"from step {checkpoint.step} (iter_num rescaled for micro_batch_size {saved_mb} -> {new_mb})",
-            f"resumed from a copy of step {checkpoint.step} with iter_num {info['iter_num_before']} -> "
-            f"{info['iter_num_after']} (micro_batch_size {saved_mb} -> {new_mb}); the original checkpoint is untouched",
-        )
+        if saved_mb is not None and saved_mb != new_mb:
+            copy = Path(scratch_dir) / f"{self.layout.folder_name(checkpoint.step)}-mb{new_mb}.pth"
+            # litgpt counts iter_num in micro-batches: rescale so tokens and the lr schedule stay exact.
+            info = resume.rescaled_copy(pth, copy, saved_mb / new_mb)
+            plan = ResumePlan(
+                copy,
+                f"from step {checkpoint.step} (iter_num rescaled for micro_batch_size {saved_mb} -> {new_mb})",
+                f"resumed from a copy of step {checkpoint.step} with iter_num {info['iter_num_before']} -> "
+                f"{info['iter_num_after']} (micro_batch_size {saved_mb} -> {new_mb}); the original checkpoint is untouched",
+            )
+        return data_moves.follow_data(plan, checkpoint, loaded, scratch_dir, self.layout.folder_name(checkpoint.step))
 
     def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
         pth = self.layout.resume_file(checkpoint.path)

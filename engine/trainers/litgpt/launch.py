@@ -19,6 +19,7 @@ from ruamel.yaml import YAML
 from engine.durable import atomic_write_text
 from engine.merge import deep_merge
 from engine.trainers.base import LaunchSpec
+from engine.trainers.litgpt import data_cache
 
 
 # Device nodes a CUDA (or ROCm) torch needs: NVIDIA's, WSL2's GPU paravirtualisation, AMD's.
@@ -33,24 +34,6 @@ def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def stage_data(train_dir: Path, val_dir: Path, staging_dir: Path) -> tuple[Path, Path]:
-    """Link the user's .txt files into a folder of our own, keyed by data hash.
-
-    litgpt's TextFiles writes its preprocessed cache *inside* the data folder and never notices
-    when the text changes; staging per data hash keeps the user's folder clean and the cache honest.
-    """
-    staged = []
-    for name, source in (("train", train_dir), ("val", val_dir)):
-        target = staging_dir / name
-        target.mkdir(parents=True, exist_ok=True)
-        for txt in sorted(source.glob("*.txt")):
-            link = target / txt.name
-            if not link.exists():
-                link.symlink_to(txt.resolve())
-        staged.append(target)
-    return staged[0], staged[1]
 
 
 def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
@@ -116,11 +99,17 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
     }
     return deep_merge(litgpt_config, cfg.trainer.extra)
 
+def place_cache(loaded, config: dict, data_hash: str) -> tuple[Path | None, int]:
+    """The TextFiles cache folder this config reads (its paths set in config), and the block size."""
+    block_size = config["train"].get("max_seq_length") or loaded.config.model.block_size
+    return data_cache.place(config, loaded.run_dir, data_hash, loaded.data_path("tokenizer_dir"), block_size), block_size
+
+
 def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
     cfg = loaded.config
-    staging = loaded.run_dir / "data" / data_hash.removeprefix("sha256:")[:16]
-    train_dir, val_dir = stage_data(loaded.data_path("train_dir"), loaded.data_path("val_dir"), staging)
-    config = trainer_config(loaded, train_dir, val_dir, resume_from)
+    config = trainer_config(loaded, Path(), Path(), resume_from)   # the data paths are the cache's, below
+    cache, block_size = place_cache(loaded, config, data_hash)
+    train_src, val_src, tokenizer_dir = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
     launch_dir.mkdir(parents=True, exist_ok=True)
     config_file = launch_dir / "litgpt_pretrain.yaml"
     buffer = io.StringIO()
@@ -148,6 +137,8 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(cfg.trainer.env)
     argv = [_litgpt_executable(), "pretrain", "--config", str(config_file)]
+    if cache is not None:   # built (or found complete) by the trainer process first
+        argv = data_cache.preprocess_argv(sys.executable, cache, train_src, val_src, tokenizer_dir, block_size) + argv
     return LaunchSpec(
         argv=argv,
         env=env,

@@ -110,3 +110,38 @@ def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> in
         # The out_dir's own temp prefix: a leftover is runbook's, never a file foreign to the checkpoint.
         atomic_write(pth, lambda f: torch.save(state, f), prefix=own_tmp_prefix(pth.parent.parent))
     return changed
+
+
+def loader_input_dir(pth: Path) -> str | None:
+    """The data folder the checkpoint's train loader read (litdata's input_dir_path), if recorded."""
+    loader = _load(pth).get("train_dataloader")
+    dataset = loader.get("dataset") if isinstance(loader, dict) else None
+    return dataset.get("input_dir_path") if isinstance(dataset, dict) else None
+
+
+def loader_copy(src_pth: Path, dst_pth: Path, new_input_dir: Path, reset: bool) -> dict:
+    """Copy src with the train loader pointed at new_input_dir; with reset, its position is also set
+    back to the start of an epoch. Model, optimizer, iter_num and step_count unchanged; src untouched.
+
+    Why reset: litdata's position is a count of samples into one dataset's shuffled order; in other
+    data (changed text, tokenizer or block size) that count names different samples, and past the new
+    data's end it names none. With 0 samples yielded litdata begins the next epoch of the new data
+    (and never compares the old input_dir). Without reset (the same cache, moved) the position holds."""
+    import torch
+
+    src_pth, dst_pth = Path(src_pth), Path(dst_pth)
+    if os.path.abspath(src_pth) == os.path.abspath(dst_pth):
+        raise ValueError("dst_pth must differ from src_pth (the source is never modified)")
+    state = _load(src_pth)
+    loader = state["train_dataloader"]
+    dataset = loader["dataset"]
+    before = {"input_dir": dataset.get("input_dir_path"), "epoch": loader.get("current_epoch"),
+              "samples_yielded": loader.get("num_samples_yielded")}
+    dataset["input_dir_path"] = str(new_input_dir)
+    if reset:
+        loader["num_samples_yielded"] = 0
+        dataset["num_samples_yielded"] = 0
+        dataset["sample_in_epoch"] = 0
+    dst_pth.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(dst_pth, lambda f: torch.save(state, f), prefix=OWN_TMP_PREFIX)
+    return before

@@ -1,0 +1,111 @@
+"""The TextFiles cache: keyed by everything that shapes it, built in staging, trusted only when whole;
+and `--accept-data-change` resuming a real run onto changed data."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from engine.trainers.litgpt import data_cache
+from tests.conftest import make_project, stop_process, wait_for
+
+TEXT_FILES = {"class_path": data_cache.TEXT_FILES, "init_args": {"train_data_path": "a", "val_data_path": "b",
+                                                                  "num_workers": 2, "seed": 42}}
+
+
+def test_the_cache_key_changes_with_everything_that_shapes_the_cache_and_nothing_else():
+    key = data_cache.cache_key("sha256:t", "tok", 64, TEXT_FILES)
+    moved = {**TEXT_FILES, "init_args": {**TEXT_FILES["init_args"], "train_data_path": "x", "num_workers": 8}}
+    assert data_cache.cache_key("sha256:t", "tok", 64, moved) == key
+    reseeded = {**TEXT_FILES, "init_args": {**TEXT_FILES["init_args"], "seed": 1}}
+    others = [data_cache.cache_key("sha256:u", "tok", 64, TEXT_FILES), data_cache.cache_key("sha256:t", "tok2", 64, TEXT_FILES),
+              data_cache.cache_key("sha256:t", "tok", 128, TEXT_FILES), data_cache.cache_key("sha256:t", "tok", 64, reseeded),
+              data_cache.cache_key("sha256:t", "tok", 64, {**TEXT_FILES, "class_path": "my.TextFiles"})]
+    assert len({key, *others}) == 6
+
+
+def test_the_tokenizer_hash_follows_its_files(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"a": 1}')
+    first = data_cache.tokenizer_hash(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    assert data_cache.tokenizer_hash(tmp_path) != first
+
+
+def _preprocess(shared_data, cache, **popen):
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.trainers.litgpt.preprocess", "--cache", str(cache),
+         "--train", str(shared_data / "stdlib" / "train"), "--val", str(shared_data / "stdlib" / "val"),
+         "--tokenizer", str(shared_data / "tokenizer"), "--block-size", "64", "--", "echo", "exec-ok"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoes_it(tmp_path, shared_data):
+    cache = tmp_path / "run" / "data" / "k"
+    staging = data_cache.staging_dir(cache)
+    proc = _preprocess(shared_data, cache, start_new_session=True)
+    try:
+        wait_for(lambda: (staging / "train" / "train").exists(), 120, interval=0.05, what="litdata writing into staging")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # the trainer's whole process group, as a node loss would
+        proc.wait()
+    assert not cache.exists() and not data_cache.is_complete(cache)
+
+    again = _preprocess(shared_data, cache)
+    out, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out
+    assert data_cache.is_complete(cache) and not staging.exists()
+    assert "data cache built" in out and out.rstrip().endswith("exec-ok")   # then it became the trainer
+
+    third = _preprocess(shared_data, cache)
+    out, _ = third.communicate(timeout=300)
+    assert third.returncode == 0 and "data cache reused" in out, out
+
+
+def _own_small_corpus(project, shared_data):
+    """One train shard and the val shard, copied: this test changes the text (and preprocesses it twice)."""
+    corpus = project.root / "data" / "stdlib"
+    corpus.unlink()
+    shutil.copytree(shared_data / "stdlib", corpus, ignore=shutil.ignore_patterns("shard-00[123].txt"))
+    return corpus
+
+
+def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, shared_data):
+    project = make_project(tmp_path / "project", shared_data, max_tokens=10240, save_interval=5)   # 10 steps
+    corpus = _own_small_corpus(project, shared_data)
+    watcher = project.watch()
+    try:
+        wait_for(lambda: (project.step_dir(5) / "model_config.yaml").exists(), 240, what="first checkpoint")
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(timeout=60) == 7, project.watch_output()   # INTERRUPTED
+    finally:
+        stop_process(watcher)
+    old_caches = sorted(p.name for p in (project.run_dir / "data").iterdir())
+
+    with open(corpus / "train" / "shard-000.txt", "a") as fh:
+        fh.write("\n\ndef added_after_the_run_started():\n    return 42\n" * 200)
+    refused = project.watch()
+    assert refused.wait(timeout=120) == 3, project.watch_output()
+    assert "--accept-data-change" in project.watch_output()
+
+    started = time.monotonic()
+    accepted = project.watch("--accept-data-change")
+    try:
+        assert accepted.wait(timeout=300) == 0, project.watch_output()
+    finally:
+        stop_process(accepted)
+    output = project.watch_output()
+    assert "doesn't match" not in output and time.monotonic() - started < 300
+
+    caches = sorted(p.name for p in (project.run_dir / "data").iterdir())
+    assert len(caches) == 2 and set(old_caches) < set(caches)   # a new cache for the new text, the old one kept
+    entries = [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines()]
+    rewritten = [e for e in entries if e["kind"] == "resume_rewritten"]
+    assert len(rewritten) == 1 and "RESET" in rewritten[0]["note"] and "next epoch of the new data" in rewritten[0]["note"]
+    last_launch = [e for e in entries if e["kind"] == "launch"][-1]
+    assert "-data-" in last_launch["resume_from"] and last_launch["resume_from"].startswith(str(project.run_dir))
+    assert project.final_progress()["step_count"] == 10   # every optimizer step of the configured tokens
