@@ -41,6 +41,7 @@ def watch(
 
 
 # --- commands that live in their own modules: an explicit table (tests/test_cli.py keeps it in sync) ---
+from runbook.commands.check_cmd import check as check_command  # noqa: E402
 from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
 from runbook.commands.notify_cmd import notify as notify_command  # noqa: E402
@@ -60,6 +61,7 @@ app.command("status")(status_command)
 app.command("report")(report_command)
 app.command("drill")(drill_command)
 app.command("notify")(notify_command)
+app.command("check")(check_command)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     With record_hash=False (drills) the config is only read, never written."""
     from engine import checkpoints as ckpts
     from engine.config import compute_data_hash
+    from engine.preflight import preflight
     from engine.trainers import adapter_for
     from runbook.default_data import ensure_default_assets
 
@@ -43,8 +44,8 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: folder {folder} does not exist ({loaded.path})")
         if not any(folder.glob("*.txt")):
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: no .txt files in {folder}")
-    if problems := adapter_for(cfg.trainer.kind).check_environment(loaded):
-        raise Refusal(ExitCode.BAD_CONFIG, "; ".join(problems))
+    if problems := preflight(loaded, adapter_for(cfg.trainer.kind)):   # `runbook check` runs the same
+        raise Refusal(ExitCode.BAD_CONFIG, "\nerror: ".join(problems))
     data_hash = compute_data_hash(train_dir, val_dir)
     if not record_hash:
         return data_hash

@@ -78,7 +78,9 @@ class TrainerAdapter(Protocol):
 
     def check_environment(self, loaded) -> list[str]:
         """What this machine or the run's files lack for the trainer to start (a device, a tokenizer
-        file), one sentence each naming the fix; [] when nothing. Asked once the data is in place."""
+        file, a config key the trainer refuses), one sentence each naming the fix and, for a config
+        value, its file:line; [] when nothing. The trainer's part of the preflight (engine/preflight.py),
+        asked by `runbook check` and by `runbook watch` before any launch, once the data is in place."""
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         """Write the trainer config for this launch and return how to start it."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
-from engine.trainers.litgpt import data_moves, launch, log_lines, resume, support
+from engine.trainers.litgpt import data_moves, launch, log_lines, preflight, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 
 
@@ -23,7 +23,7 @@ class LitGPTAdapter:
     def check_environment(self, loaded) -> list[str]:
         if problem := support.version_problem(support.installed_version()):
             return [problem]   # the other checks ask litgpt itself, whose answers may differ in another version
-        return launch.environment_problems(loaded)
+        return preflight.problems(loaded)
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)

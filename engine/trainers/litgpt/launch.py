@@ -160,22 +160,9 @@ def _litgpt_executable() -> str:
 
 
 INSTALL_HINT = "run `bash scripts/setup.sh` (README.md), or `pip install litgpt` into the Python that runs runbook"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")   # litgpt's Tokenizer loads either
 
 
 def is_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("litgpt") is not None and shutil.which("litgpt", path=_bin_path()) is not None
-
-
-def environment_problems(loaded) -> list[str]:
-    """What this machine or the run's files lack for `litgpt pretrain` to start, one sentence each."""
-    problems = []
-    if loaded.config.trainer.device == "cuda" and not cuda_available():
-        problems.append(f"trainer.device is 'cuda' in {loaded.path} but this machine has no CUDA GPU visible to "
-                        "torch; set trainer.device: auto (or cpu)")
-    tokenizer_dir = loaded.data_path("tokenizer_dir")
-    if not any((tokenizer_dir / name).is_file() for name in TOKENIZER_FILES):
-        problems.append(f"data.tokenizer_dir: no tokenizer.json in {tokenizer_dir}")
-    return problems

@@ -1,0 +1,61 @@
+"""`runbook check [CONFIG]`: the preflight `runbook watch` runs before any launch, on its own.
+
+It finds in seconds what would otherwise fail minutes into a run: the config, the playbooks, the
+trainer's install, the data folders, the tokenizer, the trainer's own config parser, the devices
+and out_dir's room (engine/preflight.py and the trainer adapter's check_environment).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from runbook.config_arg import chosen_config, config_argument, config_option
+from runbook.exit_codes import ExitCode
+from engine.yaml_source import SourceError
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def run_check(config_path: Path) -> ExitCode:
+    import time
+
+    from engine.config import load_config
+    from engine.playbook_set import load_run_playbooks
+    from engine.preflight import preflight
+    from engine.trainers import adapter_for
+
+    started = time.monotonic()
+    try:
+        loaded = load_config(config_path)
+        playbooks = load_run_playbooks(loaded)
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        return ExitCode.BAD_CONFIG
+    adapter = adapter_for(loaded.config.trainer.kind)
+    if not adapter.is_installed():
+        err.print(f"error: {adapter.name} is not installed in this Python environment; {adapter.install_hint}", markup=False)
+        return ExitCode.TRAINER_MISSING
+    train_dir = loaded.data_path("train_dir")
+    if (loaded.config.data.make_default and train_dir == loaded.resolve(Path("data/stdlib/train"))
+            and not any(train_dir.glob("*.txt"))):
+        typer.echo(f"{loaded.path}: config and {len(playbooks)} playbook(s) valid; the default corpus and tokenizer "
+                   "are made by the first `runbook watch`, so the data, tokenizer and trainer checks wait until then")
+        return ExitCode.OK
+    problems = preflight(loaded, adapter)
+    for problem in problems:
+        err.print(f"error: {problem}", markup=False)
+    if problems:
+        err.print(f"{len(problems)} problem(s): `runbook watch` would refuse to start this run", markup=False)
+        return ExitCode.BAD_CONFIG
+    typer.echo(f"{loaded.path}: ready to launch ({len(playbooks)} playbook(s), data, tokenizer, {adapter.name}'s "
+               f"config parser, devices and out_dir checked in {time.monotonic() - started:.1f} s)")
+    return ExitCode.OK
+
+
+def check(config: Optional[Path] = config_argument(), config_opt: Optional[Path] = config_option()) -> None:
+    """Preflight: what would fail a launch (data, tokenizer, trainer config, devices, out_dir), in seconds. Exit 0 or 3."""
+    raise typer.Exit(int(run_check(chosen_config(config, config_opt))))
