@@ -4,6 +4,7 @@ project, one sentence naming the config key's file:line, exit 3; and a pass on t
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -163,3 +164,16 @@ def test_the_checkpoint_estimate_is_within_a_few_percent_of_a_real_checkpoint(re
     real = (newest / "lit_model.pth").stat().st_size
     size, _ = checkpoint_estimate(164_672, "32-true")
     assert 0.95 < size / real <= 1.0, (size, real)
+
+
+@pytest.mark.parametrize("command", ["check", "watch"])
+def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(project, tmp_path, command):
+    # A litgpt 0.4.0 distribution record ahead of the real one on the path: what importlib.metadata reports.
+    fake = tmp_path / "site" / "litgpt-0.4.0.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: litgpt\nVersion: 0.4.0\n")
+    done = subprocess.run([RUNBOOK, command, str(project.config)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    assert "litgpt 0.4.0 is installed but runbook supports litgpt >=0.5.13,<0.6" in done.stderr
+    assert not (project.run_dir / "launches").exists()
