@@ -78,6 +78,8 @@ class TrainerSettings(Strict):
     memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
     extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
+    litgpt_config: Path | None = Field(None, description="your litgpt pretrain YAML as the run's base (`runbook init --from-litgpt`): "
+                                       "its hyperparameters, data and tokenizer are read from it and changes are written back to it")
 
     @field_validator("kind")
     @classmethod
@@ -205,9 +207,18 @@ class LoadedConfig:
         atomic_write_text(dest, header + buffer.getvalue())
 
     def write_back(self, updates: dict[str, Any]) -> "LoadedConfig":
-        """Persist changed hyperparameters into the user's file (comments and order kept)."""
+        """Persist changed hyperparameters into the user's file (comments and order kept); with
+        trainer.litgpt_config, the keys that file owns go there (one source of truth)."""
         RunConfig.model_validate({**self.config.model_dump(), **updates})  # refuse invalid values first
-        update_yaml_values(self.path, updates)
+        if self.config.trainer.litgpt_config:
+            from engine.trainers.litgpt import user_config
+
+            owned = {k: v for k, v in updates.items() if k in user_config.OWNED}
+            if owned:
+                user_config.write_values(self.resolve(self.config.trainer.litgpt_config), owned)
+            updates = {k: v for k, v in updates.items() if k not in owned}
+        if updates:
+            update_yaml_values(self.path, updates)
         return self.reload()
 
 
@@ -272,8 +283,17 @@ def load_config(path: Path) -> LoadedConfig:
         tree = {}
     if not isinstance(tree, dict):
         raise SourceError([f"{path}:1:1: the run config must be a mapping of keys to values"])
+    values = plain(tree)
+    if isinstance(values.get("trainer"), dict) and values["trainer"].get("litgpt_config"):
+        from engine.trainers.litgpt import user_config
+
+        litgpt_path = Path(values["trainer"]["litgpt_config"])
+        litgpt_path = litgpt_path if litgpt_path.is_absolute() else path.resolve().parent.parent / litgpt_path
+        if not litgpt_path.is_file():
+            raise SourceError([f"{path}: trainer.litgpt_config: no file {litgpt_path}"])
+        values = user_config.overlay(values, litgpt_path, path)
     try:
-        config = RunConfig.model_validate(plain(tree))
+        config = RunConfig.model_validate(values)
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
     loaded = LoadedConfig(path, config)

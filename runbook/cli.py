@@ -44,6 +44,7 @@ def watch(
 from runbook.commands.check_cmd import check as check_command  # noqa: E402
 from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
+from runbook.commands.init_cmd import init as init_command  # noqa: E402
 from runbook.commands.notify_cmd import notify as notify_command  # noqa: E402
 from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
@@ -54,6 +55,7 @@ from runbook.commands.verify_cmd import verify as verify_command  # noqa: E402
 
 app.add_typer(playbooks_app, name="playbooks")
 app.add_typer(incidents_app, name="incidents")
+app.command("init")(init_command)
 app.command("replay")(replay_command)
 app.command("scan-data")(scan_data_command)
 app.command("verify")(verify_command)

@@ -13,7 +13,7 @@ from typer.main import get_command
 from runbook.cli import app
 from tests.conftest import RUNBOOK
 
-EXPECTED_COMMANDS = {"watch", "check", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
+EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
                      "notify"}
 
 

@@ -38,6 +38,10 @@ def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
 
 def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
     cfg = loaded.config
+    if cfg.trainer.litgpt_config:   # the user's own litgpt YAML is the base (runbook init --from-litgpt)
+        from engine.trainers.litgpt.user_config import launch_config
+
+        return launch_config(loaded, resume_from)
     model = cfg.model
     litgpt_config = {
         "model_name": "pythia-14m",  # required by litgpt even with model_config; the shape below wins
