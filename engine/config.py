@@ -78,6 +78,9 @@ class TrainerSettings(Strict):
     memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
     extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
+    preflight_parse: bool = Field(True, description="before a launch, have the trainer's own parser read the generated "
+                                  "config and size a checkpoint (litgpt: a subprocess, ~5 s of imports; `runbook check` "
+                                  "always does it)")
     litgpt_config: Path | None = Field(None, description="your litgpt pretrain YAML as the run's base (`runbook init --from-litgpt`): "
                                        "its hyperparameters, data and tokenizer are read from it and changes are written back to it")
 

@@ -100,6 +100,9 @@ def make_project(root: Path, shared_data: Path, **updates) -> Project:
     (root / "data" / "stdlib").symlink_to(shared_data / "stdlib")
     (root / "data" / "tokenizer").symlink_to(shared_data / "tokenizer")
     project = Project(root)
+    # litgpt's own parser reading the config before each launch costs ~5 s of imports: tests/test_preflight.py
+    # proves it (and `runbook check` always runs it); the other tests' launches skip it.
+    project.set(trainer={"preflight_parse": False})
     project.set(**{**SHORT_RUN, **updates})   # playbooks: the shipped set (the project has no playbooks/)
     return project
 

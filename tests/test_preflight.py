@@ -177,3 +177,13 @@ def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(project, tmp_p
     assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
     assert "litgpt 0.4.0 is installed but runbook supports litgpt >=0.5.13,<0.6" in done.stderr
     assert not (project.run_dir / "launches").exists()
+
+
+def test_watch_has_litgpt_parse_the_config_before_a_launch_unless_told_not_to(project):
+    """trainer.preflight_parse (default true; the other tests turn it off for speed) makes `watch` refuse
+    a config litgpt's own parser rejects before any launch; off, the launch itself finds it."""
+    project.set(trainer={"preflight_parse": True, "extra": {"train": {"bogus_key": 3}}})
+    refused = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == ExitCode.BAD_CONFIG, refused.stdout + refused.stderr
+    assert "litgpt pretrain refuses the generated config" in refused.stderr and "bogus_key" in refused.stderr
+    assert not (project.run_dir / "trainer.pid").exists()   # nothing was launched

@@ -45,6 +45,9 @@ def run_check(config_path: Path) -> ExitCode:
         typer.echo(f"{loaded.path}: config and {len(playbooks)} playbook(s) valid; the default corpus and tokenizer "
                    "are made by the first `runbook watch`, so the data, tokenizer and trainer checks wait until then")
         return ExitCode.OK
+    # `check` is the slow, thorough one: it always has the trainer's parser read the config.
+    trainer = loaded.config.trainer.model_copy(update={"preflight_parse": True})
+    loaded.config = loaded.config.model_copy(update={"trainer": trainer})
     problems = preflight(loaded, adapter)
     for problem in problems:
         err.print(f"error: {problem}", markup=False)

@@ -144,8 +144,9 @@ def _probe_env() -> dict:
     return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TORCHDYNAMO_DISABLE": "1"}   # parsing needs no GPU
 
 
-def problems(loaded) -> list[str]:
-    """Every litgpt-specific problem of this run, one sentence each, file:line first."""
+def problems(loaded, parse: bool | None = None) -> list[str]:
+    """Every litgpt-specific problem of this run, one sentence each, file:line first. `parse` (default:
+    the run config's trainer.preflight_parse) runs litgpt's own parser on the generated config."""
     cfg, where = loaded.config, lambda *loc: at(loaded.path, loc)
     train_dir, val_dir = loaded.data_path("train_dir"), loaded.data_path("val_dir")
     config = launch.trainer_config(loaded, train_dir, val_dir, None)
@@ -169,6 +170,8 @@ def problems(loaded) -> list[str]:
 
     if any(data_folder_problem("", d) for d in (train_dir, val_dir)):
         return found   # litgpt's parser checks the data paths too: the generic check already said why
+    if not (cfg.trainer.preflight_parse if parse is None else parse):
+        return found
     refusal, parameters = parse_with_litgpt(config)
     if refusal:
         found.append(f"{where('trainer', 'extra') if extra else loaded.path}: {refusal}")
