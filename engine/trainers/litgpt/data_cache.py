@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from engine.crash_points import crash_point
 
 TEXT_FILES = "litgpt.data.TextFiles"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "generation_config.json")
@@ -83,6 +84,7 @@ def build(folder: Path, train_src: Path, val_src: Path, preprocess) -> bool:
     preprocess(staging)
     if not is_complete(staging):
         raise RuntimeError(f"preprocessing ended without index.json in {staging}/train/train and val/val")
+    crash_point("data-cache-staged")   # the tests: killed with a whole cache still in staging
     staging.rename(folder)
     return True
 
