@@ -59,7 +59,9 @@ def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoe
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
     assert data_cache.is_complete(cache) and not staging.exists()
-    assert "data cache built" in out and out.rstrip().endswith("exec-ok")   # then it became the trainer
+    # then it became the trainer (exec): its output is there. Not necessarily last: Python's multiprocessing
+    # resource tracker (litdata's workers) may still print a shutdown warning after it.
+    assert "data cache built" in out and "exec-ok" in out.splitlines(), out
 
     third = _preprocess(shared_data, cache)
     out, _ = third.communicate(timeout=300)
