@@ -2,7 +2,9 @@
 
 Written as one JSON file per incident (engine/incidents.py). `schema_version` says which writer made
 it: records from before it existed (version 1, runbook at 78fd88e and earlier) carry the same keys
-and load as they are; fields this version does not know are kept, so a newer record survives an
+and load as they are; version 3 adds `signature` and `same_as` (engine/signature.py), absent (None)
+in older records, whose signature readers compute from the stored snapshot
+(`signature_of_record`). Fields this version does not know are kept, so a newer record survives an
 older reader's rewrite.
 """
 
@@ -14,7 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-SCHEMA_VERSION = 2
+from engine.signature import Signature, signature_of
+
+SCHEMA_VERSION = 3
 
 Outcome = Literal["open", "recovered", "escalated", "failed"]
 
@@ -57,6 +61,8 @@ class Incident(BaseModel):
     trainer_exit_code: int | None = None
     log_excerpt: list[str] = Field(default_factory=list)
     snapshot: dict[str, Any] = Field(default_factory=dict)     # the StateSnapshot as JSON
+    signature: Signature | None = None   # schema 3: what makes this failure "the same" as another
+    same_as: str | None = None           # schema 3: the run's first earlier incident with this signature
     # decided: the plan computed once, at opening; it is the plan that runs
     plan: list[dict[str, Any]] = Field(default_factory=list)
     config_before: dict[str, Any] = Field(default_factory=dict)
@@ -100,6 +106,7 @@ class Incident(BaseModel):
             step_at_failure=snapshot.metrics.step, tokens_at_failure=snapshot.metrics.tokens,
             trainer_exit_code=snapshot.trainer.exit_code, log_excerpt=list(snapshot.tail[-40:]),
             snapshot=snapshot.model_dump(mode="json"), plan=plan, config_before=config_before,
+            signature=signature_of(snapshot),
         )
         incident._snapshot_model = snapshot
         return incident

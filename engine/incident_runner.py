@@ -50,6 +50,7 @@ class IncidentRunner:
         s = self.services
         incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
                                  [step.to_dict() for step in steps], config.model_dump(mode="json"))
+        incident.same_as = self._first_same(incident)
         self._save(incident)
         crash_point("incident-saved")
         s.journal.append("incident_opened", incident=incident.id, playbook=playbook.name, decision=decision.kind,
@@ -57,7 +58,8 @@ class IncidentRunner:
         crash_point("incident-opened")
         s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
         self.parts.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
-                                            {"step": str(snapshot.metrics.step), "decision": decision.reason})
+                                            {"step": str(snapshot.metrics.step), "decision": decision.reason,
+                                             **signature_fields(incident)})
         self.parts.events("incident_opened", record=incident.to_json())
         if decision.kind == "escalate":
             self.escalation = decision.reason
@@ -65,6 +67,18 @@ class IncidentRunner:
             return incident
         self._run(incident, steps)
         return incident
+
+    def _first_same(self, incident: Incident) -> str | None:
+        """The run's first earlier incident with this failure's signature (records that cannot be read are passed over)."""
+        from engine.signature import first_with
+
+        if incident.signature is None:
+            return None
+        try:
+            earlier = [i.to_json() for i in self.services.store.read_all()[0] if i.id != incident.id]
+        except OSError:
+            return None
+        return first_with(incident.signature.id, earlier)
 
     def continue_open(self, opened: dict, done: list[int], playbooks) -> Incident:
         """A watcher died mid-recovery: finish the same incident, from its stored plan."""
@@ -225,6 +239,18 @@ class IncidentRunner:
             self.parts.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
 
 
+def signature_fields(incident: Incident) -> dict[str, str]:
+    """The notice's signature fields: the failure in one line, and which earlier incident it repeats."""
+    if incident.signature is None:
+        return {}
+    fields = {"signature": f"{incident.signature.id}: {incident.signature.text}"}
+    if incident.same_as:
+        from engine.signature import repeat_phrase
+
+        fields["seen before"] = repeat_phrase(incident.playbook, incident.same_as)
+    return fields
+
+
 def closing_summary(incident: Incident) -> str:
     actions = "; ".join(f"{a.verb}: {a.summary}" for a in incident.actions) or "no action"
     lost = incident.steps_lost
@@ -246,4 +272,4 @@ def run_log_writer(loaded_getter: Callable[[], object], events) -> Callable[[dic
     return append
 
 
-__all__ = ["IncidentRunner", "IncidentServices", "closing_summary", "run_log_writer"]
+__all__ = ["IncidentRunner", "IncidentServices", "closing_summary", "run_log_writer", "signature_fields"]
