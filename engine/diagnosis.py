@@ -1,70 +1,154 @@
-"""Why is training slow? Sample the trainer process from outside and say so, with the numbers."""
+"""Why is training slow? PURE: the evidence sampled from outside (engine/slowness_sampling.py) -> one cause.
+
+The causes are told apart by what each one leaves behind, checked in this order (the first that the
+evidence shows wins, so a cause outside the trainer is never answered with advice about the trainer):
+
+  stopped      the trainer (or one rank) spends its time in state T: SIGSTOP, a freezer, a debugger
+  slow_rank    one rank's own work per micro-batch is over STRAGGLER_FACTOR x the ranks' median
+  throttled    the trainer's cgroup hits its CPU quota (cpu.stat nr_throttled / throttled time)
+  steal        the hypervisor takes the CPU (steal time)
+  contention   other processes take the cores (their pids, commands and CPU shares are named)
+  storage      iowait, or the trainer blocked in uninterruptible (disk) sleep
+  data_loader  the data workers are saturated while the trainer waits for batches
+  compute      the trainer has the machine to itself and computes flat out: nothing outside it
+  unknown      none of the above
+"""
 
 from __future__ import annotations
 
-import os
-import time
+from pydantic import BaseModel, ConfigDict, Field
 
-import psutil
+STOPPED_FRACTION = 0.1         # of samples in state T
+STRAGGLER_FACTOR = 1.5         # a rank's work per micro-batch over this x the ranks' median
+THROTTLED_FRACTION = 0.1       # of the sampled wall time spent throttled by the cgroup
+STEAL_PERCENT = 10.0
+CONTENTION_SHARE = 0.25        # other processes' CPU, as a fraction of all cores
+BUSY_IDLE_PERCENT = 20.0       # the machine counts as saturated below this idle
+IOWAIT_PERCENT = 20.0
+DISK_SLEEP_FRACTION = 0.3      # of samples with the trainer in state D
+WORKER_SATURATED_PERCENT = 90.0
+COMPUTE_BOUND_PERCENT = 90.0
 
 
-def _read_speed_mb_s(folder, limit_bytes: int = 64 * 1024 * 1024) -> float | None:
-    files = sorted(folder.glob("*.txt"))
-    if not files:
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OtherProcess(Record):
+    pid: int
+    command: str                # the command line, cut to a readable length
+    cpu_percent: float          # of one core, over the sample window
+
+
+class RankSample(Record):
+    rank: int
+    pid: int | None = None
+    stopped_fraction: float = 0.0
+    work_seconds: float | None = None   # median of its own work per micro-batch (data + forward), from its heartbeat
+
+
+class SlownessEvidence(Record):
+    cores: int
+    sample_seconds: float
+    num_workers: int = 0
+    trainer_pids: list[int] = Field(default_factory=list)
+    trainer_cpu_percent: float = 0.0     # the ranks (or the single trainer process), of one core each
+    workers_cpu_percent: float = 0.0     # the rest of the trainer's process tree (data loaders)
+    stopped_fraction: float = 0.0        # of samples with the trainer (any rank) in state T
+    disk_sleep_fraction: float = 0.0     # of samples with the trainer in state D
+    system_idle_percent: float = 100.0
+    iowait_percent: float = 0.0
+    steal_percent: float = 0.0
+    cpu_pressure_some_avg10: float | None = None   # /proc/pressure/cpu, when the kernel has PSI
+    others_cpu_percent: float = 0.0
+    top_others: list[OtherProcess] = Field(default_factory=list)
+    cgroup: str | None = None
+    cgroup_quota_cores: float | None = None      # cpu.max / cfs_quota, None when unlimited
+    throttled_fraction: float | None = None      # throttled time / sampled wall time
+    throttled_periods: int | None = None
+    ranks: list[RankSample] = Field(default_factory=list)
+    data_read_mb_s: float | None = None
+
+
+class Verdict(Record):
+    cause: str
+    sentence: str
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def straggler(ranks: list[RankSample], factor: float = STRAGGLER_FACTOR) -> tuple[RankSample, float] | None:
+    """The slowest rank and the ranks' median step time, when that rank is over factor x the median."""
+    timed = [r for r in ranks if r.work_seconds is not None]
+    if len(timed) < 2:
         return None
-    started, read = time.perf_counter(), 0
-    for path in files:
-        with open(path, "rb") as fh:
-            while read < limit_bytes and (chunk := fh.read(1 << 20)):
-                read += len(chunk)
-        if read >= limit_bytes:
-            break
-    elapsed = time.perf_counter() - started
-    return read / 1e6 / elapsed if elapsed > 0 else None
+    median = _median([r.work_seconds for r in timed])
+    slowest = max(timed, key=lambda r: r.work_seconds)
+    return (slowest, median) if median > 0 and slowest.work_seconds > factor * median else None
 
 
-def diagnose_slowness(trainer, loaded, sample_seconds: float) -> dict:
-    """Sample CPU of the trainer and its children, how often it is stopped, and iowait."""
-    evidence: dict = {"num_workers": loaded.config.trainer.num_workers, "cores": os.cpu_count()}
-    try:
-        proc = psutil.Process(trainer.pid)
-        children = proc.children(recursive=True)
-        procs = [proc, *children]
-        for p in procs:
-            p.cpu_percent(None)
-        system_before = psutil.cpu_times_percent(None)
-        stopped = samples = 0
-        deadline = time.monotonic() + sample_seconds
-        while time.monotonic() < deadline:
-            samples += 1
-            stopped += proc.status() == psutil.STATUS_STOPPED
-            time.sleep(0.05)
-        evidence["trainer_cpu_percent"] = round(proc.cpu_percent(None), 1)
-        evidence["workers_cpu_percent"] = round(sum(c.cpu_percent(None) for c in children), 1)
-        evidence["stopped_fraction"] = round(stopped / max(samples, 1), 2)
-        system = psutil.cpu_times_percent(None)
-        evidence["iowait_percent"] = round(getattr(system, "iowait", 0.0), 1)
-        evidence["system_idle_percent"] = round(system.idle, 1)
-        del system_before
-    except psutil.Error as error:
-        return {"verdict": f"could not sample the trainer: {error}", "evidence": evidence}
-    evidence["data_read_mb_s"] = _read_speed_mb_s(loaded.data_path("train_dir"))
-    return {"verdict": _verdict(evidence), "evidence": evidence}
+def _named(procs: list[OtherProcess], limit: int = 3) -> str:
+    return ", ".join(f"pid {p.pid} `{p.command}` {p.cpu_percent:.0f}%" for p in procs[:limit])
 
 
-def _verdict(e: dict) -> str:
-    """Pure: the most likely cause from the evidence, in one sentence."""
-    if e["stopped_fraction"] >= 0.1:
-        return (f"the trainer is being stopped from outside ({e['stopped_fraction']:.0%} of samples in state T: "
-                "SIGSTOP, a cgroup freezer or a debugger); not a data or compute problem")
-    if e["iowait_percent"] >= 20:
-        return f"storage: {e['iowait_percent']}% iowait; data reads at {e['data_read_mb_s']} MB/s"
-    if e["num_workers"] > 0 and e["workers_cpu_percent"] >= 90 * e["num_workers"]:
-        return f"data workers saturated ({e['workers_cpu_percent']}% CPU over {e['num_workers']} workers): add num_workers"
-    if e["trainer_cpu_percent"] < 50 and e["system_idle_percent"] < 20:
-        return (f"CPU contention: the trainer got {e['trainer_cpu_percent']}% CPU while the machine was "
-                f"{100 - e['system_idle_percent']:.0f}% busy with other work")
-    if e["num_workers"] == 0 and e["trainer_cpu_percent"] >= 90:
-        return "the trainer is CPU-bound and loads data in its own process (num_workers: 0); more workers may help"
-    return (f"no single cause found: trainer CPU {e['trainer_cpu_percent']}%, workers {e['workers_cpu_percent']}%, "
-            f"iowait {e['iowait_percent']}%")
+def verdict(e: SlownessEvidence) -> Verdict:
+    """The most likely cause, in one sentence that carries its evidence."""
+    stopped_ranks = [r for r in e.ranks if r.stopped_fraction >= STOPPED_FRACTION]
+    if stopped_ranks and len(e.ranks) > 1:
+        r = stopped_ranks[0]
+        return Verdict(cause="stopped", sentence=(
+            f"rank {r.rank} (pid {r.pid}) is being stopped from outside ({r.stopped_fraction:.0%} of samples in "
+            "state T: SIGSTOP, a cgroup freezer or a debugger) and the other ranks wait for it; not a data or compute problem"))
+    if e.stopped_fraction >= STOPPED_FRACTION:
+        return Verdict(cause="stopped", sentence=(
+            f"the trainer is being stopped from outside ({e.stopped_fraction:.0%} of samples in state T: "
+            "SIGSTOP, a cgroup freezer or a debugger); not a data or compute problem"))
+    slow = straggler(e.ranks)
+    if slow:
+        rank, median = slow
+        return Verdict(cause="slow_rank", sentence=(
+            f"rank {rank.rank} (pid {rank.pid}) is a straggler: {rank.work_seconds:.2f} s of its own work a micro-batch "
+            f"against the ranks' median {median:.2f} s ({rank.work_seconds / median:.1f}x); the others wait for it at every step"))
+    if e.throttled_fraction is not None and e.throttled_fraction >= THROTTLED_FRACTION:
+        quota = f"{e.cgroup_quota_cores:g} cores" if e.cgroup_quota_cores else "its quota"
+        return Verdict(cause="throttled", sentence=(
+            f"the trainer's cgroup {e.cgroup} is throttled at its CPU quota ({quota}): throttled "
+            f"{e.throttled_fraction:.0%} of the time ({e.throttled_periods} periods); raise cpu.max or lower the trainer's threads"))
+    if e.steal_percent >= STEAL_PERCENT:
+        return Verdict(cause="steal", sentence=(
+            f"the hypervisor takes {e.steal_percent:.0f}% of the CPU (steal time): a noisy neighbour on the host, "
+            "not in this machine; move the run or wait"))
+    capacity = 100.0 * max(e.cores, 1)
+    if e.others_cpu_percent >= CONTENTION_SHARE * capacity and e.system_idle_percent < BUSY_IDLE_PERCENT:
+        pressure = (f", CPU pressure {e.cpu_pressure_some_avg10:.0f}% (some avg10)"
+                    if e.cpu_pressure_some_avg10 is not None else "")
+        return Verdict(cause="contention", sentence=(
+            f"CPU contention: other processes took {e.others_cpu_percent:.0f}% of the machine's {e.cores} cores "
+            f"({_named(e.top_others)}) while the trainer got {e.trainer_cpu_percent:.0f}%{pressure}; "
+            "not a data-loading problem: more workers would only add to it. Wait for them, or move them or the run"))
+    if e.iowait_percent >= IOWAIT_PERCENT or e.disk_sleep_fraction >= DISK_SLEEP_FRACTION:
+        read = f"{e.data_read_mb_s:.0f} MB/s" if e.data_read_mb_s is not None else "unmeasured"
+        return Verdict(cause="storage", sentence=(
+            f"storage: {e.iowait_percent:.0f}% iowait, the trainer in disk sleep {e.disk_sleep_fraction:.0%} of samples; "
+            f"the data folder reads at {read}"))
+    if e.num_workers > 0 and e.workers_cpu_percent >= WORKER_SATURATED_PERCENT * e.num_workers:
+        return Verdict(cause="data_loader", sentence=(
+            f"the data loader is starved: its {e.num_workers} workers use {e.workers_cpu_percent:.0f}% CPU (saturated) "
+            f"while the trainer gets {e.trainer_cpu_percent:.0f}%; add num_workers if cores are free"))
+    if e.trainer_cpu_percent >= COMPUTE_BOUND_PERCENT:
+        return Verdict(cause="compute", sentence=(
+            f"no outside cause: the trainer has the machine to itself (others {e.others_cpu_percent:.0f}%) and computes "
+            f"at {e.trainer_cpu_percent:.0f}% CPU; the slowdown is inside the training step"))
+    return Verdict(cause="unknown", sentence=(
+        f"no single cause found: trainer CPU {e.trainer_cpu_percent:.0f}%, workers {e.workers_cpu_percent:.0f}%, "
+        f"others {e.others_cpu_percent:.0f}%, iowait {e.iowait_percent:.0f}%, idle {e.system_idle_percent:.0f}%"))
+
+
+def report(evidence: SlownessEvidence) -> dict:
+    """What the incident stores: the sentence, its cause and the evidence, as plain data."""
+    found = verdict(evidence)
+    return {"verdict": found.sentence, "cause": found.cause, "evidence": evidence.model_dump()}

@@ -28,6 +28,37 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RankStatus(Frozen):
+    """One rank, from its own heartbeat (written inside the trainer) and its process seen from outside."""
+
+    rank: int
+    pid: int | None = None
+    alive: bool = False
+    stopped: bool = False               # process state T
+    exit_code: int | None = None        # None: still running, or nobody could record it
+    signal: str | None = None
+    ended_at: float | None = None
+    step: int | None = None             # optimizer steps this rank has finished
+    iter_num: int | None = None         # micro-batches this rank has started
+    phase: str | None = None            # "work" (data + forward) or "sync" (backward with the gradient all-reduce)
+    seconds_since_heartbeat: float | None = None
+    work_seconds: float | None = None   # median of the rank's own work per micro-batch (no collective wait)
+
+
+class RanksStatus(Frozen):
+    """Every rank of a multi-rank trainer; empty (world_size 1) for one process. Lists hold rank numbers."""
+
+    world_size: int = 1
+    ranks: list[RankStatus] = Field(default_factory=list)
+    exited: list[int] = Field(default_factory=list)      # ranks whose process is gone
+    failed: list[int] = Field(default_factory=list)      # ended with a non-zero code or a signal
+    first_failed: int | None = None     # the rank that failed first: the cause, the others followed it
+    stopped: list[int] = Field(default_factory=list)     # in state T (SIGSTOP, a freezer, a debugger)
+    stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
+    straggler: int | None = None        # a rank whose work per micro-batch is over k x the ranks' median
+    straggler_ratio: float | None = None
+
+
 class TrainerStatus(Frozen):
     pid: int | None = None
     alive: bool = False
@@ -36,6 +67,7 @@ class TrainerStatus(Frozen):
     launches: int = 0
     seconds_running: float = 0.0
     stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
+    ranks: RanksStatus = Field(default_factory=RanksStatus)
 
 
 class Metrics(Frozen):
