@@ -58,6 +58,12 @@ class ModelShape(Strict):
 
 
 class DataSettings(Strict):
+    # text-files: runbook owns the data (folders of .txt: hashed, scanned, tokenized into its cache).
+    # data-module: the trainer's own data module as the user's litgpt config names it (LitData, a custom
+    # class); runbook passes it through unchanged, fingerprints its arguments and files, scans nothing.
+    kind: Literal["text-files", "data-module"] = Field(
+        "text-files", description="text-files (train_dir/val_dir of .txt) or data-module (the litgpt config's own "
+        "data module, set by trainer.litgpt_config)")
     train_dir: Path = Path("data/stdlib/train")
     val_dir: Path = Path("data/stdlib/val")
     tokenizer_dir: Path = Path("data/tokenizer")
@@ -222,6 +228,26 @@ class LoadedConfig:
             updates = {k: v for k, v in updates.items() if k not in owned}
         if updates:
             update_yaml_values(self.path, updates)
+        return self.reload()
+
+    def write_data_dirs(self, values: dict[str, str]) -> "LoadedConfig":
+        """Set data.<key> (train_dir, val_dir) where the user keeps it: the run config, or the litgpt
+        YAML that owns the data paths (trainer.litgpt_config); comments and order kept."""
+        RunConfig.model_validate({**self.config.model_dump(), "data": {**self.config.data.model_dump(), **values}})
+        if self.config.trainer.litgpt_config:
+            from engine.trainers.litgpt import user_config
+
+            user_config.write_data_values(self.resolve(self.config.trainer.litgpt_config), values)
+            return self.reload()
+        yaml = round_trip_yaml()
+        tree = yaml.load(self.path.read_text(encoding="utf-8"))
+        if tree.get("data") is None:
+            tree["data"] = {}
+        for key, value in values.items():
+            tree["data"][key] = value
+        buffer = io.StringIO()
+        yaml.dump(tree, buffer)
+        atomic_write_text(self.path, buffer.getvalue())
         return self.reload()
 
 

@@ -26,6 +26,17 @@ def at(config_path: Path, loc: tuple) -> str:
     return f"{config_path}:{found[0]}:{found[1]}" if found else str(config_path)
 
 
+def where(loaded, loc: tuple) -> str:
+    """`file:line:col` where the user wrote this setting: the user's litgpt YAML for the keys it owns
+    (trainer.litgpt_config), else the run config."""
+    if loaded.config.trainer.litgpt_config:
+        from engine.trainers.litgpt import user_config
+
+        if source := user_config.source_of(loaded, loc):
+            return user_config.line_of(*source)
+    return at(loaded.path, loc)
+
+
 def data_folder_problem(key: str, folder: Path) -> str | None:
     """Why `folder` cannot feed the trainer (missing, unreadable, no .txt, only empty .txt), or None."""
     if not folder.exists():
@@ -46,10 +57,12 @@ def data_folder_problem(key: str, folder: Path) -> str | None:
 
 
 def data_problems(loaded) -> list[str]:
+    if loaded.config.data.kind == "data-module":
+        return []   # the trainer's own data module: its adapter checks what it can (check_environment)
     problems = []
     for name in ("train_dir", "val_dir"):
         if problem := data_folder_problem(f"data.{name}", loaded.data_path(name)):
-            problems.append(f"{at(loaded.path, ('data', name))}: {problem}")
+            problems.append(f"{where(loaded, ('data', name))}: {problem}")
     return problems
 
 
@@ -110,5 +123,5 @@ def preflight(loaded, adapter) -> list[str]:
     """Every generic problem, then the trainer's own (its adapter asks litgpt, the tokenizer, devices)."""
     problems = data_problems(loaded)
     if problem := out_dir_write_problem(loaded.out_dir):
-        problems.append(f"{at(loaded.path, ('out_dir',))}: {problem}")
+        problems.append(f"{where(loaded, ('out_dir',))}: {problem}")
     return problems + list(adapter.check_environment(loaded))

@@ -132,8 +132,11 @@ class EngineRuntime:
         return f"compressed {count} log(s), saved {saved / 1e6:.2f} MB"
 
     def scan_data(self, max_tokens_per_line: int) -> str:
-        from engine.datascan import scan_folder
+        from engine.datascan import DataScanError, scan_folder
 
+        if self.loaded.config.data.kind == "data-module":
+            raise DataScanError("this run reads its data through the trainer's own data module (data.kind: "
+                                "data-module); runbook scans only folders of .txt files")
         report = scan_folder(self.loaded.data_path("train_dir"), self.loaded.data_path("tokenizer_dir"), max_tokens_per_line)
         self.incident.data_scan = report
         return report["summary"]

@@ -26,13 +26,17 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     (its adapter's check_environment), and settle `data_hash`. Returns the hash.
 
     With record_hash=False (drills) the config is only read, never written."""
-    from engine import checkpoints as ckpts
     from engine.config import compute_data_hash
     from engine.preflight import preflight
     from engine.trainers import adapter_for
     from runbook.default_data import ensure_default_assets
 
     cfg = loaded.config
+    adapter = adapter_for(cfg.trainer.kind)
+    if cfg.data.kind == "data-module":   # the trainer's own data module (LitData, ...): its files, its checks
+        if problems := preflight(loaded, adapter):
+            raise Refusal(ExitCode.BAD_CONFIG, "\nerror: ".join(problems))
+        return _settle_hash(loaded, adapter.data_fingerprint(loaded), accept_data_change, record_hash)
     train_dir, val_dir, tok_dir = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
     if cfg.data.make_default and make_default and not any(train_dir.glob("*.txt")):  # never in a dry run
         if train_dir != loaded.resolve(Path("data/stdlib/train")):
@@ -44,9 +48,17 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: folder {folder} does not exist ({loaded.path})")
         if not any(folder.glob("*.txt")):
             raise Refusal(ExitCode.BAD_CONFIG, f"{name}: no .txt files in {folder}")
-    if problems := preflight(loaded, adapter_for(cfg.trainer.kind)):   # `runbook check` runs the same
+    if problems := preflight(loaded, adapter):   # `runbook check` runs the same
         raise Refusal(ExitCode.BAD_CONFIG, "\nerror: ".join(problems))
-    data_hash = compute_data_hash(train_dir, val_dir)
+    return _settle_hash(loaded, compute_data_hash(train_dir, val_dir), accept_data_change, record_hash)
+
+
+def _settle_hash(loaded, data_hash: str, accept_data_change: bool, record_hash: bool) -> str:
+    """Record the first data_hash; refuse a changed one where checkpoints exist, unless accepted."""
+    from engine import checkpoints as ckpts
+    from engine.trainers import adapter_for
+
+    cfg = loaded.config
     if not record_hash:
         return data_hash
     if not cfg.data_hash:

@@ -82,6 +82,10 @@ class TrainerAdapter(Protocol):
         value, its file:line; [] when nothing. The trainer's part of the preflight (engine/preflight.py),
         asked by `runbook check` and by `runbook watch` before any launch, once the data is in place."""
 
+    def data_fingerprint(self, loaded) -> str | None:
+        """The data_hash of a run whose data the trainer's own data module reads (data.kind:
+        data-module); None where runbook's own hash of the .txt folders applies."""
+
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         """Write the trainer config for this launch and return how to start it."""
 

@@ -27,6 +27,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
     """
     from engine.merge import deep_merge
+    from engine.scratch_runs import own_trainer_config
     from engine.yaml_source import round_trip_yaml
 
     yaml = round_trip_yaml()
@@ -43,6 +44,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     tree.setdefault("playbooks", {})["paths"] = [str(p) for p in loaded.playbook_paths]
     tree.setdefault("notifications", {}).setdefault("slack", {})["enabled"] = False
     tree = deep_merge(tree, fault.config)
+    tree = own_trainer_config(tree, loaded, root)   # a litgpt YAML the run is based on: copied, not shared
     config = root / "configs" / "run_config.yaml"
     config.parent.mkdir(parents=True)
     with open(config, "w") as fh:

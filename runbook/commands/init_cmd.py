@@ -74,5 +74,5 @@ def init(
     cfg = loaded.config
     typer.echo(f"wrote {target} over {from_litgpt}: micro_batch_size {cfg.micro_batch_size}, batch_size "
                f"{cfg.batch_size}, lr {cfg.lr}, max_tokens {cfg.max_tokens}, block size {cfg.model.block_size}, "
-               f"data {loaded.data_path('train_dir')}")
+               f"data {loaded.data_path('train_dir') if cfg.data.kind == 'text-files' else 'from its own data module'}")
     typer.echo(f"next: runbook check {target}   then: runbook watch {target}")

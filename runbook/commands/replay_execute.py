@@ -118,6 +118,7 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     from engine.incidents import ID_PATTERN
     from engine.trainers import adapter_for
     from engine.durable import atomic_write_text
+    from engine.scratch_runs import own_trainer_config
     from engine.yaml_source import round_trip_yaml
 
     incident_id = str(record.get("id"))
@@ -153,6 +154,7 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
                     raise ExecuteRefused(ExitCode.NOT_FOUND, f"the relocated copy does not verify ({verdict.reason})")
         header = (f"# Replay of {incident_id} from {loaded.path}, made {now.isoformat(timespec='seconds')}.\n"
                   f"# Hyperparameters from the record's config_after; out_dir/run_dir/run_log inside this folder.\n")
+        tree = own_trainer_config(tree, loaded, folder)   # a litgpt YAML the run is based on: copied, not shared
         buffer = io.StringIO()
         round_trip_yaml().dump(tree, buffer)
         atomic_write_text(config_path, header + buffer.getvalue())

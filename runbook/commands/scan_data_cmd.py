@@ -11,7 +11,6 @@ stays exactly where the user put it, and going back is one line in the config.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -154,23 +153,8 @@ def _config_value(loaded, key: str, target: Path) -> str:
 
 
 def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
-    """Set data.<key> in the config file, comments and order kept (write_back only sets top-level keys)."""
-    from engine.config import RunConfig
-    from engine.durable import atomic_write_text
-    from engine.yaml_source import round_trip_yaml
-
-    values = {key: _config_value(loaded, key, target) for key, target in repoint.items()}
-    data = {**loaded.config.data.model_dump(), **values}
-    RunConfig.model_validate({**loaded.config.model_dump(), "data": data})  # refuse invalid values first
-    yaml = round_trip_yaml()
-    tree = yaml.load(loaded.path.read_text(encoding="utf-8"))
-    if tree.get("data") is None:
-        tree["data"] = {}
-    for key, value in values.items():
-        tree["data"][key] = value
-    buffer = io.StringIO()
-    yaml.dump(tree, buffer)
-    atomic_write_text(loaded.path, buffer.getvalue())
+    """Set data.<key> where the run keeps it (the run config, or the litgpt YAML it is based on)."""
+    loaded.write_data_dirs({key: _config_value(loaded, key, target) for key, target in repoint.items()})
 
 
 def _print_report(report) -> None:

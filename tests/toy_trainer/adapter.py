@@ -80,6 +80,9 @@ class ToyAdapter:
                     "set trainer.device: auto (or cpu)"]
         return []
 
+    def data_fingerprint(self, loaded) -> str | None:
+        return None   # reads the .txt folders: runbook's own hash applies
+
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         cfg = loaded.config
         steps = cfg.max_tokens // (cfg.batch_size * cfg.model.block_size)

@@ -25,6 +25,13 @@ class LitGPTAdapter:
             return [problem]   # the other checks ask litgpt itself, whose answers may differ in another version
         return preflight.problems(loaded)
 
+    def data_fingerprint(self, loaded) -> str | None:
+        if loaded.config.data.kind != "data-module":
+            return None
+        from engine.trainers.litgpt import user_config
+
+        return user_config.data_module_hash(loaded)
+
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)
 

@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine.preflight import at, data_folder_problem, room_problem
+from engine.preflight import data_folder_problem, room_problem
+from engine.preflight import where as where_written
 from engine.trainers.litgpt import launch
 
 PARSE_TIMEOUT_S = 180   # importing litgpt takes ~4 s alone, much longer on a machine busy training
@@ -147,7 +148,7 @@ def _probe_env() -> dict:
 def problems(loaded, parse: bool | None = None) -> list[str]:
     """Every litgpt-specific problem of this run, one sentence each, file:line first. `parse` (default:
     the run config's trainer.preflight_parse) runs litgpt's own parser on the generated config."""
-    cfg, where = loaded.config, lambda *loc: at(loaded.path, loc)
+    cfg, where = loaded.config, lambda *loc: where_written(loaded, loc)
     train_dir, val_dir = loaded.data_path("train_dir"), loaded.data_path("val_dir")
     config = launch.trainer_config(loaded, train_dir, val_dir, None)
     extra = cfg.trainer.extra
@@ -168,7 +169,11 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
         loc = ("model", "vocab_size") if "model's vocabulary" in problem else ("data", "tokenizer_dir")
         found.append(f"{where(*loc)}: data.tokenizer_dir: {problem}" if loc[0] == "data" else f"{where(*loc)}: {problem}")
 
-    if any(data_folder_problem("", d) for d in (train_dir, val_dir)):
+    if cfg.data.kind == "data-module":
+        if problem := data_module_problem(loaded):
+            found.append(f"{where('data')}: {problem}")
+            return found
+    elif any(data_folder_problem("", d) for d in (train_dir, val_dir)):
         return found   # litgpt's parser checks the data paths too: the generic check already said why
     if not (cfg.trainer.preflight_parse if parse is None else parse):
         return found
@@ -180,6 +185,29 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
         if problem := room_problem(loaded.out_dir, size, how):
             found.append(f"{where('out_dir')}: {problem}")
     return found
+
+
+def data_module_problem(loaded) -> str | None:
+    """What is wrong with a data module runbook passes through: LitData's local data_path must hold the
+    optimized splits it reads (`<data_path>/<split>/index.json`). Other modules are checked by litgpt's
+    parser (their arguments) and by their own code at the first launch."""
+    from engine.trainers.litgpt import user_config
+
+    module = user_config.data_module(loaded)
+    if module.get("class_path") != "litgpt.data.LitData":
+        return None
+    args = module.get("init_args") or {}
+    data_path = args.get("data_path")
+    if not isinstance(data_path, str) or "://" in data_path:
+        return None   # a remote dataset: reachable only from the trainer
+    folder = loaded.resolve(Path(data_path))
+    if not folder.is_dir():
+        return f"data.init_args.data_path: folder {folder} does not exist"
+    # Without split_names, LitData trains (and validates) on data_path itself.
+    indexes = [folder / str(s) / "index.json" for s in args.get("split_names") or ()] or [folder / "index.json"]
+    if missing := [i for i in indexes if not i.is_file()]:
+        return f"data.init_args.data_path: no {missing[0]} (a folder that litdata's optimize wrote holds one)"
+    return None
 
 
 def _gpu_count() -> int:

@@ -10,13 +10,15 @@ project folder, where litgpt runs.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
 from engine.durable import atomic_write_text
 from engine.merge import deep_merge
-from engine.yaml_source import SourceError, load_yaml, plain, round_trip_yaml
+from engine.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml
 
 TEXT_FILES = "litgpt.data.TextFiles"
 # runbook key -> where litgpt keeps it.
@@ -68,9 +70,13 @@ def overlay(tree: dict, litgpt_path: Path, config_path: Path) -> dict:
     """The run config's tree with the keys the litgpt YAML owns taken from it (a SourceError when the
     run config sets one too, or the YAML lacks one runbook needs)."""
     litgpt = effective(read(litgpt_path), (tree.get("trainer") or {}).get("extra") or {})
-    if (data := litgpt.get("data")) is not None and not (isinstance(data, dict) and data.get("class_path") == TEXT_FILES):
-        raise SourceError([f"{litgpt_path}: data must be {TEXT_FILES} (class_path/init_args) with train_data_path and "
-                           "val_data_path for now; other data modules are not supported by runbook yet"])
+    data = litgpt.get("data")
+    if not (isinstance(data, dict) and isinstance(data.get("class_path"), str)):
+        where = line_of(litgpt_path, ("data",))
+        raise SourceError([f"{where}: data must name a data module (class_path, init_args), e.g. {TEXT_FILES} with "
+                           "train_data_path and val_data_path, or litgpt.data.LitData with data_path; litgpt's "
+                           "default would download a dataset"])
+    text_files = data["class_path"] == TEXT_FILES
     out = dict(tree)
     for key, where in OWNED.items():
         if key in tree:
@@ -83,14 +89,83 @@ def overlay(tree: dict, litgpt_path: Path, config_path: Path) -> dict:
             out[key] = value
     data_section = dict(tree.get("data") or {})
     for key, where in DATA_OWNED.items():
+        if key != "tokenizer_dir" and not text_files:
+            continue   # the data module's own arguments say where its data is
         value = _get(litgpt, where)
         if value is None:
-            raise SourceError([f"{litgpt_path}: {'.'.join(where)} is not set; runbook trains from .txt folders and a tokenizer"])
+            raise SourceError([f"{line_of(litgpt_path, where[:-1])}: {'.'.join(where)} is not set; "
+                               + ("TextFiles reads .txt folders" if key != "tokenizer_dir" else "litgpt needs a tokenizer")])
         data_section[key] = value
+    data_section["kind"] = "text-files" if text_files else "data-module"
     data_section["make_default"] = False
     out["data"] = data_section
     out["model"] = {**(tree.get("model") or {}), "block_size": block_size(litgpt)}
     return out
+
+
+def line_of(path: Path, keys: tuple) -> str:
+    """`file:line:col` of the deepest of `keys` written in the litgpt YAML, else the file."""
+    try:
+        tree = load_yaml(path)
+    except SourceError:
+        return str(path)
+    found = locate(tree, keys)
+    return f"{path}:{found[0]}:{found[1]}" if found else str(path)
+
+
+def source_of(loaded, run_config_key: tuple) -> tuple[Path, tuple] | None:
+    """Where in the user's litgpt YAML a run-config key (as the run config names it) is written:
+    (file, keys) for keys the litgpt YAML owns, None otherwise."""
+    if not loaded.config.trainer.litgpt_config:
+        return None
+    path = loaded.resolve(loaded.config.trainer.litgpt_config)
+    if len(run_config_key) == 1 and run_config_key[0] in OWNED:
+        return path, OWNED[run_config_key[0]]
+    if run_config_key[:1] == ("data",) and run_config_key[1:] and run_config_key[1] in DATA_OWNED:
+        return path, DATA_OWNED[run_config_key[1]]
+    if run_config_key[:2] == ("trainer", "devices"):
+        return path, ("devices",)
+    if run_config_key[:1] == ("data",) and loaded.config.data.kind == "data-module":
+        return path, ("data",)
+    return None
+
+
+def data_module(loaded) -> dict:
+    """The data module litgpt will build (the user's YAML with trainer.extra merged)."""
+    cfg = loaded.config
+    return effective(read(loaded.resolve(cfg.trainer.litgpt_config)), cfg.trainer.extra).get("data") or {}
+
+
+def local_paths(loaded, module: dict) -> dict[str, Path]:
+    """The data module's arguments that name a local file or folder (relative ones resolved against
+    the project folder, where litgpt runs): {argument: path}. URLs (s3://...) are not local."""
+    found = {}
+    for name, value in (module.get("init_args") or {}).items():
+        if isinstance(value, str) and value and "://" not in value and (loaded.resolve(Path(value))).exists():
+            found[name] = loaded.resolve(Path(value))
+    return found
+
+
+# Fingerprinting a data module's files reads their names and sizes only (no bytes): bounded.
+MAX_FINGERPRINT_FILES = 100_000
+
+
+def data_module_hash(loaded) -> str:
+    """sha256 over the data module's class and arguments and, for each local folder or file they name,
+    every file's relative name and size: a changed dataset (added, removed or rewritten chunks) or a
+    changed argument gives a new hash. Contents are not read: a same-size rewrite goes unseen."""
+    module = data_module(loaded)
+    digest = hashlib.sha256(json.dumps({"class_path": module.get("class_path"),
+                                        "init_args": module.get("init_args") or {}}, sort_keys=True, default=str).encode())
+    seen = 0
+    for name, path in sorted(local_paths(loaded, module).items()):
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            seen += 1
+            if seen > MAX_FINGERPRINT_FILES:
+                break
+            digest.update(f"{name}/{file.relative_to(path) if file != path else file.name}\0{file.stat().st_size}\0".encode())
+    return "sha256:module:" + digest.hexdigest()
 
 
 def write_values(path: Path, updates: dict) -> None:
@@ -98,13 +173,18 @@ def write_values(path: Path, updates: dict) -> None:
     yaml = round_trip_yaml()
     tree = yaml.load(Path(path).read_text(encoding="utf-8"))
     for key, value in updates.items():
-        *parents, last = OWNED[key]
-        node = tree
-        for parent in parents:
-            if not isinstance(node.get(parent), dict):
-                node[parent] = {}
-            node = node[parent]
-        node[last] = str(value) if isinstance(value, Path) else value
+        _set(tree, OWNED[key], str(value) if isinstance(value, Path) else value)
+    buffer = io.StringIO()
+    yaml.dump(tree, buffer)
+    atomic_write_text(Path(path), buffer.getvalue())
+
+
+def write_data_values(path: Path, updates: dict) -> None:
+    """Set data folders (train_dir, val_dir: TextFiles' train/val_data_path) in the litgpt YAML, comments kept."""
+    yaml = round_trip_yaml()
+    tree = yaml.load(Path(path).read_text(encoding="utf-8"))
+    for key, value in updates.items():
+        _set(tree, DATA_OWNED[key], str(value))
     buffer = io.StringIO()
     yaml.dump(tree, buffer)
     atomic_write_text(Path(path), buffer.getvalue())
@@ -130,3 +210,44 @@ def launch_config(loaded, resume_from: Path | None) -> dict:
         "optimizer": {"init_args": {"lr": cfg.lr}},
     }
     return deep_merge(base, own)
+
+
+def detach(tree: dict, loaded, dest: Path) -> dict:
+    """A scratch run (drill, replay --execute) of a run based on the user's litgpt YAML: the YAML is
+    copied to `dest` with the run-config keys it owns moved out of `tree` into the copy (their litgpt
+    places), the scratch out_dir (default: the run config's) and every local data path made absolute.
+    A recovery in the scratch run then writes into the copy, never into the user's YAML. Returns
+    `tree` pointed at the copy."""
+    from engine.config import RunConfig
+
+    yaml = round_trip_yaml()
+    source = loaded.resolve(loaded.config.trainer.litgpt_config)
+    copy = yaml.load(source.read_text(encoding="utf-8"))
+    values = {key: tree.pop(key) for key in list(OWNED) if key in tree}
+    values.setdefault("out_dir", str(RunConfig.model_fields["out_dir"].default))
+    for key, value in values.items():
+        _set(copy, OWNED[key], str(value) if isinstance(value, Path) else value)
+    if loaded.config.data.kind == "text-files":
+        for key in ("train_dir", "val_dir"):
+            _set(copy, DATA_OWNED[key], str(loaded.data_path(key)))
+    elif isinstance(copy.get("data"), dict) and isinstance(copy["data"].get("init_args"), dict):
+        for name, path in local_paths(loaded, data_module(loaded)).items():
+            if name in copy["data"]["init_args"]:
+                copy["data"]["init_args"][name] = str(path)
+    _set(copy, DATA_OWNED["tokenizer_dir"], str(loaded.data_path("tokenizer_dir")))
+    buffer = io.StringIO()
+    yaml.dump(copy, buffer)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(dest, buffer.getvalue())
+    trainer = tree.setdefault("trainer", {})
+    trainer["litgpt_config"] = str(dest)
+    return tree
+
+
+def _set(tree, keys: tuple, value) -> None:
+    *parents, last = keys
+    for parent in parents:
+        if not isinstance(tree.get(parent), dict):
+            tree[parent] = {}
+        tree = tree[parent]
+    tree[last] = value
