@@ -321,6 +321,13 @@ def render_playbook_reference() -> str:
         "- `runbook playbooks explain NAME --state SNAPSHOT.json`: clause by clause, expected and actual "
         "value; the file may be a snapshot or an incident record (`runs/*/incidents/incident-N.json`). "
         "Exit 0 when the match holds, 1 when not.",
+        "- `runbook playbooks draft incident-N [CONFIG] [--runs RUN_DIR...]`: a complete playbook drafted "
+        "from an escalated incident (match from its failure signature, the actions of the closest known class "
+        "or verify -> resume once -> escalate, tests generated from the recorded incidents), written to "
+        "`playbooks/drafts/` (not active until moved to `playbooks/`), then linted, tested and replayed "
+        "against every recorded incident; it prints which past decisions would change. Exit 0 when all "
+        "pass, 1 when it changes another failure's decision, 8 when lint or a test fails, 14 for an "
+        "incident that needs no playbook (recovered, still open). README: \"Teaching runbook a new failure\".",
         "- `runbook playbooks docs [--check]`: write (or check) this file.",
         "- `runbook playbooks schema [--output FILE]`: the JSON Schema of this format.",
         ]),

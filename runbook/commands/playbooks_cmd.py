@@ -239,3 +239,8 @@ def docs(
         return
     atomic_write_text(output, text)
     typer.echo(f"wrote {output}")
+
+
+from runbook.commands.draft_cmd import draft as draft_command  # noqa: E402  (its own module: reads records, writes a file)
+
+playbooks_app.command("draft")(draft_command)
