@@ -45,6 +45,7 @@ from runbook.commands.check_cmd import check as check_command  # noqa: E402
 from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402
 from runbook.commands.init_cmd import init as init_command  # noqa: E402
+from runbook.commands.ledger_cmd import ledger as ledger_command  # noqa: E402
 from runbook.commands.notify_cmd import notify as notify_command  # noqa: E402
 from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
@@ -64,6 +65,7 @@ app.command("report")(report_command)
 app.command("drill")(drill_command)
 app.command("notify")(notify_command)
 app.command("check")(check_command)
+app.command("ledger")(ledger_command)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from runbook.cli import app
 from tests.conftest import RUNBOOK
 
 EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
-                     "notify"}
+                     "notify", "ledger"}
 
 
 def test_the_command_table_is_what_the_docs_promise():
@@ -56,7 +56,8 @@ def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(pr
 
 
 # --- one grammar: every command that reads a run takes CONFIG as a positional, -c or --config ------
-NOT_A_RUN = {"playbooks", "init"}   # playbooks: files of playbooks (-c names a run config there too); init writes one
+NOT_A_RUN = {"playbooks", "init", "ledger"}   # playbooks: files of playbooks (-c names a run config there too); init
+# writes one; ledger: run folders (-c names a run config there too)
 FORMS = {   # the arguments before the config, when a command needs some; any other command: `runbook NAME CONFIG`
     "incidents show": ["incidents", "show", "incident-1"],
     "replay --all": ["replay", "--all"],
