@@ -140,7 +140,7 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         env["TORCHDYNAMO_DISABLE"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(cfg.trainer.env)
-    argv = [_litgpt_executable(), "pretrain", "--config", str(config_file)]
+    argv = entry_argv(sys.executable, config_file)
     if cache is not None:   # built (or found complete) by the trainer process first
         argv = data_cache.preprocess_argv(sys.executable, cache, train_src, val_src, tokenizer_dir, block_size) + argv
     return LaunchSpec(
@@ -154,13 +154,16 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     )
 
 
+ENTRY_MODULE = "engine.trainers.litgpt.entry"
+
+
+def entry_argv(python: str, config_file: Path) -> list[str]:
+    """PURE. litgpt's own `pretrain --config FILE`, run through runbook's entry module (entry.py)."""
+    return [python, "-m", ENTRY_MODULE, "pretrain", "--config", str(config_file)]
+
+
 def _bin_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-
-
-def _litgpt_executable() -> str:
-    # Prefer the litgpt installed beside this Python (the venv), whatever PATH says.
-    return shutil.which("litgpt", path=_bin_path()) or "litgpt"
 
 
 INSTALL_HINT = "run `bash scripts/setup.sh` (README.md), or `pip install litgpt` into the Python that runs runbook"
