@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from engine.trainers.litgpt import data_cache
 from tests.conftest import make_project, stop_process, wait_for
@@ -111,3 +112,24 @@ def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, s
     last_launch = [e for e in entries if e["kind"] == "launch"][-1]
     assert "-data-" in last_launch["resume_from"] and last_launch["resume_from"].startswith(str(project.run_dir))
     assert project.final_progress()["step_count"] == 10   # every optimizer step of the configured tokens
+
+    # The project moved (a new Spot node mounts it at another path): the same cache under another folder.
+    # A resume RELOCATES the loader (position and data order kept) in a copy; the checkpoint is untouched.
+    from engine.checkpoints import list_checkpoints
+    from engine.config import load_config
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
+    from engine.trainers.litgpt.resume import loader_input_dir
+
+    moved_root = tmp_path / "moved"
+    project.root.rename(moved_root)
+    moved = load_config(moved_root / "configs" / "run_config.yaml")
+    adapter = LitGPTAdapter()
+    step10 = next(c for c in list_checkpoints(moved.out_dir, adapter.layout) if c.step == 10)
+    original = (adapter.layout.resume_file(step10.path)).read_bytes()
+    plan = adapter.prepare_resume(step10, moved, tmp_path / "scratch")
+    assert "RELOCATED" in plan.note and "data order are kept" in plan.note, plan.note
+    (new_key,) = set(caches) - set(old_caches)
+    relocated = Path(loader_input_dir(plan.file))
+    assert relocated == data_cache.loader_input_dir(moved.run_dir / "data" / new_key)
+    assert (relocated / "index.json").is_file()
+    assert adapter.layout.resume_file(step10.path).read_bytes() == original

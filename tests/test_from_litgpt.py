@@ -3,6 +3,7 @@ config_hub/pretrain/) as the run's base, one source of truth, supervised through
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -191,16 +192,112 @@ def _run(root: Path, preempt: bool) -> dict:
 
 
 def test_a_litgpt_users_config_is_supervised_through_a_preemption_with_step_and_token_parity(tmp_path, shared_data):
-    progress = {}
-    for name, preempt in (("undisturbed", False), ("preempted", True)):
-        root = _user_project(tmp_path / name, shared_data)
-        assert _init(root).returncode == 0
-        _shrink(root / "configs" / "run_config.yaml")
-        progress[name] = _run(root, preempt)
-    assert progress["preempted"] == progress["undisturbed"] and progress["undisturbed"]["step_count"] == 10
-    journal = (tmp_path / "preempted" / "runs" / "pretrain" / "journal.jsonl").read_text()
+    root = _user_project(tmp_path / "preempted", shared_data)
+    assert _init(root).returncode == 0
+    _shrink(root / "configs" / "run_config.yaml")
+    # Parity with an undisturbed run: 10240 tokens / (16 samples x 64 tokens) = 10 optimizer steps of 4
+    # micro-batches each (litgpt's iter_num counts micro-batches), exactly what the budget gives
+    # undisturbed; a lost or repeated step would show in both counters.
+    assert _run(root, preempt=True) == {"step_count": 10, "iter_num": 40}
+    journal = (root / "runs" / "pretrain" / "journal.jsonl").read_text()
     assert '"kind": "launch", "launch": 2' in journal and "step-00000005/lit_model.pth" in journal
-    incidents = list((tmp_path / "preempted" / "runs" / "pretrain" / "incidents").glob("incident-*.json"))
+    incidents = list((root / "runs" / "pretrain" / "incidents").glob("incident-*.json"))
     assert len(incidents) == 1 and '"playbook": "preemption"' in incidents[0].read_text()
-    assert list((tmp_path / "preempted" / "out" / "pretrain" / "pythia-14m").glob("logs/csv/**/metrics.csv")) \
-        or list((tmp_path / "preempted" / "out" / "pretrain" / "pythia-14m").rglob("metrics.csv"))   # the csv logger ran
+    assert list((root / "out" / "pretrain" / "pythia-14m").rglob("metrics.csv"))   # the user's csv logger ran
+
+
+LITDATA = """\
+data:
+  class_path: litgpt.data.LitData
+  init_args:
+    data_path: optimized   # chunks written by litdata's optimize (here: litgpt's own TextFiles preparation)
+    split_names:
+      - train
+      - val
+    num_workers: 0
+"""
+
+
+def _optimized_data(root: Path) -> None:
+    """What a LitData user has: folders of litdata chunks, made once by their own preprocessing."""
+    import sys
+
+    staging = root / "optimized-build"
+    made = subprocess.run([sys.executable, "-m", "engine.trainers.litgpt.preprocess", "--cache", str(staging),
+                           "--train", str(root / "corpus" / "train"), "--val", str(root / "corpus" / "val"),
+                           "--tokenizer", str(root / "tokenizer"), "--block-size", "64", "--", "true"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    (root / "optimized").mkdir()
+    for split in ("train", "val"):   # TextFiles nests its chunks as <split>/<split>
+        (staging / split / split).rename(root / "optimized" / split)
+
+
+def _litdata_yaml() -> str:
+    start, end = PYTHIA.index("data:\n"), PYTHIA.index("# Training-related")
+    return PYTHIA[:start] + LITDATA + "\n" + PYTHIA[end:]
+
+
+def test_a_litdata_run_is_checked_supervised_through_a_preemption_and_replayed(tmp_path, shared_data):
+    """Any data module litgpt accepts: LitData over the user's own optimized chunks is passed through
+    unchanged, fingerprinted, checked up front (file:line in the user's YAML), supervised through a
+    preemption to the configured budget, and its incident replays; a drill or replay copies the YAML."""
+    from engine.config import load_config as load
+    from engine.preflight import preflight
+    from engine.trainers import adapter_for
+    from engine.trainers.litgpt.resume import read_progress
+
+    root = _user_project(tmp_path / "user", shared_data, _litdata_yaml())
+    _optimized_data(root)
+    assert _init(root).returncode == 0
+    config = root / "configs" / "run_config.yaml"
+    _shrink(config)
+    loaded = load(config)
+    assert loaded.config.data.kind == "data-module"
+    generated = trainer_config(loaded, Path(), Path(), None)
+    assert generated["data"] == {"class_path": "litgpt.data.LitData", "init_args": {
+        "data_path": "optimized", "split_names": ["train", "val"], "num_workers": 0}}   # as the user wrote it
+
+    # A missing split is found before any launch, at its line in the user's YAML.
+    (root / "optimized" / "val").rename(root / "optimized" / "val-away")
+    problems = preflight(load(config), adapter_for(loaded.config.trainer.kind))
+    litgpt_yaml = root / "litgpt" / "pretrain.yaml"
+    line = _litdata_yaml().splitlines().index("data:") + 1
+    assert any(p.startswith(f"{litgpt_yaml}:{line}:") and "val/index.json" in p for p in problems), problems
+    (root / "optimized" / "val-away").rename(root / "optimized" / "val")
+
+    user_yaml_before = litgpt_yaml.read_text()
+    progress = _run(root, preempt=True)
+    # 10240 tokens / (16 samples x 64 tokens) = 10 optimizer steps of 4 micro-batches, as undisturbed.
+    assert progress == {"step_count": 10, "iter_num": 40}
+    run_dir = root / "runs" / "pretrain"
+    incidents = list((run_dir / "incidents").glob("incident-*.json"))
+    assert len(incidents) == 1 and '"playbook": "preemption"' in incidents[0].read_text()
+    assert load(config).config.data_hash.startswith("sha256:module:")
+    assert not (run_dir / "data").exists()   # runbook built no cache of its own: LitData reads the user's chunks
+
+    replay = subprocess.run([RUNBOOK, "replay", "incident-1", str(config)], capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+    # A scratch run (drill, replay --execute) gets its own copy of the YAML: the user's is never written.
+    from runbook.commands.drill_cmd import make_scratch_project
+    from engine.faults import FAULTS
+
+    scratch = make_scratch_project(load(config), FAULTS["oom"], tmp_path / "drill")
+    scratch_loaded = load(scratch)
+    assert scratch_loaded.config.trainer.litgpt_config == tmp_path / "drill" / "litgpt" / "pretrain.yaml"
+    assert scratch_loaded.out_dir == tmp_path / "drill" / "checkpoints" / "pretrain"
+    assert scratch_loaded.config.micro_batch_size == FAULTS["oom"].config["micro_batch_size"]
+    scratch_data = trainer_config(scratch_loaded, Path(), Path(), None)["data"]["init_args"]["data_path"]
+    assert scratch_data == str(root / "optimized")
+    scratch_loaded.write_back({"micro_batch_size": 1})   # what the oom playbook does in the drill
+    assert litgpt_yaml.read_text() == user_yaml_before
+
+    from runbook.commands.replay_execute import prepare_replay_run
+
+    record = json.loads(incidents[0].read_text())
+    replay_config = prepare_replay_run(record, load(config), load(config).playbook_paths)
+    replayed = load(replay_config)
+    assert replayed.out_dir == replay_config.parent.parent / "checkpoints"
+    assert replayed.config.trainer.litgpt_config.parent.parent == replay_config.parent.parent
+    assert litgpt_yaml.read_text() == user_yaml_before
