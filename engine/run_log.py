@@ -9,19 +9,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.expressions import render_template
+from engine.run_log_entry import entry_view
 
 from engine.write_trouble import append_whole
 
+# `entry` is engine/run_log_entry.py's view (honest words, only what ran); `incident` is the raw
+# record, for a user's own template written before the view existed.
 DEFAULT_TEMPLATE = """
-### {{ incident.id }} — {{ incident.playbook }} ({{ incident.outcome }})
-
-- **When:** {{ incident.opened_at_iso }} (detected at step {{ incident.step_at_failure if incident.step_at_failure is not none else "?" }})
-- **Symptom:** {{ incident.symptom }}
-- **What was done:** {% for a in incident.actions %}{{ a.verb }} ({{ "ok" if a.ok else "failed" }}: {{ a.summary }}){% if not loop.last %}; {% endif %}{% else %}nothing{% endfor %}
-- **Outcome:** {{ incident.outcome }}{% if incident.resumed_from %}, resumed from step {{ incident.resumed_step }}{% endif %}{% if incident.config_changes %}; config changed: {{ incident.config_changes }}{% endif %}
-- **Lost compute:** {{ incident.steps_lost if incident.steps_lost is not none else "?" }} optimizer steps, {{ incident.tokens_lost if incident.tokens_lost is not none else "?" }} tokens, {{ "%.1f" | format(incident.recovery_seconds or 0) }} s from detection to {{ "training again" if incident.first_progress_at is defined and incident.first_progress_at is not none else "the end of the recovery" }}{% if incident.trainer_restart_seconds is defined and incident.trainer_restart_seconds is not none %} (runbook {{ "%.1f" | format(incident.runbook_seconds) }} s, trainer restart {{ "%.1f" | format(incident.trainer_restart_seconds) }} s){% endif %}
-{%- if incident.lesson %}
-- **Lesson:** {{ incident.lesson }}
+### {{ entry.id }} — {{ entry.playbook }} ({{ entry.headline }}) <a id="{{ entry.anchor }}"></a>
+{% if entry.repeat_of %}
+- **Again:** {{ entry.repeat_words }} (`{{ entry.signature }}`), {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}
+- **Outcome:** {{ entry.outcome }}
+- **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.cost %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.record_link %}
+- **Record:** [{{ entry.id }}]({{ entry.record_link }}){% endif %}
+{%- else %}
+- **Seen:** {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}: {{ entry.seen }}. {{ entry.symptom }}{% if entry.evidence %}
+- **Evidence:** `{{ entry.evidence | replace("`", "'") }}`{% endif %}{% if entry.signature %}
+- **Signature:** `{{ entry.signature }}`: `{{ entry.signature_text | replace("`", "'") }}`{% endif %}
+- **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.config_changes %}; config changed: {% for key, change in entry.config_changes.items() %}{{ key }} {{ change[0] }} -> {{ change[1] }}{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}
+- **Outcome:** {{ entry.outcome }}{% if entry.cost %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.notes %}
+- **Notes:** {{ entry.notes | join("; ") }}{% endif %}{% if entry.lesson %}
+- **Lesson:** {{ entry.lesson }}{% endif %}{% if entry.playbook_link or entry.record_link %}
+- **Files:** {% if entry.playbook_link %}playbook [{{ entry.playbook }}]({{ entry.playbook_link }}){% endif %}{% if entry.playbook_link and entry.record_link %} · {% endif %}{% if entry.record_link %}record [{{ entry.id }}]({{ entry.record_link }}){% endif %}{% endif %}
 {%- endif %}
 """
 
@@ -33,11 +44,12 @@ anywhere: runbook only ever appends.
 
 
 
-def render_entry(incident: dict, template_path: Path | None = None) -> str:
+def render_entry(incident: dict, template_path: Path | None = None, run_log: Path | None = None) -> str:
     """The entry's text. The template is the user's (run_log_template): it renders in the playbooks'
-    sandbox, under the same budgets, so a hostile one fails with a sentence instead of hanging."""
+    sandbox, under the same budgets, so a hostile one fails with a sentence instead of hanging.
+    `run_log`: where the entry goes, so its links to the playbook and the record are relative to it."""
     source = template_path.read_text(encoding="utf-8") if template_path else DEFAULT_TEMPLATE
-    return render_template(source, {"incident": incident})
+    return render_template(source, {"incident": incident, "entry": entry_view(incident, run_log)})
 
 
 def entry_marker(incident_id: str) -> str:
@@ -51,7 +63,7 @@ def append_entry(run_log: Path, incident: dict, template_path: Path | None = Non
     marker = entry_marker(str(incident.get("id")))
     if run_log.is_file() and marker.encode() in run_log.read_bytes():
         return False
-    text = "\n" + marker + render_entry(incident, template_path)  # render first: a template error writes nothing
+    text = "\n" + marker + render_entry(incident, template_path, run_log)  # render first: a template error writes nothing
     run_log.parent.mkdir(parents=True, exist_ok=True)
     if not run_log.exists() or run_log.stat().st_size == 0:
         text = HEADER + text

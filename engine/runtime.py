@@ -97,7 +97,7 @@ class EngineRuntime:
         moved, target = self._parts.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
         self.incident.rollback_target_step = target.step if target else 0
         where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
-        return f"quarantined {moved} checkpoint(s) at/after step {bad_step - steps}; next resume from {where}"
+        return f"quarantined {moved} checkpoint(s) at/after step {max(0, bad_step - steps)}; next resume from {where}"
 
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
         ledger = self._parts.ledger
