@@ -132,7 +132,12 @@ def parse_with_litgpt(config: dict) -> tuple[str | None, int | None]:
     if done.returncode:
         lines = [l.strip() for l in done.stderr.splitlines() if l.strip()]
         said = next((l for l in reversed(lines) if l.startswith("error:")), lines[-1] if lines else f"exit {done.returncode}")
-        return f"litgpt pretrain refuses the generated config: {said.removeprefix('error:').strip()}", None
+        said = said.removeprefix('error:').strip()
+        if "torchvision::" in said:   # not the config: a torchvision built for another torch (litdata pulls it in)
+            return (f"litgpt cannot be imported in this environment: {said}: the installed torchvision does not "
+                    "match this torch; litgpt's pretraining does not need it: `pip uninstall torchvision`, or "
+                    "install the torchvision built for this torch"), None
+        return f"litgpt pretrain refuses the generated config: {said}", None
     try:
         return None, int(json.loads(done.stdout.strip().splitlines()[-1])["parameters"])
     except (ValueError, KeyError, IndexError):
