@@ -160,7 +160,8 @@ def _test_config(record: dict) -> dict:
 
 
 def draft_playbook(record: dict, others: list[dict], playbooks: list[Playbook]) -> Draft:
-    """The draft for `record` (check why_not_draftable first); `others`: every other recorded incident."""
+    """The draft for `record` (check why_not_draftable first); `others`: every other recorded incident
+    (a record from another run folder may carry "run": its folder, to tell equal ids apart)."""
     if (reason := why_not_draftable(record)) is not None:
         raise NotDraftable(reason)
     incident_id = str(record["id"])
@@ -174,7 +175,8 @@ def draft_playbook(record: dict, others: list[dict], playbooks: list[Playbook]) 
     notes = [] if pattern else [f"{incident_id} printed no exception line: the draft matches on how the trainer ended "
                                 f"alone ({signature.ending}); narrow it before accepting it"]
 
-    known, score, why = closest_class(signature, playbooks, [r for r in others if r.get("id") != incident_id])
+    others = [r for r in others if r is not record]
+    known, score, why = closest_class(signature, playbooks, others)
     if known is not None and score >= CLOSE_ENOUGH:
         actions = [_action_yaml(step) for step in known.actions]
         choice = f"actions of the closest known class {why}"
@@ -217,16 +219,17 @@ def _tests(record: dict, others: list[dict], signature: Signature, name: str) ->
     seen = set()
     for other in others:
         sig = signature_of_record(other)
-        if other.get("id") == record.get("id") or sig is None or not isinstance(other.get("snapshot"), dict):
+        if other is record or sig is None or not isinstance(other.get("snapshot"), dict):
             continue
         key = (sig.id, other.get("playbook"))
         if key in seen or len(seen) >= MAX_OTHER_TESTS:
             continue
         seen.add(key)
         same = sig.id == signature.id
+        where = f"{other['run']}:{other.get('id')}" if isinstance(other.get("run"), str) else other.get("id")
         tests.append({
-            "name": (f"fires on {other['id']} too: the same failure ({sig.id})" if same else
-                     f"does not fire on {other['id']} ({other.get('playbook')}: {sig.text[:100]})"),
+            "name": (f"fires on {where} too: the same failure ({sig.id})" if same else
+                     f"does not fire on {where} ({other.get('playbook')}: {sig.text[:100]})"),
             "observations": [_test_state(other)], "config": _test_config(other),
             "expect_fires_at": 1 if same else None,
         })

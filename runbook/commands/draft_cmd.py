@@ -41,7 +41,7 @@ def _other_runs(run_dirs: list[Path]) -> list[dict]:
             continue
         for problem in problems:
             err.print(Text(f"warning: {problem}"))
-        records += [incident.to_json() for incident in found]
+        records += [{**incident.to_json(), "run": str(run_dir)} for incident in found]   # ids repeat across projects
     return records
 
 
@@ -142,6 +142,10 @@ def draft(
         _say(f"  {change.incident_id} ({why}): {change.before}\n      -> {change.after}", None if change.expected else "red")
     for problem in problems:
         err.print(Text(f"warning: cannot replay: {problem}"))
+    if not any(c.incident_id == incident_id for c in changes):
+        _say(f"  note: the draft would not change {incident_id}'s own decision: a playbook of higher priority still "
+             f"decides it (its priority is {playbook.priority}; `runbook playbooks explain {playbook.name} --state "
+             f"{store.path(incident_id)}` shows the match)", "yellow")
 
     if failed or not lint_ok:
         raise typer.Exit(int(ExitCode.INVALID))
