@@ -58,7 +58,7 @@ def test_ledger_per_class_and_signature_across_runs(tmp_path):
                devices=8, tokens_per_sec=2048.0, detected=3000.0, launch=3),
     ], exits={1: 2000.0, 3: 2999.0})
 
-    done = ledger(str(tmp_path / "team"), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    done = ledger("team", "-o", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert sorted(data["runs"]) == ["team/alice/runs/pretrain", "team/bob/runs/pretrain"]

@@ -32,8 +32,7 @@ def _default_run_dir(config: Path) -> Path:
 def _label(run_dir: Path, roots: list[Path]) -> str:
     for root in roots:
         try:
-            relative = run_dir.relative_to(root.resolve())
-            return str(Path(root.name) / relative) if str(relative) != "." else root.name or str(run_dir)
+            return str(root / run_dir.relative_to(root.resolve()))   # as the user named it, so two runs differ
         except ValueError:
             continue
     return str(run_dir)
@@ -48,6 +47,7 @@ def write_png(ledger, path: Path) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     names = [r.key for r in rows][::-1]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 1.2 + 0.45 * len(rows)), sharey=True)
@@ -55,6 +55,8 @@ def write_png(ledger, path: Path) -> bool:
     left.barh(names, [r.escalations for r in rows][::-1], left=[r.count - r.escalations for r in rows][::-1],
               label="escalated", color="#c8553d")
     left.set_xlabel("incidents")
+    left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     left.legend(loc="lower right", fontsize=8)
     right.barh(names, [r.steps_lost for r in rows][::-1], color="#5b6c9a")
     right.set_xlabel("optimizer steps lost")
