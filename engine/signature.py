@@ -36,6 +36,7 @@ _MASKS: tuple[tuple[re.Pattern, str], ...] = (
 _KEEP = re.compile(r"\[?Errno \d+\]?")          # ENOSPC and ENOENT are different failures
 _EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::\s?(.*))?$")
 _TRACEBACK = "Traceback (most recent call last):"
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")     # torch.distributed prefixes each rank's lines
 _EXCEPTION_WORDS = ("Error", "Exception", "Interrupt", "Exit", "Fault", "Failure", "Corrupted", "Abort")
 
 
@@ -88,7 +89,7 @@ def find_exception(tail: Iterable[str]) -> tuple[str, str, str] | None:
     last, but a trainer may print more after it). Without a traceback: the last line whose type
     reads like an exception (`...Error`, `...Exception`, ...), so `Epoch 1 | ...` or `Seed set to 3`
     are never taken for one."""
-    lines = [str(line) for line in tail][-400:]
+    lines = [_RANK_PREFIX.sub("", str(line)) for line in tail][-400:]
     start = max((i for i, line in enumerate(lines) if line.strip().endswith(_TRACEBACK)), default=None)
     if start is not None:
         for line in lines[start + 1:]:

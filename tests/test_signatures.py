@@ -61,6 +61,8 @@ def test_the_exception_after_the_traceback_wins_over_later_lines():
     assert find_exception(tail)[:2] == ("ValueError", "bad shape (3, 4)")
     assert find_exception(["Seed set to 42", "Epoch 1 | iter 3 step 1 | loss train: 6.2"]) is None
     assert find_exception(["torch.OutOfMemoryError: CUDA out of memory. Tried 2 GiB"])[0] == "torch.OutOfMemoryError"
+    ranked = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "x.py", line 2', "[rank1]: KeyError: 'w'"]
+    assert find_exception(ranked)[:2] == ("KeyError", "'w'")
 
 
 @given(st.integers(0, 10**12), st.integers(0, 10**6), st.text("abcdefghij0123456789_-", min_size=1, max_size=20),
