@@ -109,8 +109,12 @@ def draft(
               f"# Signature {drafted.signature.id}: {drafted.signature.text}\n"
               f"# Actions: {drafted.choice}.\n"
               f"# Not active here: review it, then move it to {loaded.project_dir / 'playbooks'}/ to use it.\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, as_yaml(drafted.tree, header))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, as_yaml(drafted.tree, header))
+    except OSError as error:
+        err.print(Text(f"error: cannot write {path}: {error.strerror or error}; nothing was drafted"))
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
     _say(f"drafted playbook '{drafted.name}' -> {path}")
     _say(f"  signature: {drafted.signature.id}: {drafted.signature.text}")
     _say(f"  actions: {drafted.choice}")

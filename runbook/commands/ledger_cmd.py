@@ -97,10 +97,14 @@ def ledger(
         err.print(Text(f"warning: {problem}"))
     table = build_ledger(entries)
     markdown, data = to_markdown(table, labels, problems), to_json(table, labels, problems)
-    output.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(output / "ledger.md", markdown)
-    atomic_write_text(output / "ledger.json", data)
-    drawn = write_png(table, output / "ledger.png")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(output / "ledger.md", markdown)
+        atomic_write_text(output / "ledger.json", data)
+        drawn = write_png(table, output / "ledger.png")
+    except OSError as error:
+        err.print(Text(f"error: cannot write the ledger into {output}: {error.strerror or error}"))
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
     if as_json:
         out.print(Text(data, end=""))
     else:
