@@ -41,6 +41,12 @@ def with_pinned_actions(tree: dict, playbooks: list[Playbook]) -> tuple[Playbook
     return playbook, [run_test(playbook, test, [playbook, *others]) for test in playbook.tests]
 
 
+def others_tests_with(draft: Playbook, playbooks: list[Playbook]) -> list[TestResult]:
+    """Every other playbook's tests with the draft in the set (it takes part in their inhibitions)."""
+    pool = [p for p in playbooks if p.name != draft.name] + [draft]
+    return [run_test(p, t, pool) for p in pool if p is not draft for t in p.tests]
+
+
 @dataclass(frozen=True)
 class Change:
     incident_id: str
@@ -71,4 +77,4 @@ def changed_decisions(records: list[dict], today: list[Playbook], draft: Playboo
     return changes, problems
 
 
-__all__ = ["Change", "as_yaml", "changed_decisions", "with_pinned_actions"]
+__all__ = ["Change", "as_yaml", "changed_decisions", "others_tests_with", "with_pinned_actions"]

@@ -97,6 +97,7 @@ def test_draft_writes_a_complete_playbook_that_passes_its_checks(run_a, drafted)
     assert names[0].startswith(f"fires on {drafted['escalated']['id']}")
     assert any(n.startswith(f"does not fire on {drafted['records'][0]['id']} (preemption") for n in names)
     assert "tests: 2 passed, 0 failed" in done.stdout
+    assert "the other playbooks' tests with the draft added: " in done.stdout and " passed, 0 failed" in done.stdout
     assert "1 decision(s) would change (1 of this failure, 0 other)" in done.stdout
     assert "safe default" in done.stdout
 

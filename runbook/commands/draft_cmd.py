@@ -67,7 +67,7 @@ def draft(
 ) -> None:
     """Draft a playbook from an escalated incident into playbooks/drafts/, and check it (lint, tests, replay)."""
     from engine.drafting import NotDraftable, draft_playbook, why_not_draftable
-    from engine.drafting_checks import as_yaml, changed_decisions, with_pinned_actions
+    from engine.drafting_checks import as_yaml, changed_decisions, others_tests_with, with_pinned_actions
     from engine.durable import atomic_write_text
     from engine.playbook_set import load_set
     from runbook.playbook_lint import lint_paths
@@ -130,12 +130,20 @@ def draft(
 
     failed = [r for r in results if not r.passed]
     _say(f"tests: {len(results) - len(failed)} passed, {len(failed)} failed", "red" if failed else None)
+    everyone = others_tests_with(playbook, today)
+    broken = [r for r in everyone if not r.passed]
     for result in results:
         mark = "PASS" if result.passed else "FAIL"
         fired = f"fires at observation {result.fired_at} ({', '.join(result.actions or [])})" if result.fired_at else "does not fire"
         _say(f"  {mark} {result.test} - {fired}")
         for problem in result.problems:
             _say(f"       {problem}", "red")
+
+    _say(f"the other playbooks' tests with the draft added: {len(everyone) - len(broken)} passed, {len(broken)} failed",
+         "red" if broken else None)
+    for result in broken:
+        _say(f"  FAIL {result.playbook}: {result.test}: {'; '.join(result.problems)}", "red")
+    failed += broken
 
     changes, problems = changed_decisions(records, today, playbook, loaded.config, record)
     unexpected = [c for c in changes if not c.expected]
