@@ -89,3 +89,39 @@ def test_a_record_from_before_signatures_still_renders():
     old["schema_version"] = 2
     text = render_entry(old, run_log=RUN_LOG)
     assert "`exit 1, ShardHeaderCorrupted: shard <hex>" in text     # computed from its snapshot
+
+
+def test_a_repeated_unknown_failure_is_the_same_one_in_the_record_the_run_log_and_slack(tmp_path):
+    """A real (toy) run: the trainer raises the same exception of its own twice, with other values; the
+    second watch (a person restarted it) records the repeat as "the same unknown failure as" the first."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO, RUNBOOK
+    from tests.fake_slack import FakeSlack
+    from tests.test_toy_trainer import make_toy_project
+
+    project = make_toy_project(tmp_path / "project", step_seconds=0.0)
+    (project.root / "markers").mkdir()
+    slack = FakeSlack()
+    slack.start()
+    project.set(trainer={"kind": "python:tests.failing_litgpt.adapter:FailingToyAdapter",
+                         "env": {"RUNBOOK_TEST_FAILURES": "3:shard,6:shard",
+                                 "RUNBOOK_TEST_FAIL_ONCE_DIR": str(project.root / "markers")}},
+                notifications={"slack": {"enabled": True, "base_url": slack.api_base, "channel": "#training",
+                                         "bot_token_env": "RB_TEST_TOKEN"}})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RB_TEST_TOKEN": "xoxb-test"}
+    try:
+        for _ in range(2):   # escalated; a person restarts it; the same failure escalates again
+            done = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True,
+                                  timeout=120, env=env, cwd=project.root)
+            assert done.returncode == 4, done.stdout + done.stderr
+    finally:
+        slack.stop()
+    first, again = project.incidents()
+    assert first["signature"]["id"] == again["signature"]["id"] and first["signature"]["evidence"] != again["signature"]["evidence"]
+    assert (first["same_as"], again["same_as"]) == (None, first["id"])
+    entry = project.run_log.read_text().split(entry_marker(again["id"]))[1]
+    assert f"**Again:** the same unknown failure as [{first['id']}](#{first['id']})" in entry
+    opened = [str(r.body) for r in slack.delivered("chat.postMessage") if again["id"] in str(r.body)]
+    assert any(f"the same unknown failure as {first['id']}" in body and first["signature"]["id"] in body for body in opened)

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+
+TOY_PROGRESS = re.compile(r"^toy step (\d+)/")   # tests/toy_trainer's progress line
 
 
 class ShardHeaderCorrupted(Exception):
@@ -52,12 +56,14 @@ def main(command: list[str]) -> int:
     for raw in child.stdout:
         sys.stdout.write(raw.decode("utf-8", "replace"))
         sys.stdout.flush()
-        event = parse_line(raw.decode("utf-8", "replace").rstrip("\n"))
-        if armed and isinstance(event, Progress) and event.step >= armed[1]:
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        event, toy = parse_line(line), TOY_PROGRESS.match(line)
+        step = event.step if isinstance(event, Progress) else int(toy.group(1)) if toy else None
+        if armed and step is not None and step >= armed[1]:
             child.kill()
             child.wait()
             armed[0].touch()
-            fail(armed[2], event.step)
+            fail(armed[2], step)
     code = child.wait()
     if received:
         signal.signal(received[0], signal.SIG_DFL)
