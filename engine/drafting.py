@@ -107,14 +107,17 @@ def _action_yaml(step) -> dict:
     return out
 
 
-def _fired_test_states(playbook: Playbook) -> list[dict]:
-    """The observation at which each of the playbook's own tests expects it to fire."""
+def _fired_test_states(playbook: Playbook) -> list:
+    """The snapshot (as the playbook test builds it) at which each of its own tests expects it to fire."""
+    from engine.playbook_testing import build_snapshots
+
     states = []
     for test in playbook.tests:
         if test.expect_fires_at and 0 < test.expect_fires_at <= len(test.observations):
-            state = test.observations[test.expect_fires_at - 1]
-            if isinstance(state, dict):
-                states.append(state)
+            try:
+                states.append(build_snapshots(test.observations[:test.expect_fires_at])[-1])
+            except ValueError:
+                continue
     return states
 
 
@@ -128,7 +131,7 @@ def closest_class(target: Signature, playbooks: list[Playbook], records: list[di
     for playbook in playbooks:
         if playbook.name in UNKNOWN_CLASSES:
             continue
-        examples = [(signature_of(state), f"its test state") for state in _fired_test_states(playbook)]
+        examples = [(signature_of(state), "its test state") for state in _fired_test_states(playbook)]
         examples += [(sig, rid) for sig, rid in recovered.get(playbook.name, [])]
         for sig, where in examples:
             score, reasons = similarity(target, sig)
