@@ -137,6 +137,9 @@ def run_b(run_a, accepted, tmp_path_factory, shared_data):
                               f"{FAIL_AFTER}:shard,16:tokenizer")
     (project.root / "playbooks").mkdir()
     shutil.copy(accepted, project.root / "playbooks")
+    # The same text, tokenizer and block size: run A's complete data cache (keyed by content, no paths in it)
+    # is this run's too, which spares a tokenization that is not the subject here.
+    shutil.copytree(run_a.run_dir / "data", project.run_dir / "data")
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         assert watcher.wait(timeout=300) == 4, project.watch_output()
@@ -150,6 +153,7 @@ def test_the_same_failure_in_a_new_run_is_recovered_by_the_accepted_playbook(run
     assert (recovered["playbook"], recovered["outcome"]) == ("shard-header-corrupted", "recovered")
     assert recovered["resumed_step"] == 10 and recovered["steps_lost"] == FAIL_AFTER - 10
     assert recovered["first_progress_at"] is not None                                   # training again
+    assert "data cache reused" in (run_b.run_dir / "logs" / "trainer-001.log").read_text()
     # The same failure in another run, with other numbers, paths and addresses: one signature.
     assert recovered["signature"]["id"] == drafted["escalated"]["signature"]["id"]
     assert recovered["signature"]["evidence"] != drafted["escalated"]["signature"]["evidence"]
