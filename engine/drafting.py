@@ -54,6 +54,10 @@ def why_not_draftable(record: dict) -> str | None:
         return f"{incident_id} is still open (its recovery has not ended); draft from it once it has escalated"
     if not isinstance(record.get("snapshot"), dict):
         return f"{incident_id} holds no recorded state to draft a playbook from"
+    if (record["snapshot"].get("trainer") or {}).get("alive"):
+        # Nothing but "alive" would tell it apart: such a draft would fire on every observation of a healthy run.
+        return (f"{incident_id} happened while the trainer was alive (a hang or a slowdown, not a crash), so its state "
+                f"has nothing a new rule could match on; tune the limits of '{record.get('playbook')}' instead")
     return None
 
 

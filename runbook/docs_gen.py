@@ -327,7 +327,7 @@ def render_playbook_reference() -> str:
         "`playbooks/drafts/` (not active until moved to `playbooks/`), then linted, tested and replayed "
         "against every recorded incident; it prints which past decisions would change. Exit 0 when all "
         "pass, 1 when it changes another failure's decision, 8 when lint or a test fails, 14 for an "
-        "incident that needs no playbook (recovered, still open). README: \"Teaching runbook a new failure\".",
+        "incident a playbook cannot be drafted from (recovered, still open, the trainer alive). README: \"Teaching runbook a new failure\".",
         "- `runbook playbooks docs [--check]`: write (or check) this file.",
         "- `runbook playbooks schema [--output FILE]`: the JSON Schema of this format.",
         ]),

@@ -77,6 +77,9 @@ def test_incidents_that_need_no_playbook_are_refused_in_one_sentence():
     assert why_not_draftable(recovered) == ("incident-1 was recovered by 'preemption': a playbook already handles "
                                             "this failure, so there is nothing to draft")
     assert "still open" in why_not_draftable(record(2, CUSTOM, outcome="open"))
+    hang = record(3, [], playbook="hang")
+    hang["snapshot"]["trainer"] = {"alive": True, "stopped": True}
+    assert "while the trainer was alive" in why_not_draftable(hang) and "'hang'" in why_not_draftable(hang)
     with pytest.raises(NotDraftable):
         draft_playbook(recovered, [], SHIPPED)
 
