@@ -220,6 +220,10 @@ def draft_playbook(record: dict, others: list[dict], playbooks: list[Playbook]) 
     return Draft(name, tree, signature, choice, notes)
 
 
+def _short(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _tests(record: dict, others: list[dict], signature: Signature, name: str) -> list[dict]:
     tests = [{"name": f"fires on {record['id']} ({signature.id})", "observations": [_test_state(record)],
               "config": _test_config(record), "expect_fires_at": 1}]
@@ -236,7 +240,7 @@ def _tests(record: dict, others: list[dict], signature: Signature, name: str) ->
         where = f"{other['run']}:{other.get('id')}" if isinstance(other.get("run"), str) else other.get("id")
         tests.append({
             "name": (f"fires on {where} too: the same failure ({sig.id})" if same else
-                     f"does not fire on {where} ({other.get('playbook')}: {sig.text[:100]})"),
+                     f"does not fire on {where} ({other.get('playbook')}: {_short(sig.text)})"),
             "observations": [_test_state(other)], "config": _test_config(other),
             "expect_fires_at": 1 if same else None,
         })

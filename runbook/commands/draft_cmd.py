@@ -30,18 +30,18 @@ def _say(text: str, style: str | None = None) -> None:
 
 
 def _other_runs(run_dirs: list[Path]) -> list[dict]:
-    from engine.incidents import IncidentStore, IncidentsUnreadable
+    """The records of other run folders (bounded reads: engine/failure_ledger_read.py), each marked with its run."""
+    from engine.failure_ledger_read import read_records
 
     records = []
     for run_dir in run_dirs:
-        try:
-            found, problems = IncidentStore(run_dir).read_all()
-        except IncidentsUnreadable as error:
-            err.print(Text(f"warning: {error}"))
+        if not (run_dir / "incidents").is_dir():
+            err.print(Text(f"warning: {run_dir} has no incidents/ folder; no records from it"))
             continue
+        found, problems = read_records(run_dir)
         for problem in problems:
             err.print(Text(f"warning: {problem}"))
-        records += [{**incident.to_json(), "run": str(run_dir)} for incident in found]   # ids repeat across projects
+        records += [{**record, "run": str(run_dir)} for record in found]   # ids repeat across projects
     return records
 
 
