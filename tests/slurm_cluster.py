@@ -56,6 +56,7 @@ class SlurmCluster:
         self.root = root
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.started_munge = False
 
     def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -116,26 +117,29 @@ def _ensure_installed() -> None:
             pytest.skip(f"could not install Debian's slurm-wlm and munge: {done.stderr.strip()[-300:]}")
 
 
-def _ensure_munge() -> None:
+def _ensure_munge() -> bool:
+    """True when this call started munged (the cluster's stop then stops it too)."""
     if subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=30).returncode == 0:
-        return
+        return False
     Path("/run/munge").mkdir(parents=True, exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     started = subprocess.run(["runuser", "-u", "munge", "--", "munged"], capture_output=True, text=True, timeout=30)
     if started.returncode != 0:
         pytest.skip(f"munged (SLURM's authentication) did not start: {started.stderr.strip()}")
+    return True
 
 
 def start_cluster(root: Path) -> SlurmCluster:
     _ensure_installed()
     if os.geteuid() != 0:
         pytest.skip("slurmd must run as root to start jobs as their user (CI runs as root)")
-    _ensure_munge()
+    started_munge = _ensure_munge()
     for folder in ("state", "spool"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     memory_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
     host = socket.gethostname().split(".")[0]
     cluster = SlurmCluster(root)
+    cluster.started_munge = started_munge
     cluster.conf.write_text(SLURM_CONF_TEMPLATE.format(host=host, root=root, cpus=os.cpu_count() or 1,
                                                        memory_mb=memory_mb, ctld_port=_free_port(),
                                                        slurmd_port=_free_port()))
@@ -159,5 +163,10 @@ def stop_cluster(cluster: SlurmCluster) -> None:
         path = cluster.root / pid_file
         try:
             os.kill(int(path.read_text().strip()), 15)
+        except (OSError, ValueError):
+            pass
+    if cluster.started_munge:
+        try:
+            os.kill(int(Path("/run/munge/munged.pid").read_text().strip()), 15)
         except (OSError, ValueError):
             pass
