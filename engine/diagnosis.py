@@ -4,7 +4,7 @@ The causes are told apart by what each one leaves behind, checked in this order 
 evidence shows wins, so a cause outside the trainer is never answered with advice about the trainer):
 
   stopped      the trainer (or one rank) spends its time in state T: SIGSTOP, a freezer, a debugger
-  slow_rank    one rank's own work per micro-batch is over STRAGGLER_FACTOR x the ranks' median
+  slow_rank    one rank's own work per micro-batch is over STRAGGLER_FACTOR x the other ranks' median
   throttled    the trainer's cgroup hits its CPU quota (cpu.stat nr_throttled / throttled time)
   steal        the hypervisor takes the CPU (steal time)
   contention   other processes take the cores (their pids, commands and CPU shares are named)
@@ -19,7 +19,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 STOPPED_FRACTION = 0.1         # of samples in state T
-STRAGGLER_FACTOR = 1.5         # a rank's work per micro-batch over this x the ranks' median
+STRAGGLER_FACTOR = 1.5         # a rank's work per micro-batch over this x the other ranks' median
+STRAGGLER_MIN_EXCESS_S = 0.05  # ... and at least this much over it: a few ms of scheduling noise is no straggler
 THROTTLED_FRACTION = 0.1       # of the sampled wall time spent throttled by the cgroup
 STEAL_PERCENT = 10.0
 CONTENTION_SHARE = 0.25        # other processes' CPU, as a fraction of all cores
@@ -44,7 +45,7 @@ class RankSample(Record):
     rank: int
     pid: int | None = None
     stopped_fraction: float = 0.0
-    work_seconds: float | None = None   # median of its own work per micro-batch (data + forward), from its heartbeat
+    work_seconds: float | None = None   # median of its own work per micro-batch (data, forward, backward), from its heartbeat
 
 
 class SlownessEvidence(Record):
@@ -81,14 +82,17 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def straggler(ranks: list[RankSample], factor: float = STRAGGLER_FACTOR) -> tuple[RankSample, float] | None:
-    """The slowest rank and the ranks' median step time, when that rank is over factor x the median."""
-    timed = [r for r in ranks if r.work_seconds is not None]
+def straggler(ranks: list[RankSample], factor: float = STRAGGLER_FACTOR,
+              min_excess_s: float = STRAGGLER_MIN_EXCESS_S) -> tuple[RankSample, float] | None:
+    """The slowest rank and the other ranks' median work time, when that rank is over factor x that
+    median and over it by at least min_excess_s."""
+    timed = sorted((r for r in ranks if r.work_seconds is not None), key=lambda r: r.work_seconds)
     if len(timed) < 2:
         return None
-    median = _median([r.work_seconds for r in timed])
-    slowest = max(timed, key=lambda r: r.work_seconds)
-    return (slowest, median) if median > 0 and slowest.work_seconds > factor * median else None
+    slowest, others = timed[-1], [r.work_seconds for r in timed[:-1]]
+    median = _median(others)
+    over = median > 0 and slowest.work_seconds > factor * median and slowest.work_seconds - median >= min_excess_s
+    return (slowest, median) if over else None
 
 
 def _named(procs: list[OtherProcess], limit: int = 3) -> str:
@@ -112,7 +116,7 @@ def verdict(e: SlownessEvidence) -> Verdict:
         rank, median = slow
         return Verdict(cause="slow_rank", sentence=(
             f"rank {rank.rank} (pid {rank.pid}) is a straggler: {rank.work_seconds:.2f} s of its own work a micro-batch "
-            f"against the ranks' median {median:.2f} s ({rank.work_seconds / median:.1f}x); the others wait for it at every step"))
+            f"against the other ranks' median {median:.2f} s ({rank.work_seconds / median:.1f}x); the others wait for it at every step"))
     if e.throttled_fraction is not None and e.throttled_fraction >= THROTTLED_FRACTION:
         quota = f"{e.cgroup_quota_cores:g} cores" if e.cgroup_quota_cores else "its quota"
         return Verdict(cause="throttled", sentence=(

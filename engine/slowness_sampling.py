@@ -12,7 +12,7 @@ import psutil
 from engine.diagnosis import OtherProcess, RankSample, SlownessEvidence
 
 COMMAND_CHARS = 80
-TOP_OTHERS = 5
+TOP_OTHERS = 10      # named in the evidence; the verdict names the first 3
 MIN_OTHER_PERCENT = 5.0     # a process below this share of one core is not named
 
 

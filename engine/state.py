@@ -55,7 +55,7 @@ class RanksStatus(Frozen):
     first_failed: int | None = None     # the rank that failed first: the cause, the others followed it
     stopped: list[int] = Field(default_factory=list)     # in state T (SIGSTOP, a freezer, a debugger)
     stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
-    straggler: int | None = None        # a rank whose work per micro-batch is over k x the ranks' median
+    straggler: int | None = None        # a rank whose work per micro-batch is over k x the other ranks' median
     straggler_ratio: float | None = None
 
 

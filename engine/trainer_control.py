@@ -10,9 +10,10 @@ from pathlib import Path
 from engine.durable import atomic_write_text
 from engine.journal import Journal
 from engine.partial_saves import clear_trainer_tmp
+from engine.ranks import RANKS_DIR_ENV, RankWatch
 from engine.state import TrainerStatus
 from engine.trainer_env import trainer_environment
-from engine.trainer_process import TrainerProcess, signal_name
+from engine.trainer_process import TrainerProcess, read_exit_status, signal_name
 from engine.write_trouble import WriteTrouble, passing
 
 LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly
@@ -29,6 +30,7 @@ class TrainerControl:
         self.extra_env: dict[str, str] = {}
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.trouble = trouble or WriteTrouble()
+        self.ranks = RankWatch(None)      # the ranks of the current launch (engine/ranks.py)
 
     @property
     def folder(self):
@@ -40,7 +42,9 @@ class TrainerControl:
 
     @property
     def tokens_per_iter(self) -> int:
-        return self.loaded.config.micro_batch_size * self.loaded.config.model.block_size
+        """Tokens of one logged iteration, all ranks together (each of trainer.devices ranks takes a micro-batch)."""
+        cfg = self.loaded.config
+        return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices
 
     def launch(self, resume_file: Path | None) -> TrainerProcess:
         self.launches += 1
@@ -49,8 +53,11 @@ class TrainerControl:
         launch_dir.mkdir(parents=True, exist_ok=True)
         self._copy_config(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
         clear_trainer_tmp(self.loaded.out_dir)
+        self._stop_leftover_ranks()
         spec = self._prepare(launch_dir, resume_file)
         spec.env.update(self.extra_env)
+        self.ranks = RankWatch(launch_dir / "ranks")
+        spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
         spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches))
@@ -96,6 +103,7 @@ class TrainerControl:
     def attach(self, pid: int, log: Path, started: float | None, launch: int) -> TrainerProcess:
         """The trainer an earlier watcher launched, alive or not (its launcher recorded how it ended)."""
         self.process = TrainerProcess.attach(pid, log, started, self.folder.exit_status(launch))
+        self.ranks = RankWatch(self.folder.launch_dir(launch) / "ranks")
         return self.process
 
     def stop(self, reason: str) -> str:
@@ -103,7 +111,15 @@ class TrainerControl:
             return "no trainer"
         text = self.process.stop(self.loaded.config.watch.grace_period_s)
         self.journal.append("trainer_stopped", pid=self.process.pid, reason=reason, detail=text)
-        return text
+        return text + self._stop_leftover_ranks()
+
+    def _stop_leftover_ranks(self) -> str:
+        """Ranks that outlived rank 0 (a stopped one, an orphan) hold ports and memory: stop them too."""
+        stopped = self.ranks.stop_leftovers(self.loaded.config.watch.grace_period_s)
+        if not stopped:
+            return ""
+        self.journal.append("ranks_stopped", ranks=stopped)
+        return "; stopped the ranks left over: " + ", ".join(stopped)
 
     def status(self) -> TrainerStatus:
         t = self.process
@@ -112,9 +128,11 @@ class TrainerControl:
             return TrainerStatus(launches=self.launches, exit_code=code, signal=sig)
         alive = t.alive
         code = None if alive else t.poll()
+        ended = read_exit_status(t.status_path).get("ended") if code is not None else None
         return TrainerStatus(
             pid=t.pid, alive=alive, exit_code=code, signal=signal_name(code), launches=self.launches,
             seconds_running=time.time() - t.started_at, stopped=alive and t.stopped,
+            ranks=self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None),
         )
 
     def write_config(self, updates: dict) -> None:
