@@ -6,6 +6,8 @@ importing litgpt.pretrain and before litgpt builds its Fabric).
   over gloo (a class, not a function: litgpt also uses the name in an isinstance check, which a DDP
   strategy then fails, so litgpt initialises the weights as it does on one device). On a GPU
   litgpt's FSDP over NCCL stays.
+- Inside a SLURM job, SLURM_NTASKS is hidden from Lightning, which would otherwise take the job's
+  single task for the whole world and start no other rank.
 - TORCH_DISTRIBUTED_DEBUG=DETAIL is lowered to INFO on a CPU: with gloo it kills every rank (SIGSEGV).
 - RUNBOOK_COLLECTIVE_TIMEOUT_S sets the process group's collective timeout (gloo's default is 30
   minutes: a rank waiting for a stopped one would block that long).
@@ -52,6 +54,11 @@ def prepare(environ=os.environ) -> None:
             torch.distributed.set_debug_level_from_env()   # torch read DETAIL at import
             print("runbook: TORCH_DISTRIBUTED_DEBUG=DETAIL crashes DDP over gloo (torch 2.13); using INFO", flush=True)
     folder = environ.get(RANKS_DIR_ENV)
+    if folder and "SLURM_NTASKS" in environ:
+        # Inside a SLURM job Lightning takes SLURM's tasks for the ranks and starts none itself: a
+        # `--ntasks=1` job with devices 2 silently trained one rank (measured). runbook starts the ranks
+        # of its node itself (never through srun), so the job's task count is not theirs.
+        environ.pop("SLURM_NTASKS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         Heartbeat(Path(folder)).attach(pretrain)
