@@ -52,6 +52,38 @@ CLASSES = {  # name -> (fault config, injector or None)
 CRASH_CLASSES = {"preemption", "sigkill", "corrupt-checkpoint", "oom"}
 
 
+# --- several ranks (issue 15): one rank of a 2-rank run killed or stopped ---------------------------------
+TWO_RANKS = {"trainer": {"devices": 2}}   # DDP over gloo on the CPU; rank 1 is a child of rank 0
+
+
+def _rank_pid(run: faults.DrillRun, rank: int) -> int | None:
+    """The pid in that rank's heartbeat of the newest launch (engine/ranks.py)."""
+    from engine.ranks import read_folder
+
+    launches = sorted((run.run_dir / "launches").glob("launch-*"))
+    beats, _ = read_folder(launches[-1] / "ranks") if launches else ({}, {})
+    return beats[rank].pid if rank in beats else None
+
+
+def _signal_rank_after_checkpoint(sig: int, count: int, rank: int = 1):
+    def inject(run: faults.DrillRun) -> float:
+        run.wait_for_checkpoint(count)
+        deadline = time.monotonic() + run.timeout
+        while (pid := _rank_pid(run, rank)) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no heartbeat of rank {rank}")
+            time.sleep(0.02)
+        os.kill(pid, sig)
+        return time.time()
+
+    return inject
+
+
+CLASSES.update({   # injected -> detected is the figure: the trainer process (rank 0) is not the one hit
+    "rank1-sigkill": (TWO_RANKS, _signal_rank_after_checkpoint(signal.SIGKILL, 2)),
+    "rank1-hang": ({**faults.FAULTS["hang"].config, **TWO_RANKS}, _signal_rank_after_checkpoint(signal.SIGSTOP, 1)),
+})
+
 class ExitClock(threading.Thread):
     """pid -> exit time for every trainer the watcher launches (pidfd: no reaping, no polling lag)."""
 
