@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from benchmarks.chaos_report import (  # noqa: E402
-    HEADERS, Outcome, details_table, divergence_note, goals, rows, time_budget,
+    HEADERS, Outcome, accounting, details_table, divergence_note, goals, ratio_goal, rows, time_budget, warm_text,
 )
 from engine import faults  # noqa: E402
 
@@ -199,15 +199,38 @@ def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) 
 trainer_logs = common.trainer_logs
 
 
+def litgpt_executable() -> str:
+    """`litgpt` as installed beside this Python: the reference and the naive loop run litgpt as it is."""
+    return shutil.which("litgpt", path=str(Path(sys.executable).parent)) or "litgpt"
+
+
+def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
+    """found['at'] = when the log's first progress line appeared (polled every 20 ms)."""
+    while proc.poll() is None and "at" not in found:
+        if log.exists() and b"\nEpoch " in log.read_bytes():
+            found["at"] = time.time()
+        time.sleep(0.02)
+
+
 def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
+    from dataclasses import replace
+
     config = project(root, settings(GOOD_MB, steps), cache)
     loaded = common.load_run(config)
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "reference")
+    spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)])
     out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
     started = time.time()
-    proc = common.start_bare(spec, loaded.run_dir / "logs" / "trainer-001.log")
+    log = loaded.run_dir / "logs" / "trainer-001.log"
+    proc = common.start_bare(spec, log)
+    found: dict = {}
+    watcher = threading.Thread(target=first_progress_time, args=(log, proc, found), daemon=True)
+    watcher.start()
     code = proc.wait()
     out.wall_s = time.time() - started
+    watcher.join(timeout=1)
+    out.timeline = {"started": started, "first_progress": found.get("at"),
+                    "iter_s": sum(common.log_figures([log]).iter_ms) / 1000}
     delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
     out.completed = code == 0 and out.steps is not None
     out.note = "completed" if out.completed else f"exit {code}"
@@ -241,6 +264,7 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
         out.completed = code == 0 and out.steps is not None
         records = common.incidents(loaded.run_dir)
+        out.timeline = runbook_timeline(loaded.run_dir, started, records, injector.injected)
         answered = answering_incidents(records, injector.injected)
         for record in records:
             out.incidents.append(f"{record['playbook']} ({record['outcome']})")
@@ -257,6 +281,17 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
             keep_disk_evidence(loaded.out_dir, root)
             common.unmount(loaded.out_dir)
     return out
+
+
+def runbook_timeline(run_dir: Path, started: float, records: list[dict], injected: list[tuple[str, float]]) -> dict:
+    """The times chaos_report.accounting splits runbook's wall time by: launches (journal), incidents, iterations."""
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
+    return {"started": started, "launches": [e["time"] for e in journal if e.get("kind") == "launch"],
+            "iter_s": sum(common.log_figures(trainer_logs(run_dir)).iter_ms) / 1000,
+            "incidents": [{"playbook": r["playbook"], "detected_at": r["detected_at"], "closed_at": r.get("closed_at"),
+                           "runbook_s": r.get("runbook_seconds") or 0.0, "restart_s": r.get("trainer_restart_seconds") or 0.0,
+                           "steps_lost": r.get("steps_lost") or 0} for r in records],
+            "injected": [at for _label, at in injected]}
 
 
 def keep_disk_evidence(out_dir: Path, root: Path) -> None:
@@ -328,7 +363,7 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
         mem_kb = str(spec.memory_limit_bytes // 1024) if spec.memory_limit_bytes else ""
         started = time.time()
         proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(loaded.run_dir / "trainer.pid"),
-                                 str(cap), mem_kb, spec.argv[0]], env=spec.env, cwd=spec.cwd,
+                                 str(cap), mem_kb, litgpt_executable()], env=spec.env, cwd=spec.cwd,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
         injector.start()
@@ -430,6 +465,7 @@ def main() -> int:
     parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
     parser.add_argument("--no-disk", action="store_true", help="skip the tmpfs disk fault")
     parser.add_argument("--no-nan", action="store_true", help="skip the NaN segment")
+    parser.add_argument("--no-warm", action="store_true", help="skip (b'), runbook with trainer.warm_spare")
     parser.add_argument("--only-nan", action="store_true", help="the reference and the NaN segment only; docs untouched")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=900.0, help="per contender")
@@ -459,6 +495,14 @@ def main() -> int:
                           "(b) runbook watch", cache)
     print(f"  runbook: {runbook.wall_s:.0f} s, completed {runbook.completed}, {runbook.incidents}", flush=True)
     contenders.append(runbook)
+    warm = None
+    if not args.no_warm:
+        warm_settings = settings(start_mb, args.steps)
+        warm_settings["trainer"]["warm_spare"] = True
+        warm = run_runbook(args.root / "runbook-warm", warm_settings, SCHEDULE, use_tmpfs, args.timeout,
+                           "(b') runbook watch, warm spare", cache)
+        print(f"  runbook warm: {warm.wall_s:.0f} s, completed {warm.completed}, {warm.incidents}", flush=True)
+        contenders.append(warm)
     naive = run_naive(args.root / "naive", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
                       f"(c) naive loop, cap {cap}", cache, patience=args.patience)
     print(f"  naive: {naive.wall_s:.0f} s, completed {naive.completed}, {naive.note}", flush=True)
@@ -476,6 +520,8 @@ def main() -> int:
     main_table = common.table(HEADERS, rows(contenders, reference), right={2, 3, 4, 5, 8})
     print("\n" + main_table)
     print("\n" + details_table(runbook))
+    for contender in filter(None, [runbook, warm]):
+        print("\n" + accounting(contender, reference))
     nan_table = ""
     if nan_rows:
         nan_table = common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8})
@@ -485,7 +531,8 @@ def main() -> int:
         print("\n(--quick: docs/benchmarks.md not written; add --write)")
         return 0
     body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
-                    details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None)
+                    details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None,
+                    warm)
     common.write_section(args.section, body, first=True)
     print(f"\nwrote the '{args.section}' section of {common.DOCS}")
     return 0
@@ -514,7 +561,7 @@ def report_nan_only(args, reference: Outcome, cap: int, cache: Path) -> int:
 
 
 def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference,
-             nan_rb=None) -> str:
+             nan_rb=None, warm=None) -> str:
     mode = ("quick" if args.quick else "default") + (" mode with --assisted" if args.assisted else " mode")
     oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
            if DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
@@ -572,6 +619,13 @@ first new progress line):
 {time_budget(runbook, reference)}
 
 Goals (issue 7) for runbook on this schedule: {goals(runbook, reference)}.
+{warm_text(warm, reference)}
+Where every second of runbook's extra wall time went (benchmarks/chaos_report.py `accounting`: each line
+measured from the journal, the incidents and the trainer logs; the last line is what is left, and what it holds):
+
+{accounting(runbook, reference)}
+{("" if warm is None else chr(10) + accounting(warm, reference) + chr(10))}
+Goal (issue 14): runbook's wall time at most 2.0x the reference's: {ratio_goal(runbook, warm, reference)}.
 {nan_text}"""
 
 

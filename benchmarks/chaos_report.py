@@ -24,6 +24,7 @@ class Outcome:
     note: str = ""
     load: str = ""
     details: list = field(default_factory=list)
+    timeline: dict = field(default_factory=dict)   # times accounting() splits the wall time by
 
 
 def fmt(x, spec="") -> str:
@@ -115,3 +116,70 @@ def divergence_note(nan_rb: Outcome, reference: Outcome) -> str:
             text += (", yet the run finished at an lr still too far above the reference's, which no longer diverges but"
                      " trains worse in the steps that remain")
     return text + "."
+
+
+def accounting_lines(runbook: Outcome, reference: Outcome) -> list[tuple[str, float]]:
+    """PURE. (what, seconds) lines that sum to runbook's wall time minus the reference's: each measured,
+    the last the remainder. Both runs are split the same way: start-up (start -> first progress line),
+    iterations (the sum of the logged iter times), and the rest."""
+    rb, ref = runbook.timeline, reference.timeline
+    if not rb.get("launches") or ref.get("first_progress") is None:
+        return []
+    launches, incidents = rb["launches"], rb.get("incidents", [])
+    ref_startup = ref["first_progress"] - ref["started"]
+    lines = [("watcher start-up before the first launch (config, data hash, preflight)", launches[0] - rb["started"])]
+    rest = incidents
+    if incidents and incidents[0]["playbook"] == "oom" and len(launches) > 1:
+        # launch 1 -> launch 2: litgpt's start-up until the OOM, its detection and runbook's actions
+        lines.append(("the OOM launch (start-up until the OOM, detection, actions)", launches[1] - launches[0]))
+        lines.append(("the OOM incident's relaunch -> first progress, minus the reference's own start-up "
+                      f"({ref_startup:.1f} s)", incidents[0]["restart_s"] - ref_startup))
+        rest = incidents[1:]
+    else:
+        lines.append(("the first launch's start-up beyond the reference's", 0.0))
+    injected = sorted(rb.get("injected", []))
+    detection = 0.0
+    for incident in rest:
+        before = [t for t in injected if t <= incident["detected_at"]]
+        if before:
+            detection += incident["detected_at"] - before[-1]
+            injected.remove(before[-1])
+    lines.append((f"detection of the {len(rest)} injected faults (injection -> incident; the notice save and the hang timeout in it)", detection))
+    lines.append(("runbook's own actions (detected -> relaunched)", sum(i["runbook_s"] for i in rest)))
+    lines.append((f"trainer restarts (relaunch -> first new progress line), {len(rest)} relaunches",
+                  sum(i["restart_s"] for i in rest)))
+    steps_lost = sum(i["steps_lost"] for i in incidents)
+    lines.append((f"training iterations beyond the reference's ({steps_lost} optimizer steps computed again, "
+                  "and slower iterations on the shared cores)", rb.get("iter_s", 0.0) - ref.get("iter_s", 0.0)))
+    extra = runbook.wall_s - reference.wall_s
+    lines.append(("the rest: validations, checkpoint saves (the notice save included), the time from a fault to its "
+                  "injection being seen, the final save and the watcher seeing the exit, beyond the reference's",
+                  extra - sum(seconds for _what, seconds in lines)))
+    return lines
+
+
+def accounting(runbook: Outcome, reference: Outcome) -> str:
+    lines = accounting_lines(runbook, reference)
+    if not lines or not runbook.completed:
+        return f"({runbook.name}: no accounting: the run did not complete or its timeline is missing)"
+    extra = runbook.wall_s - reference.wall_s
+    rows_ = [[what, f"{seconds:.1f}", f"{100 * seconds / extra:.0f}%" if extra else "-"] for what, seconds in lines]
+    rows_.append([f"**{runbook.name} wall {runbook.wall_s:.1f} s - reference wall {reference.wall_s:.1f} s**",
+                  f"**{extra:.1f}**", "100%"])
+    return common.table([f"{runbook.name}: where the extra seconds went", "s", "share"], rows_, right={1, 2})
+
+
+def ratio_goal(runbook: Outcome, warm: Outcome | None, reference: Outcome) -> str:
+    parts = []
+    for o in filter(None, [runbook, warm]):
+        if o.completed and reference.wall_s:
+            ratio = o.wall_s / reference.wall_s
+            parts.append(f"{o.name} {ratio:.2f}x ({'met' if ratio <= 2.0 else '**missed**'})")
+    return "; ".join(parts) or "no completed runbook run"
+
+
+def warm_text(warm: Outcome | None, reference: Outcome) -> str:
+    if warm is None:
+        return ""
+    return (f"\n(b') is (b) with `trainer.warm_spare: true`: each relaunch is a spare interpreter that imported torch,"
+            f" lightning, litgpt and litdata while the trainer ran. Goals (issue 7) for (b'): {goals(warm, reference)}.\n")

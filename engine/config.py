@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.durable import atomic_write_text
+from engine.notice_poller import CloudNoticeSettings
 from engine.notifier import SlackSettings
 from engine.run_folder import RunFolder
 from engine.trainers.registry import DEFAULT_TRAINER_KIND
@@ -89,6 +90,20 @@ class TrainerSettings(Strict):
                                   "always does it)")
     litgpt_config: Path | None = Field(None, description="your litgpt pretrain YAML as the run's base (`runbook init --from-litgpt`): "
                                        "its hyperparameters, data and tokenizer are read from it and changes are written back to it")
+    notice_signals: list[str] = Field(["SIGTERM", "SIGUSR1"], description="signals on which the trainer finishes its optimizer "
+                                      "step, saves a checkpoint and exits 75 (litgpt); the watcher sends the first on its own "
+                                      "SIGTERM; [] = die at once, as litgpt does by itself")
+    warm_spare: bool = Field(False, description="keep a spare trainer interpreter with torch and litgpt imported, "
+                             "which becomes the next launch (a relaunch skips the imports); costs an idle process")
+
+    @field_validator("notice_signals")
+    @classmethod
+    def _notice_signals(cls, names: list[str]) -> list[str]:
+        allowed = ("SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP")   # SIGUSR2 is runbook's stop without a save
+        wrong = [n for n in names if n not in allowed]
+        if wrong:
+            raise ValueError(f"notice_signals {wrong} not allowed; choose among {list(allowed)}")
+        return names
 
     @field_validator("kind")
     @classmethod
@@ -113,6 +128,8 @@ class WatchSettings(Strict):
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
     max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
     quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
+    cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
+                                               description="poll AWS/GCP Spot interruption notices (engine/notice_poller.py)")
 
 
 class NotificationSettings(Strict):

@@ -9,8 +9,14 @@ convention: negative for a signal) and "signal" once the trainer is reaped.
 Signals are for the trainer's own pid (run_dir/trainer.pid); the launcher only notes one that
 reaches it (a whole process group signalled, say) and keeps waiting, so the exit is still recorded.
 
-Standard library only, run by path (`python .../launcher.py STATUS -- ARGV...`): it starts in
-milliseconds and needs nothing of runbook importable in the trainer's environment.
+The status file also keeps the trainer's stop signals (`--notice-signal SIG`: it saves and exits;
+`--quit-signal SIG`: it ends without a save), so a watcher that re-attaches stops it the same way.
+When STATUS.redirect exists at the end (a warm spare became a launch), the final status is written
+to the path it names as well.
+
+Standard library only, run by path (`python .../launcher.py STATUS [--notice-signal SIG]
+[--quit-signal SIG] -- ARGV...`): it starts in milliseconds and needs nothing of runbook importable
+in the trainer's environment.
 """
 
 from __future__ import annotations
@@ -63,12 +69,32 @@ def signal_name(code: int) -> str | None:
         return None
 
 
+STOP_SIGNAL_OPTIONS = {"--notice-signal": "notice_signal", "--quit-signal": "quit_signal"}
+
+
+def parse_args(argv: list[str]) -> tuple[str, dict, list[str]] | None:
+    """PURE. (status file, stop signals, command) or None for a bad command line."""
+    if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
+        return None
+    cut = argv.index("--")
+    status_path, options, command = argv[0], argv[1:cut], argv[cut + 1:]
+    if len(options) % 2:
+        return None
+    signals = {}
+    for option, value in zip(options[::2], options[1::2]):
+        if option not in STOP_SIGNAL_OPTIONS or value not in signal.Signals.__members__:
+            return None
+        signals[STOP_SIGNAL_OPTIONS[option]] = value
+    return status_path, signals, command
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: launcher.py STATUS_FILE -- PROGRAM [ARG...]", file=sys.stderr)
+    parsed = parse_args(argv)
+    if parsed is None:
+        print("usage: launcher.py STATUS_FILE [--notice-signal SIG] [--quit-signal SIG] -- PROGRAM [ARG...]", file=sys.stderr)
         return 2
-    status_path, command = argv[0], argv[2:]
-    status: dict = {"launcher_pid": os.getpid(), "started": time.time(), "signals_to_launcher": []}
+    status_path, stop_signals, command = parsed
+    status: dict = {"launcher_pid": os.getpid(), "started": time.time(), "signals_to_launcher": [], **stop_signals}
 
     def note(signum, _frame):  # a Python handler, not SIG_IGN: the trainer gets default dispositions on exec
         status["signals_to_launcher"].append(signal.Signals(signum).name)
@@ -88,6 +114,11 @@ def main(argv: list[str]) -> int:
     code = child.wait()   # PEP 475: a handled signal does not interrupt the wait
     status.update(exit_code=code, signal=signal_name(code), ended=time.time())
     write_status(status_path, status)
+    try:   # a warm spare (engine/warm_spare.py) that became a launch: that launch's status file too
+        with open(status_path + ".redirect", encoding="utf-8") as fh:
+            write_status(fh.read().strip(), status)
+    except OSError:
+        pass
     return 128 - code if code < 0 else code
 
 

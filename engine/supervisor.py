@@ -28,6 +28,7 @@ from engine.startup import start_or_continue
 from engine.state import TERMINAL_STATES, RunState
 from engine.trainer_control import TrainerControl
 from engine.trainers import adapter_for
+from engine.warm_spare import discard_spare
 from engine.write_trouble import WriteTrouble
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
@@ -67,6 +68,7 @@ class Supervisor:
         self._exit_journaled: int | None = None
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
+        self.notice_poller = None
 
     @property
     def loaded(self):
@@ -82,6 +84,7 @@ class Supervisor:
             with self.recovery_lock:
                 start_or_continue(self)
             self._start_upkeep()
+            self._start_notice_poller()
             while self.state not in TERMINAL_STATES:
                 if self.stop_requested:
                     self._stop_watching(self.stop_requested)
@@ -93,6 +96,9 @@ class Supervisor:
         finally:
             self.incidents.flush_awaiting("the watcher ended before the trainer made progress")
             self._last_catch_up()
+            if self.notice_poller is not None:
+                self.notice_poller.shutdown()
+            discard_spare()   # a warm spare nobody will launch (engine/warm_spare.py)
             if self.upkeep is not None:
                 self.upkeep.shutdown()
             self.notifier.close()
@@ -191,11 +197,33 @@ class Supervisor:
 
     def install_signal_handlers(self) -> None:
         def request_stop(signum, _frame):
-            self.stop_requested = signal.Signals(signum).name
+            self.stop_requested = f"watcher received {signal.Signals(signum).name}"
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
 
-    def _stop_watching(self, signame: str) -> None:
-        detail = self.control.stop(f"watcher received {signame}") if self.control.alive else "no trainer running"
-        self.transition(RunState.STOPPED, f"watcher received {signame}; {detail}")
+    def _start_notice_poller(self) -> None:
+        settings = self.loaded.config.watch.cloud_notices
+        if self.state in TERMINAL_STATES or not settings.enabled:
+            return
+        from engine.notice_poller import NoticePoller
+
+        def request_stop(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
+            self.stop_requested = f"watcher saw a cloud interruption notice ({text})"
+            self.events("warning", text=f"{text}: saving and stopping")
+
+        self.notice_poller = NoticePoller(settings, request_stop, self.events)
+        self.notice_poller.start()
+
+    def _stop_watching(self, why: str) -> None:
+        """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
+        that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it."""
+        noticed = None
+        if self.control.alive and self.control.process is not None:
+            noticed = self.control.process.give_notice(self.loaded.config.watch.grace_period_s)
+            if noticed:
+                self.journal.append("trainer_noticed", pid=self.control.process.pid, reason=why, detail=noticed)
+        detail = self.control.stop(why) if self.control.alive else noticed or "no trainer running"
+        if noticed:
+            self.ledger.refresh(force=True)
+        self.transition(RunState.STOPPED, f"{why}; {detail}")

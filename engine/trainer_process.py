@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from engine import warm_spare
 from engine.trainers.base import LaunchSpec
 
 
@@ -59,7 +60,8 @@ class TrainerProcess:
     how it ended."""
 
     def __init__(self, pid: int, log_path: Path, status_path: Path | None = None,
-                 launcher: subprocess.Popen | None = None, started_at: float | None = None):
+                 launcher: subprocess.Popen | None = None, started_at: float | None = None,
+                 notice_signal: str | None = None, quit_signal: str = "SIGTERM"):
         self.pid = pid
         self.log_path = log_path
         self.status_path = status_path
@@ -68,6 +70,8 @@ class TrainerProcess:
         self._exit: dict | None = None       # the launcher's final status, once read
         self._gone = False
         self._waited_for_launcher = False
+        self.notice_signal = notice_signal   # the trainer saves a checkpoint and exits on it (None: cannot)
+        self.quit_signal = quit_signal       # it ends without a save (a recovery's stop)
 
     @classmethod
     def launch(cls, spec: LaunchSpec, log_path: Path, status_path: Path) -> "TrainerProcess":
@@ -81,21 +85,27 @@ class TrainerProcess:
 
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        argv = [sys.executable, str(LAUNCHER), str(status_path), "--", *spec.argv]
-        with open(log_path, "ab") as log:
-            # Own session: a Ctrl-C in the watcher's terminal is not delivered to the trainer directly;
-            # the watcher forwards it deliberately and records what happened.
-            launcher = subprocess.Popen(
-                argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
-            )
-        status = cls._wait_for_start(launcher, status_path)
-        pid = status.get("trainer_pid") or launcher.pid
+        signals = ["--quit-signal", spec.quit_signal] + (["--notice-signal", spec.notice_signal] if spec.notice_signal else [])
+        argv = [sys.executable, str(LAUNCHER), str(status_path), *signals, "--", *spec.argv]
+        taken = warm_spare.take_spare(spec, log_path, status_path)
+        if taken is not None:
+            pid, launcher = taken
+        else:
+            with open(log_path, "ab") as log:
+                # Own session: a Ctrl-C in the watcher's terminal is not delivered to the trainer directly;
+                # the watcher forwards it deliberately and records what happened.
+                launcher = subprocess.Popen(
+                    argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
+                )
+            status = cls._wait_for_start(launcher, status_path)
+            pid = status.get("trainer_pid") or launcher.pid
+        warm_spare.start_spare_after(spec, LAUNCHER, log_path, preexec_fn=limit_memory if limit else None)   # the next launch's
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:
             started = None
-        return cls(pid, log_path, status_path, launcher, started)
+        return cls(pid, log_path, status_path, launcher, started, spec.notice_signal, spec.quit_signal)
 
     @staticmethod
     def _wait_for_start(launcher: subprocess.Popen, status_path: Path) -> dict:
@@ -117,7 +127,9 @@ class TrainerProcess:
         A pid alone is not enough (after a reboot or on another node it may be someone else's
         process): its start time must match the one recorded at launch. A trainer that is gone is
         returned too, with the exit its launcher recorded (or none, when that is unknown)."""
-        process = cls(pid, log_path, status_path, None, started_at)
+        recorded = read_exit_status(status_path)   # the stop signals its launcher kept
+        process = cls(pid, log_path, status_path, None, started_at, recorded.get("notice_signal"),
+                      recorded.get("quit_signal") or "SIGTERM")
         try:
             proc = psutil.Process(pid)
             same = started_at is None or abs(proc.create_time() - started_at) <= 1.0
@@ -197,20 +209,37 @@ class TrainerProcess:
         except ProcessLookupError:
             pass
 
+    def wait_exit(self, timeout_s: float) -> bool:
+        """True once the trainer has ended, False when it still runs after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def give_notice(self, grace_s: float) -> str | None:
+        """The notice signal (save, then exit), and up to grace_s for the save; None when the trainer
+        takes no notice. It is not killed here: stop() follows if it is still running."""
+        if self.notice_signal is None or not self.alive:
+            return None
+        started = time.monotonic()
+        self.send(signal.SIGCONT)   # a stopped process cannot act on a signal
+        self.send(signal.Signals[self.notice_signal])
+        if self.wait_exit(grace_s):
+            return (f"trainer pid {self.pid} took the {self.notice_signal} notice and exited {self.poll()} "
+                    f"after {time.monotonic() - started:.1f} s")
+        return f"trainer pid {self.pid} did not finish its notice save within {grace_s:g} s"
+
     def stop(self, grace_s: float) -> str:
-        """SIGCONT (a stopped process cannot act on SIGTERM), SIGTERM, then SIGKILL after the grace period."""
+        """SIGCONT (a stopped process cannot act on a signal), the quit signal (SIGTERM, or SIGUSR2 where
+        SIGTERM is a notice: a stop without a save), then SIGKILL after the grace period."""
         if not self.alive:
             return "trainer was not running"
         self.send(signal.SIGCONT)
-        self.send(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if not self.alive:
-                return f"trainer pid {self.pid} stopped with SIGTERM"
-            time.sleep(0.05)
+        self.send(signal.Signals[self.quit_signal])
+        if self.wait_exit(grace_s):
+            return f"trainer pid {self.pid} stopped with {self.quit_signal}"
         self.send(signal.SIGKILL)
-        for _ in range(200):
-            if not self.alive:
-                break
-            time.sleep(0.05)
+        self.wait_exit(10.0)
         return f"trainer pid {self.pid} killed with SIGKILL after {grace_s:g} s"

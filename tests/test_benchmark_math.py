@@ -59,3 +59,22 @@ def test_the_chaos_goals_are_checked_on_the_figures():
     assert "final val loss within 5% of the reference (28.49%): **missed**" in text
     assert "(exceeded by incident-4): **missed**" in text
     assert "no human action: met" in text
+
+
+def test_chaos_accounting_lines_sum_to_runbooks_extra_wall_time():
+    from benchmarks.chaos_report import Outcome, accounting_lines
+
+    reference = Outcome("(a)", completed=True, wall_s=36.0,
+                        timeline={"started": 0.0, "first_progress": 5.0, "iter_s": 20.0})
+    incidents = [{"playbook": "oom", "detected_at": 14.0, "runbook_s": 0.2, "restart_s": 6.0, "steps_lost": 0},
+                 {"playbook": "preemption", "detected_at": 40.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0},
+                 {"playbook": "hang", "detected_at": 70.0, "runbook_s": 0.3, "restart_s": 1.2, "steps_lost": 2}]
+    runbook = Outcome("(b)", completed=True, wall_s=100.0,
+                      timeline={"started": 0.0, "launches": [1.5, 14.3, 40.2, 70.4], "iter_s": 26.0,
+                                "incidents": incidents, "injected": [39.5, 48.0]})
+    lines = dict(accounting_lines(runbook, reference))
+    assert sum(lines.values()) == pytest.approx(64.0)
+    assert lines["watcher start-up before the first launch (config, data hash, preflight)"] == pytest.approx(1.5)
+    assert next(v for k, v in lines.items() if k.startswith("detection")) == pytest.approx(0.5 + 22.0)
+    assert next(v for k, v in lines.items() if k.startswith("training iterations")) == pytest.approx(6.0)
+    assert accounting_lines(Outcome("x", timeline={}), reference) == []

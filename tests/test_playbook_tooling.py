@@ -139,7 +139,7 @@ def explain(tmp_path: Path, name: str, data: dict):
 def test_explain_a_match(tmp_path: Path):
     result = explain(tmp_path, "preemption", SIGTERM)
     assert result.exit_code == 0, result.output
-    assert "[match]    exit: expected trainer exited with code in [143] or signal in ['SIGTERM']; actual (-15, 'SIGTERM')" in result.stdout
+    assert "[match]    exit: expected trainer exited with code in [143, 75] or signal in ['SIGTERM']; actual (-15, 'SIGTERM')" in result.stdout
     assert "result: MATCH" in result.stdout and "persistence:" in result.stdout and "limits:" in result.stdout
     assert "plan:" in result.stdout
 

@@ -1,17 +1,19 @@
-"""Preemption end to end: SIGTERM the real trainer after its second checkpoint; runbook brings it back."""
+"""Preemption end to end: SIGTERM the real trainer after its second checkpoint; it saves the step it is in
+(the notice, engine/trainers/litgpt/notice_save.py), exits 75, and runbook resumes it from that step."""
 
 from __future__ import annotations
 
 import os
 import signal
 
+from engine.trainers.litgpt.notice_save import NOTICE_EXIT_CODE
 from tests.conftest import stop_process, wait_for
 from tests.fake_slack import FakeSlack
 
 TOKEN = "xoxb-test-secret-token-123"
 
 
-def test_sigterm_after_second_checkpoint_is_resumed_to_the_same_steps_and_tokens(project, reference_run):
+def test_sigterm_after_second_checkpoint_saves_the_step_and_resumes_it_with_no_step_lost(project, reference_run):
     slack = FakeSlack()
     slack.start()
     project.set(notifications={"slack": {"enabled": True, "base_url": slack.api_base, "channel": "#training",
@@ -32,9 +34,9 @@ def test_sigterm_after_second_checkpoint_is_resumed_to_the_same_steps_and_tokens
     incident = incidents[0]
     assert incident["playbook"] == "preemption"
     assert incident["outcome"] == "recovered"
-    assert incident["trainer_exit_code"] == -signal.SIGTERM
+    assert incident["trainer_exit_code"] == NOTICE_EXIT_CODE   # saved on the notice, not killed by it
     assert incident["resumed_step"] >= 20
-    assert incident["steps_lost"] == incident["step_at_failure"] - incident["resumed_step"]
+    assert incident["resumed_step"] == incident["step_at_failure"] and incident["steps_lost"] == 0
 
     # Same optimizer steps and tokens as an undisturbed run.
     assert project.final_progress() == reference_run["progress"]

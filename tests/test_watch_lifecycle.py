@@ -71,7 +71,7 @@ def test_watcher_killed_during_a_recovery_finishes_the_same_incident_after_resta
     (playbooks / "slow_preemption.yaml").write_text("""
 name: slow-preemption
 description: a preemption whose recovery takes long enough to crash the watcher in the middle of it
-match: {exit: {signals: [SIGTERM]}}
+match: {exit: {signals: [SIGTERM], codes: [75]}}   # 75: the trainer saved on the notice and exited
 actions:
   - record: {note: "step {{ state.metrics.step }}"}
   - wait: {seconds: 20}

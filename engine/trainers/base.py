@@ -28,6 +28,11 @@ class LaunchSpec:
     resume_from: Path | None          # the checkpoint file passed to the trainer, if any
     hyperparameters: dict = field(default_factory=dict)
     memory_limit_bytes: int | None = None   # RLIMIT_AS for the trainer process
+    notice_signal: str | None = None        # the trainer saves and exits on it (None: it cannot)
+    quit_signal: str = "SIGTERM"            # ends the trainer without a save (a recovery's stop)
+    warm_spare_dir: Path | None = None      # where a warm spare for the next launch waits (engine/warm_spare.py)
+    warm_imports: tuple[str, ...] = ()      # the modules such a spare imports ahead of time
+    training_marker: str = ""               # a log line starting so shows the trainer trains (the spare starts then)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ The order of start-up, each step at one named place:
 3. prepare_ranks(): the multi-rank hook (engine/trainers/litgpt/ranks.py, issue 15): it may replace
    litgpt's strategy choice or write per-rank heartbeats before litgpt constructs its Fabric.
 4. notice_save.attach(pretrain): the save-on-notice guard at litgpt's optimizer-step boundary.
-5. litgpt's CLI (litgpt.__main__.main) with the argv above.
+5. litgpt's CLI (as litgpt.__main__.main sets it up, for its pretrain command) with the argv above.
 """
 
 from __future__ import annotations
@@ -44,12 +44,27 @@ def main(argv: list[str]) -> int:
         print("usage: python -m engine.trainers.litgpt.entry pretrain --config FILE [litgpt options]", file=sys.stderr)
         return 2
     import litgpt.pretrain as pretrain
-    from litgpt.__main__ import main as litgpt_main
 
     prepare_ranks()
     notice_save.attach(pretrain)
-    litgpt_main()   # reads sys.argv[1:]: `pretrain --config FILE ...`
+    run_litgpt_cli(pretrain)   # reads sys.argv[1:]: `pretrain --config FILE ...`
     return 0
+
+
+def run_litgpt_cli(pretrain) -> None:
+    """litgpt.__main__.main with its settings, over its `pretrain` command alone: jsonargparse then builds
+    one command's parser, not litgpt's 22 (0.2 s of a start; measured in docs/benchmarks.md)."""
+    import warnings
+
+    import torch
+    from jsonargparse import CLI, set_config_read_mode, set_docstring_parse_options
+
+    set_docstring_parse_options(attribute_docstrings=True)
+    set_config_read_mode(urls_enabled=True)
+    warnings.filterwarnings(action="ignore", message=r"The epoch parameter in `scheduler.step\(\)` was not necessary and is being deprecated.*",
+                            category=UserWarning, module=r".*torch\.optim\.lr_scheduler.*")
+    torch.set_float32_matmul_precision("high")
+    CLI({"pretrain": pretrain.setup})
 
 
 if __name__ == "__main__":

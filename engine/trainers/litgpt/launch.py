@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from engine.durable import atomic_write_text
 from engine.merge import deep_merge
 from engine.trainers.base import LaunchSpec
-from engine.trainers.litgpt import data_cache
+from engine.trainers.litgpt import data_cache, notice_save
 
 
 # Device nodes a CUDA (or ROCm) torch needs: NVIDIA's, WSL2's GPU paravirtualisation, AMD's.
@@ -139,9 +139,11 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     if device == "cpu":
         env["TORCHDYNAMO_DISABLE"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+    notice = cfg.trainer.notice_signals
+    env[notice_save.NOTICE_SIGNALS_ENV] = ",".join(notice)   # entry.py saves on these (notice_save.py)
     env.update(cfg.trainer.env)
     argv = entry_argv(sys.executable, config_file)
-    if cache is not None:   # built (or found complete) by the trainer process first
+    if cache is not None and not data_cache.is_complete(cache):   # built by the trainer process first
         argv = data_cache.preprocess_argv(sys.executable, cache, train_src, val_src, tokenizer_dir, block_size) + argv
     return LaunchSpec(
         argv=argv,
@@ -151,10 +153,20 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         resume_from=resume_from,
         hyperparameters={"micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "lr": cfg.lr},
         memory_limit_bytes=cfg.trainer.memory_limit_mb * 1024 * 1024 if cfg.trainer.memory_limit_mb else None,
+        notice_signal=notice[0] if notice else None,
+        # SIGUSR2 has no handler in entry.py: its default action ends the trainer at once, like an
+        # unhandled SIGTERM did, so a recovery's stop saves nothing (a save of a spiking step would be resumed).
+        quit_signal="SIGUSR2" if "SIGTERM" in notice else "SIGTERM",
+        warm_spare_dir=loaded.run_dir / "spare" if cfg.trainer.warm_spare else None,
+        warm_imports=WARM_IMPORTS,
+        training_marker="Epoch ",   # litgpt's progress line (log_lines.py)
     )
 
 
 ENTRY_MODULE = "engine.trainers.litgpt.entry"
+# What a warm spare (trainer.warm_spare, engine/warm_spare.py) imports ahead: most of a start's seconds.
+WARM_IMPORTS = ("torch", "lightning", "litgpt.pretrain", "jsonargparse", "litgpt.data", "litdata",
+                "engine.trainers.litgpt.notice_save")
 
 
 def entry_argv(python: str, config_file: Path) -> list[str]:
