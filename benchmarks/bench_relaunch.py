@@ -1,0 +1,113 @@
+"""Where a relaunch's time goes, cold vs warm, on the default tiny model: relaunch -> first new step.
+
+    python benchmarks/bench_relaunch.py              # 3 cold + 3 warm, alternating; writes docs
+    python benchmarks/bench_relaunch.py --repeats 1 --no-write
+
+A scratch copy of the default run trains 40 steps with plain `litgpt pretrain` (checkpoints every 10);
+then each sample is a fresh interpreter resuming from step 20 through runbook's entry path
+(benchmarks/relaunch_phases.py), timed phase by phase. cold = what every relaunch paid before
+trainer.warm_spare (interpreter, imports, then litgpt); warm = the same after the imports, which a warm
+spare (engine/warm_spare.py) has done before the relaunch. The medians per phase are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import common  # noqa: E402
+
+SECTION = "Relaunch phases (cold vs warm spare)"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def trained_run(root: Path) -> tuple[Path, dict]:
+    """A finished 40-step run and a litgpt config resuming from its step 20; returns (config, env)."""
+    from ruamel.yaml import YAML
+
+    config = common.scratch_project(root)
+    loaded = common.load_run(config)
+    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "train")
+    if common.start_bare(spec, loaded.run_dir / "logs" / "train.log").wait() != 0:
+        raise RuntimeError(f"the training run failed: {loaded.run_dir / 'logs' / 'train.log'}")
+    yaml = YAML(typ="safe", pure=True)
+    tree = yaml.load(spec.config_file.read_text())
+    tree["resume"] = str(loaded.out_dir / "step-00000020" / "lit_model.pth")
+    tree["out_dir"] = str(root / "relaunch-out")   # the samples' own out_dir: the run's stays as it is
+    resume = spec.config_file.with_name("resume.yaml")
+    buffer = io.StringIO()
+    yaml.dump(tree, buffer)
+    resume.write_text(buffer.getvalue())
+    return resume, {**spec.env, "PYTHONPATH": str(REPO)}
+
+
+def sample(mode: str, config: Path, env: dict) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.relaunch_phases", mode, str(config)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    phases = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            phases[record["phase"]] = record["s"]
+    if "first optimizer step done" not in phases:
+        raise RuntimeError(f"{mode} sample did not reach its first step:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return phases
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-relaunch"))
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    load_start = common.load_average()
+    t0 = time.time()
+    config, env = trained_run(args.root)
+    samples: dict[str, list[dict]] = {"cold": [], "warm": []}
+    for _ in range(args.repeats):
+        for mode in ("cold", "warm"):
+            samples[mode].append(sample(mode, config, env))
+    order = list(samples["cold"][0])
+    rows = []
+    for phase in order:
+        cold = statistics.median(s[phase] for s in samples["cold"])
+        warm = [s[phase] for s in samples["warm"] if phase in s]
+        rows.append([phase, f"{cold:.2f}", f"{statistics.median(warm):.2f}" if warm else "(done before)"])
+    text = common.table(["phase (seconds since the relaunch began, median)", "cold", "warm spare"], rows, right={1, 2})
+    cold_total = statistics.median(s["first optimizer step done"] for s in samples["cold"])
+    warm_total = statistics.median(s["first optimizer step done"] for s in samples["warm"])
+    verdict = (f"relaunch -> first new optimizer step: cold {cold_total:.2f} s, warm spare {warm_total:.2f} s "
+               f"({args.repeats} samples each, medians)")
+    print("\n" + text + "\n\n" + verdict)
+    if args.no_write:
+        return 0
+    body = f"""Command: `{common.command_line()}` ({(time.time() - t0) / 60:.1f} min in all).
+
+Machine: {common.machine(load_start)}.
+
+Each sample is a fresh interpreter resuming the default tiny run (`configs/run_config.yaml`: 2 layers, 64 wide,
+micro-batch 4, 4 micro-batches per step) from its step-20 checkpoint through runbook's entry path
+(`benchmarks/relaunch_phases.py`), stopped once the first new optimizer step is done. cold: the clock starts
+when the interpreter starts; warm: the imports (torch, lightning, litgpt, litdata) are done first, as a warm
+spare has done them before the relaunch, and the clock starts after them. The watcher's own share of a
+relaunch (its actions, the spare's hand-over, reading the progress line) is not in these figures: see the
+latency section's `trainer restart s`, which is relaunch -> the first progress line as runbook read it.
+
+{text}
+
+{verdict}."""
+    common.write_section(SECTION, body)
+    print(f"\nwrote the '{SECTION}' section of {common.DOCS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
