@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -173,7 +174,7 @@ def _past(project, launch: int, rank: int, step: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def faulted_two_ranks(tmp_path_factory, shared_data) -> dict:
+def faulted_two_ranks(tmp_path_factory, shared_data, two_rank_reference) -> dict:
     """One run, three faults on rank 1, one per launch: SIGKILL after checkpoint 10, SIGSTOP in the
     relaunch, a CPU quota of 0.05 cores in the next one."""
     project = make_project(tmp_path_factory.mktemp("ranks-faults") / "project", shared_data, **TWO_RANKS)
@@ -181,6 +182,9 @@ def faulted_two_ranks(tmp_path_factory, shared_data) -> dict:
     # start-up is not a hang), and a collective timeout so rank 0 never blocks for gloo's 30 minutes.
     project.set(watch={"hang_floor_s": 15.0, "hang_timeout_s": 120},
                 trainer={"devices": 2, "env": {"RUNBOOK_COLLECTIVE_TIMEOUT_S": "90"}})
+    # The tokenized cache the undisturbed run built has this run's key (same text, tokenizer, block size):
+    # reused, it spares the suite a second tokenization.
+    shutil.copytree(two_rank_reference["project"].run_dir / "data", project.run_dir / "data")
     watcher = project.watch()
     found: dict = {"project": project}
     try:
