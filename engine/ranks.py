@@ -154,6 +154,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         world_size=world, ranks=ranks,
         exited=[r.rank for r in ranks if r.pid is not None and not r.alive],
         failed=[r.rank for r in failed], first_failed=first.rank if first else None,
+        first_failed_signal=first.signal if first else None,
         stopped=stopped, stalled=sorted(set(stopped) | set(_behind(ranks))),
         straggler=slow[0].rank if slow else None,
         straggler_ratio=round(slow[0].work_seconds / slow[1], 2) if slow else None,

@@ -53,6 +53,7 @@ class RanksStatus(Frozen):
     exited: list[int] = Field(default_factory=list)      # ranks whose process is gone
     failed: list[int] = Field(default_factory=list)      # ended with a non-zero code or a signal
     first_failed: int | None = None     # the rank that failed first: the cause, the others followed it
+    first_failed_signal: str | None = None   # the signal that ended it, if one did
     stopped: list[int] = Field(default_factory=list)     # in state T (SIGSTOP, a freezer, a debugger)
     stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
     straggler: int | None = None        # a rank whose work per micro-batch is over k x the other ranks' median

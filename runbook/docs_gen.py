@@ -56,6 +56,7 @@ STATE_NOTES = {
     "trainer.ranks.exited": "ranks whose process is gone",
     "trainer.ranks.failed": "ranks that ended with a non-zero code or a signal",
     "trainer.ranks.first_failed": "the rank that failed first (the others followed it)",
+    "trainer.ranks.first_failed_signal": "the signal that ended that rank (e.g. `SIGKILL`), if one did",
     "trainer.ranks.stopped": "ranks in process state T",
     "trainer.ranks.stalled": "the ranks the others wait for: stopped, or behind them for long",
     "trainer.ranks.straggler": "a rank whose own work per micro-batch is over 1.5 x the other ranks' median and 50 ms over it",

@@ -36,7 +36,7 @@ def test_the_rank_that_died_first_is_the_cause():
     exits = {1: RankExit(rank=1, pid=101, exit_code=-9, ended=NOW - 2)}
     status = ranks_status(beats, exits, {0: None, 1: None}, NOW, rank0_exit=(1, NOW - 1))
     assert status.first_failed == 1 and status.failed == [0, 1] and status.exited == [0, 1]
-    assert status.ranks[1].signal == "SIGKILL" and status.ranks[0].exit_code == 1
+    assert status.ranks[1].signal == "SIGKILL" == status.first_failed_signal and status.ranks[0].exit_code == 1
     # rank 0 first: the other rank's exit unknown (its reaper died with rank 0)
     status = ranks_status(beats, {}, {0: None, 1: "running"}, NOW, rank0_exit=(-9, NOW))
     assert status.first_failed == 0 and status.exited == [0]
@@ -220,7 +220,7 @@ def test_a_killed_rank_is_one_incident_naming_it_and_the_group_resumes(faulted_t
     assert [i["playbook"] for i in incidents] == expected, [i["playbook"] for i in incidents]
     died = incidents[0]
     ranks = died["snapshot"]["trainer"]["ranks"]
-    assert ranks["world_size"] == 2 and ranks["first_failed"] == 1
+    assert ranks["world_size"] == 2 and ranks["first_failed"] == 1 and ranks["first_failed_signal"] == "SIGKILL"
     assert ranks["ranks"][1]["signal"] == "SIGKILL" and ranks["ranks"][1]["pid"] == faulted_two_ranks["killed_pid"]
     assert any(f"rank 1 (pid {faulted_two_ranks['killed_pid']}) died first (SIGKILL)" in n for n in died["notes"]), died["notes"]
     assert died["outcome"] == "recovered"
