@@ -47,8 +47,11 @@ def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(pr
     assert result.returncode == 0, result.stdout + result.stderr
     assert "recovered: True" in result.stdout
     assert "preemption recovered" in result.stdout
+    # The SIGTERM is a notice: the trainer finishes its step and saves it before it exits, so nothing is
+    # lost, and the incident opens when it has exited (the step and the save are inside "detection").
+    assert result.stdout.split("steps_lost: ")[1].split()[0] == "0", result.stdout
     detection = float(result.stdout.split("detection_s: ")[1].split()[0])
-    assert 0 <= detection < 2.0
+    assert 0 <= detection < 15.0
     assert project.config.read_text() == before          # the original config is untouched
     assert not project.out_dir.exists()                  # and nothing was trained in the real run
     reports = list((project.run_dir.parent / "drills").glob("preemption-*/drill-report.json"))
