@@ -54,7 +54,7 @@ def sample(mode: str, config: Path, env: dict) -> dict[str, float]:
                          capture_output=True, text=True, timeout=300)
     phases = {}
     for line in out.stdout.splitlines():
-        if line.startswith("{"):
+        if line.startswith("{\"phase\""):
             record = json.loads(line)
             phases[record["phase"]] = record["s"]
     if "first optimizer step done" not in phases:
