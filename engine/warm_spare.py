@@ -84,14 +84,16 @@ def spare_key(spec) -> tuple:
 _spare: Spare | None = None   # one watcher per process, one spare per watcher
 _pending: threading.Event | None = None   # set to cancel a spare still waiting to start
 _lock = threading.Lock()
+_requested = False   # a spare was asked for in this watcher (a launch without one then says why)
 
 
 def start_spare_after(spec, launcher_path: Path, log_path: Path, preexec_fn=None, timeout_s: float = 3600.0) -> None:
     """Start the next launch's spare once this launch trains (spec.training_marker starts a line of its
     log): its imports then take the CPU from a running trainer, not from one that is starting."""
-    global _pending
+    global _pending, _requested
     if spec.warm_spare_dir is None or not spec.warm_imports:
         return
+    _requested = True
     cancel = threading.Event()
     with _lock:
         if _pending is not None:
@@ -148,10 +150,15 @@ def take_spare(spec, log_path: Path, status_path: Path) -> tuple[int, subprocess
             _pending.set()
         spare, _spare = _spare, None
     if spare is None:
+        if _requested and spec.warm_spare_dir is not None and spec.warm_imports:
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write("runbook: no warm spare (the previous launch never reached training): cold launch\n")
         return None
-    if (spare.key != spare_key(spec) or spec.argv[1:2] != ["-m"] or not spare.wait_ready(READY_WAIT_S)
-            or spare.pid is None):
+    why = unusable(spare, spec)
+    if why is not None:
         spare.discard()
+        with open(log_path, "a", encoding="utf-8") as log:   # the launch's own log says why it is cold
+            log.write(f"runbook: warm spare not used ({why}): cold launch\n")
         return None
     status = json.loads(spare.status_path.read_text())
     (spare.status_path.parent / (spare.status_path.name + ".redirect")).write_text(str(status_path))
@@ -165,6 +172,25 @@ def take_spare(spec, log_path: Path, status_path: Path) -> tuple[int, subprocess
     tmp.write_text(json.dumps(go))
     os.replace(tmp, spare.folder / "go.json")
     return status["trainer_pid"], spare.launcher
+
+
+def unusable(spare: Spare, spec) -> str | None:
+    """Why this launch cannot be the spare, or None."""
+    key = spare_key(spec)
+    if spare.key != key:
+        names = ("interpreter", "cwd", "memory limit", "notice signal", "quit signal", "imports", "environment")
+        differ = [n for n, a, b in zip(names, spare.key, key) if a != b]
+        if "environment" in differ:
+            old, new = dict(spare.key[-1]), dict(key[-1])
+            differ[-1] = "environment: " + ", ".join(sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)))
+        return "started for another launch shape: " + "; ".join(differ)
+    if spec.argv[1:2] != ["-m"]:
+        return "the launch is not `python -m MODULE`"
+    if not spare.wait_ready(READY_WAIT_S):
+        return f"not ready within {READY_WAIT_S:g} s" if spare.alive() else "it ended before it was ready"
+    if spare.pid is None:
+        return "its pid is unknown"
+    return None
 
 
 def discard_spare() -> None:
