@@ -156,7 +156,7 @@ def save_agreed_step(loop: dict, step: int) -> None:
         os.replace(staging, final)
         fsync_path(out_dir)
     fabric.barrier()
-    say(f"notice save of step {step} complete in {time.perf_counter() - started:.2f} s: {final}")
+    fabric.print(f"runbook: notice save of step {step} complete in {time.perf_counter() - started:.2f} s: {final}")
 
 
 def fsync_path(path: Path) -> None:
