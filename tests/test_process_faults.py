@@ -63,7 +63,7 @@ def test_micro_batch_change_on_resume_keeps_steps_tokens_and_schedule_exact(proj
     (playbooks / "halve_on_preemption.yaml").write_text("""
 name: halve-on-preemption
 description: test playbook
-match: {exit: {signals: [SIGTERM]}}
+match: {exit: {signals: [SIGTERM], codes: [75]}}   # 75: the trainer saved on the notice and exited
 actions:
   - set_hyperparameters: {micro_batch_size: "{{ config.micro_batch_size // 2 }}"}
   - resume: {from: newest_verified}
