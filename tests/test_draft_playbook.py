@@ -153,7 +153,9 @@ def test_the_same_failure_in_a_new_run_is_recovered_by_the_accepted_playbook(run
     assert (recovered["playbook"], recovered["outcome"]) == ("shard-header-corrupted", "recovered")
     assert recovered["resumed_step"] == 10 and recovered["steps_lost"] == FAIL_AFTER - 10
     assert recovered["first_progress_at"] is not None                                   # training again
-    assert "data cache reused" in (run_b.run_dir / "logs" / "trainer-001.log").read_text()
+    # run A's complete cache was used as it is: no tokenization in run B (a complete cache skips the step).
+    assert "data cache built" not in (run_b.run_dir / "logs" / "trainer-001.log").read_text()
+    assert len(list((run_b.run_dir / "data").iterdir())) == 1   # the copied cache, no second one
     # The same failure in another run, with other numbers, paths and addresses: one signature.
     assert recovered["signature"]["id"] == drafted["escalated"]["signature"]["id"]
     assert recovered["signature"]["evidence"] != drafted["escalated"]["signature"]["evidence"]
