@@ -115,7 +115,7 @@ def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, s
 
     # The project moved (a new Spot node mounts it at another path): the same cache under another folder.
     # A resume RELOCATES the loader (position and data order kept) in a copy; the checkpoint is untouched.
-    from engine.checkpoints import list_checkpoints
+    from engine.checkpoints import Checkpoint
     from engine.config import load_config
     from engine.trainers.litgpt.adapter import LitGPTAdapter
     from engine.trainers.litgpt.resume import loader_input_dir
@@ -124,7 +124,8 @@ def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, s
     project.root.rename(moved_root)
     moved = load_config(moved_root / "configs" / "run_config.yaml")
     adapter = LitGPTAdapter()
-    step10 = next(c for c in list_checkpoints(moved.out_dir, adapter.layout) if c.step == 10)
+    # final/ is the accepted launch's own save (step 10 may be the first launch's: a notice save can land there).
+    step10 = Checkpoint(moved.out_dir / "final", 10, adapter.layout)
     original = (adapter.layout.resume_file(step10.path)).read_bytes()
     plan = adapter.prepare_resume(step10, moved, tmp_path / "scratch")
     assert "RELOCATED" in plan.note and "data order are kept" in plan.note, plan.note
