@@ -36,11 +36,20 @@ def _mode_for(dst: Path) -> int:
 
 
 def fsync_dir(path: Path) -> None:
+    """fsync a folder (its entries: a rename into it) or a file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_tree(folder: Path) -> None:
+    """fsync every file directly in `folder`, then the folder: its contents are on disk before a rename."""
+    for path in sorted(Path(folder).iterdir()):
+        if path.is_file():
+            fsync_dir(path)
+    fsync_dir(folder)
 
 
 def atomic_write(dst: Path, write: Callable[[BinaryIO], object], prefix: str = TMP_PREFIX) -> None:

@@ -22,7 +22,7 @@ def follow_data(plan: ResumePlan, checkpoint, loaded, scratch_dir: Path, folder_
         return plan   # a data module of the user's own: its loader state is its own
     # The common case, read from the small YAML litgpt saves beside the weights: the launch that wrote
     # this checkpoint read today's cache. Only otherwise is the checkpoint itself loaded (torch, seconds).
-    if _saved_train_path(checkpoint.path) == str(cache / "train"):
+    if str(resume.saved_setting(checkpoint.path, "data", "init_args", "train_data_path")) == str(cache / "train"):
         return plan
     recorded = resume.loader_input_dir(plan.file)
     if recorded is None:
@@ -46,13 +46,3 @@ def follow_data(plan: ResumePlan, checkpoint, loaded, scratch_dir: Path, folder_
     return ResumePlan(copy, f"{plan.detail} ({'loader reset for new data' if reset else 'loader relocated'})",
                       f"{note}resumed from a copy of step {checkpoint.step}: {what}; the original checkpoint is untouched")
 
-
-def _saved_train_path(step_dir: Path) -> str | None:
-    """data.init_args.train_data_path in the checkpoint's hyperparameters.yaml (the cache it read)."""
-    from ruamel.yaml import YAML
-
-    try:
-        saved = YAML(typ="safe", pure=True).load((Path(step_dir) / "hyperparameters.yaml").read_text())
-        return str(saved["data"]["init_args"]["train_data_path"])
-    except Exception:  # noqa: BLE001 - unreadable or another shape: the checkpoint itself says
-        return None

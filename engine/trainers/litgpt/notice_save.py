@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from engine.crash_points import crash_point
+from engine.durable import fsync_dir, fsync_tree
 
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
 NOTICE_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped on a notice, to be resumed; engine/playbooks/preemption.yaml
@@ -154,21 +155,6 @@ def save_agreed_step(loop: dict, step: int) -> None:
         crash_point("notice-save-staged")   # the tests: killed with a whole save still in staging
         fsync_tree(staging)
         os.replace(staging, final)
-        fsync_path(out_dir)
+        fsync_dir(out_dir)
     fabric.barrier()
     fabric.print(f"runbook: notice save of step {step} complete in {time.perf_counter() - started:.2f} s: {final}")
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(folder: Path) -> None:
-    for path in sorted(folder.iterdir()):
-        if path.is_file():
-            fsync_path(path)
-    fsync_path(folder)

@@ -32,15 +32,23 @@ def read_progress(pth: Path) -> dict:
     return {"iter_num": int(state["iter_num"]), "step_count": int(state["step_count"])}
 
 
-def checkpoint_micro_batch(step_dir: Path) -> int | None:
-    """micro_batch_size the checkpoint was trained with (litgpt writes it to hyperparameters.yaml)."""
-    path = Path(step_dir) / "hyperparameters.yaml"
-    if not path.is_file():
-        return None
+def saved_setting(step_dir: Path, *keys: str):
+    """A setting of the launch that wrote the checkpoint, from the hyperparameters.yaml litgpt saves
+    beside it (cheap: no torch); None when the file or the key is missing or unreadable."""
     try:
-        data = YAML(typ="safe", pure=True).load(path.read_text())
-        return int(data["train"]["micro_batch_size"])
-    except Exception:  # noqa: BLE001 - unknown means "assume unchanged"
+        value = YAML(typ="safe", pure=True).load((Path(step_dir) / "hyperparameters.yaml").read_text())
+        for key in keys:
+            value = value[key]
+        return value
+    except Exception:  # noqa: BLE001 - unknown: the caller falls back to its default
+        return None
+
+
+def checkpoint_micro_batch(step_dir: Path) -> int | None:
+    """micro_batch_size the checkpoint was trained with."""
+    try:
+        return int(saved_setting(step_dir, "train", "micro_batch_size"))
+    except (TypeError, ValueError):   # unknown means "assume unchanged"
         return None
 
 

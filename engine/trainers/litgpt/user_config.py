@@ -170,21 +170,19 @@ def data_module_hash(loaded) -> str:
 
 def write_values(path: Path, updates: dict) -> None:
     """Set the OWNED runbook keys in `updates` at their litgpt places, comments and order kept."""
-    yaml = round_trip_yaml()
-    tree = yaml.load(Path(path).read_text(encoding="utf-8"))
-    for key, value in updates.items():
-        _set(tree, OWNED[key], str(value) if isinstance(value, Path) else value)
-    buffer = io.StringIO()
-    yaml.dump(tree, buffer)
-    atomic_write_text(Path(path), buffer.getvalue())
+    _write_places(path, {OWNED[key]: str(value) if isinstance(value, Path) else value for key, value in updates.items()})
 
 
 def write_data_values(path: Path, updates: dict) -> None:
     """Set data folders (train_dir, val_dir: TextFiles' train/val_data_path) in the litgpt YAML, comments kept."""
+    _write_places(path, {DATA_OWNED[key]: str(value) for key, value in updates.items()})
+
+
+def _write_places(path: Path, values: dict[tuple, object]) -> None:
     yaml = round_trip_yaml()
     tree = yaml.load(Path(path).read_text(encoding="utf-8"))
-    for key, value in updates.items():
-        _set(tree, DATA_OWNED[key], str(value))
+    for keys, value in values.items():
+        _set(tree, keys, value)
     buffer = io.StringIO()
     yaml.dump(tree, buffer)
     atomic_write_text(Path(path), buffer.getvalue())
