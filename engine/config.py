@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.durable import atomic_write_text
+from engine.metrics import MetricsSettings
 from engine.notice_poller import CloudNoticeSettings
 from engine.notifier import SlackSettings
 from engine.run_folder import RunFolder
@@ -130,6 +131,7 @@ class WatchSettings(Strict):
     quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
     cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
                                                description="poll AWS/GCP Spot interruption notices (engine/notice_poller.py)")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus endpoint (docs/metrics.md)")
 
 
 class NotificationSettings(Strict):

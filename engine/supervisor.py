@@ -69,6 +69,7 @@ class Supervisor:
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
         self.notice_poller = None
+        self.metrics = None
 
     @property
     def loaded(self):
@@ -81,6 +82,7 @@ class Supervisor:
         self.lock.acquire()
         try:
             self.install_signal_handlers()
+            self._start_metrics()
             with self.recovery_lock:
                 start_or_continue(self)
             self._start_upkeep()
@@ -101,6 +103,8 @@ class Supervisor:
             discard_spare()   # a warm spare nobody will launch (engine/warm_spare.py)
             if self.upkeep is not None:
                 self.upkeep.shutdown()
+            if self.metrics is not None:
+                self.metrics.shutdown()
             self.notifier.close()
             self.lock.release()
 
@@ -214,6 +218,27 @@ class Supervisor:
 
         self.notice_poller = NoticePoller(settings, request_stop, self.events)
         self.notice_poller.start()
+
+    def _start_metrics(self) -> None:
+        """The optional Prometheus endpoint (engine/metrics.py). A busy port is a warning, not a refusal:
+        supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
+        settings = self.loaded.config.watch.metrics
+        if settings.port is None:
+            return
+        from engine.metrics import MetricsEndpoint
+
+        layout, out_dir = self.ledger.layout, self.ledger.out_dir
+        endpoint = MetricsEndpoint(settings, self.loaded.run_dir, lambda: (self.state, self.last_snapshot),
+                                   lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
+        try:
+            url = endpoint.start()
+        except OSError as error:
+            self.events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
+                        f"({error.strerror or error}); watching without it")
+            self.journal.append("metrics_endpoint", error=str(error))
+            return
+        self.metrics = endpoint
+        self.journal.append("metrics_endpoint", url=url)
 
     def _stop_watching(self, why: str) -> None:
         """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
