@@ -109,7 +109,7 @@ def metric_families(view: WatcherView) -> list[Family]:
              snap.checkpoints.newest_verified_step),
         *one("runbook_last_verified_checkpoint_age_seconds", "seconds since the newest verified checkpoint was saved", age),
         *one("runbook_seconds_since_progress", "seconds since the trainer's last progress line", snap.seconds_since_progress),
-        *one("runbook_trainer_launches", "trainer launches by this watcher", trainer.launches),
+        *one("runbook_trainer_launches", "trainer launches in this run (every watcher of its run folder)", trainer.launches),
         *one("runbook_trainer_world_size", "ranks of the trainer (1: one process)", ranks.world_size),
         *one("runbook_trainer_ranks_alive", "trainer ranks whose process is alive", alive_ranks),
     ]
