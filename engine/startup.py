@@ -54,3 +54,27 @@ def start_or_continue(sup) -> None:
     if plan.note:   # no incident at start-up: what the resume copy changed goes to the journal
         sup.journal.append("resume_rewritten", detail=plan.detail, note=plan.note)
     sup.launch(plan.file)
+
+
+def prestart_spare(loaded) -> None:
+    """The first launch's warm spare (trainer.warm_spare, engine/warm_spare.py), started before the
+    watcher's own start-up checks (the data hash, litgpt's preflight parse: 4-7 s on 2 cores) so that its
+    imports run beside them and the first launch is warm too. A watcher that then refuses to start
+    leaves it behind until its imports are done (spare_main then sees its watcher gone and exits)."""
+    from dataclasses import replace
+
+    from engine import warm_spare
+    from engine.trainer_env import trainer_environment
+    from engine.trainers import adapter_for
+
+    if not loaded.config.trainer.warm_spare:
+        return
+    shape = getattr(adapter_for(loaded.config.trainer.kind), "spare_spec", None)
+    try:
+        spec = shape(loaded) if shape is not None else None
+    except Exception:  # noqa: BLE001 - the watcher's own checks, next, say what is wrong with the config
+        return
+    if spec is None:
+        return
+    warm_spare.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications.slack)))
+

@@ -78,13 +78,7 @@ class TrainerProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status_path.parent.mkdir(parents=True, exist_ok=True)
         status_path.unlink(missing_ok=True)
-        limit = spec.memory_limit_bytes
-
-        def limit_memory() -> None:  # runs in the child between fork and exec; the trainer inherits it
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+        limit_memory = warm_spare.memory_limiter(spec.memory_limit_bytes)   # RLIMIT_AS, inherited by the trainer
         signals = ["--quit-signal", spec.quit_signal] + (["--notice-signal", spec.notice_signal] if spec.notice_signal else [])
         argv = [sys.executable, str(LAUNCHER), str(status_path), *signals, "--", *spec.argv]
         taken = warm_spare.take_spare(spec, log_path, status_path)
@@ -96,11 +90,11 @@ class TrainerProcess:
                 # the watcher forwards it deliberately and records what happened.
                 launcher = subprocess.Popen(
                     argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory if limit else None,
+                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=limit_memory,
                 )
             status = cls._wait_for_start(launcher, status_path)
             pid = status.get("trainer_pid") or launcher.pid
-        warm_spare.start_spare_after(spec, LAUNCHER, log_path, preexec_fn=limit_memory if limit else None)   # the next launch's
+        warm_spare.start_next_spare(spec, LAUNCHER)   # the next launch's, at once (engine/warm_spare.py)
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:

@@ -11,7 +11,15 @@ final status there too (STATUS.redirect).
 
 A spare is used only when the launch would have started it the same way: same interpreter, cwd,
 memory limit, stop signals, imports, and environment (apart from variables read after the imports:
-RUNBOOK_*, WANDB_*, NCCL_*, GLOO_*, MASTER_*). Otherwise it is discarded and the launch is cold.
+RUNBOOK_*, WANDB_*, NCCL_*, GLOO_*, MASTER_*, TORCH_DISTRIBUTED_DEBUG, which spare_main re-applies).
+Otherwise it is discarded and the launch is cold.
+
+When: the first spare is started as the watcher starts (engine/startup.py prestart_spare), so its
+imports overlap the watcher's own start-up (config, data hash, litgpt's preflight parse) and the first
+launch is warm; each launch then starts the next launch's spare at once, so a launch that dies early
+(an OOM at start, a bad config) is still followed by a warm relaunch. The spare waits at nice +10
+where it may return to its priority when it becomes the trainer (root, or RLIMIT_NICE allows it): its
+imports then use the CPU the running trainer leaves idle.
 Costs: one more idle interpreter (~300 MB RSS with torch) and its imports' CPU beside the trainer.
 """
 
@@ -28,7 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LATE_ENV_PREFIXES = ("RUNBOOK_", "WANDB_", "NCCL_", "TORCH_NCCL_", "GLOO_", "MASTER_")
+# read after the imports, or re-applied by spare_main (TORCH_DISTRIBUTED_DEBUG: the hang playbook sets it)
+LATE_ENV_PREFIXES = ("RUNBOOK_", "WANDB_", "NCCL_", "TORCH_NCCL_", "GLOO_", "MASTER_", "TORCH_DISTRIBUTED_DEBUG")
 READY_WAIT_S = 30.0   # a spare still importing is waited for (it has a head start on a cold launch)
 
 
@@ -56,11 +65,29 @@ class Spare:
 
     def wait_ready(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
+        if not (self.folder / "ready").exists():
+            self.hurry()
         while not (self.folder / "ready").exists():
             if not self.alive() or time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
         return True
+
+    def hurry(self) -> None:
+        """A launch waits for this spare's imports: back to the watcher's priority (spare_main nices them)."""
+        pid = self.pid
+        if pid is None:
+            return
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tids = [str(pid)]
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), mine)
+            except OSError:
+                pass   # not allowed (no CAP_SYS_NICE, RLIMIT_NICE): it finishes at its own pace
 
     def discard(self) -> None:
         pid = self.pid
@@ -82,48 +109,51 @@ def spare_key(spec) -> tuple:
 
 
 _spare: Spare | None = None   # one watcher per process, one spare per watcher
-_pending: threading.Event | None = None   # set to cancel a spare still waiting to start
 _lock = threading.Lock()
 _requested = False   # a spare was asked for in this watcher (a launch without one then says why)
 
 
-def start_spare_after(spec, launcher_path: Path, log_path: Path, preexec_fn=None, timeout_s: float = 3600.0) -> None:
-    """Start the next launch's spare once this launch trains (spec.training_marker starts a line of its
-    log): its imports then take the CPU from a running trainer, not from one that is starting."""
-    global _pending, _requested
+def memory_limiter(limit: int | None):
+    """The preexec_fn a launch uses for its RLIMIT_AS (the spare must start under the same limit)."""
+    if not limit:
+        return None
+
+    def limit_memory() -> None:   # runs in the child between fork and exec; the trainer inherits it
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return limit_memory
+
+
+def start_next_spare(spec, launcher_path: Path) -> None:
+    """Start the next launch's spare now, in a thread (the launch does not wait for the Popen)."""
+    global _requested
     if spec.warm_spare_dir is None or not spec.warm_imports:
         return
     _requested = True
-    cancel = threading.Event()
-    with _lock:
-        if _pending is not None:
-            _pending.set()
-        _pending = cancel
-    offset = log_path.stat().st_size if log_path.exists() else 0
-    marker = spec.training_marker.encode()
 
-    def wait_then_start() -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cancel.wait(0.2):
-            try:
-                with open(log_path, "rb") as fh:
-                    fh.seek(offset)
-                    text = fh.read()
-            except OSError:
-                text = b""
-            if (b"\n" + marker) in text or text.startswith(marker) or time.monotonic() > deadline:
-                with _lock:
-                    if not cancel.is_set():
-                        start_spare(spec, launcher_path, preexec_fn)
-                return
+    def start() -> None:
+        with _lock:
+            start_spare(spec, launcher_path, memory_limiter(spec.memory_limit_bytes))
 
-    threading.Thread(target=wait_then_start, name="warm spare", daemon=True).start()
+    threading.Thread(target=start, name="warm spare", daemon=True).start()
+
+
+def prestart(spec) -> None:
+    """The first launch's spare, started while the watcher starts up (engine/startup.py)."""
+    from engine.trainer_process import LAUNCHER
+
+    start_next_spare(spec, LAUNCHER)
 
 
 def start_spare(spec, launcher_path: Path, preexec_fn=None) -> Spare | None:
     """Start a spare shaped like `spec` in spec.warm_spare_dir (replacing any earlier one). Under _lock."""
     global _spare
     old, _spare = _spare, None   # the caller holds _lock
+    if old is not None and old.alive() and old.key == spare_key(spec):
+        _spare = old   # already the right shape (the prestarted one, not yet taken)
+        return old
     if old is not None:
         old.discard()
     if spec.warm_spare_dir is None or not spec.warm_imports:
@@ -145,20 +175,25 @@ def start_spare(spec, launcher_path: Path, preexec_fn=None) -> Spare | None:
 def take_spare(spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen] | None:
     """Hand this launch to the spare when it matches: (trainer pid, its launcher); None: launch cold."""
     global _spare
-    with _lock:
-        if _pending is not None:
-            _pending.set()
+    with _lock:   # a spare still being started is waited for
         spare, _spare = _spare, None
     if spare is None:
         if _requested and spec.warm_spare_dir is not None and spec.warm_imports:
             with open(log_path, "a", encoding="utf-8") as log:
-                log.write("runbook: no warm spare (the previous launch never reached training): cold launch\n")
+                log.write("runbook: no warm spare (none was started for this launch): cold launch\n")
         return None
     why = unusable(spare, spec)
     if why is not None:
-        spare.discard()
+        keep = spare.key == spare_key(spec) and spare.alive()   # right shape, but not this launch (a preprocessing step)
+        if keep:
+            with _lock:
+                _spare = spare if _spare is None else _spare
+            if _spare is not spare:
+                spare.discard()
+        else:
+            spare.discard()
         with open(log_path, "a", encoding="utf-8") as log:   # the launch's own log says why it is cold
-            log.write(f"runbook: warm spare not used ({why}): cold launch\n")
+            log.write(f"runbook: warm spare not used ({why}): cold launch" + (", the spare kept for the next" if keep else "") + "\n")
         return None
     status = json.loads(spare.status_path.read_text())
     (spare.status_path.parent / (spare.status_path.name + ".redirect")).write_text(str(status_path))
@@ -196,8 +231,6 @@ def unusable(spare: Spare, spec) -> str | None:
 def discard_spare() -> None:
     global _spare
     with _lock:
-        if _pending is not None:
-            _pending.set()
         spare, _spare = _spare, None
     if spare is not None:
         spare.discard()

@@ -133,6 +133,10 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             return ExitCode.OK
         playbooks = load_run_playbooks(loaded)
         check_trainer(loaded)
+        if not dry_run:   # trainer.warm_spare: the first launch's spare imports while the checks below run
+            from engine.startup import prestart_spare
+
+            prestart_spare(loaded)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()
         if dry_run:  # no Slack, no outbox folder: a dry run changes nothing

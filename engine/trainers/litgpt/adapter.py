@@ -35,6 +35,9 @@ class LitGPTAdapter:
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)
 
+    def spare_spec(self, loaded) -> LaunchSpec | None:   # a warm spare's shape before the first launch (engine/startup.py)
+        return launch.spare_spec(loaded)
+
     def trainer_config(self, loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
         return launch.trainer_config(loaded, train_dir, val_dir, resume_from)
 

@@ -123,25 +123,8 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     writer.dump(config, buffer)
     atomic_write_text(config_file, buffer.getvalue())
 
-    device = cfg.trainer.device
-    if device == "auto":
-        device = "cuda" if cuda_available() else "cpu"
-    # Lightning's save writes a mkstemp() file in TMPDIR, then renames it onto lit_model.pth: this
-    # folder shares the checkpoints' filesystem (an atomic rename) and is ours alone by name.
-    from engine.partial_saves import trainer_tmp_dir
-
-    tmp_dir = trainer_tmp_dir(loaded.out_dir)
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    # One experiment-tracker run across every relaunch (the seed's WANDB_RESUME=allow); the id is the
-    # run folder's, added to every trainer's environment by engine/trainer_env.py.
-    env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
-    if device == "cpu":
-        env["TORCHDYNAMO_DISABLE"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    env = launch_env(loaded)
     notice = cfg.trainer.notice_signals
-    env[notice_save.NOTICE_SIGNALS_ENV] = ",".join(notice)   # entry.py saves on these (notice_save.py)
-    env.update(cfg.trainer.env)
     argv = entry_argv(sys.executable, config_file)
     if cache is not None and not data_cache.is_complete(cache):   # built by the trainer process first
         argv = data_cache.preprocess_argv(sys.executable, cache, train_src, val_src, tokenizer_dir, block_size) + argv
@@ -161,6 +144,46 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         warm_imports=WARM_IMPORTS,
         training_marker="Epoch ",   # litgpt's progress line (log_lines.py)
     )
+
+
+def launch_env(loaded) -> dict[str, str]:
+    """The trainer's environment (before the watcher adds its own RUNBOOK_* variables)."""
+    cfg = loaded.config
+    device = cfg.trainer.device
+    if device == "auto":
+        device = "cuda" if cuda_available() else "cpu"
+    # Lightning's save writes a mkstemp() file in TMPDIR, then renames it onto lit_model.pth: this
+    # folder shares the checkpoints' filesystem (an atomic rename) and is ours alone by name.
+    from engine.partial_saves import trainer_tmp_dir
+
+    tmp_dir = trainer_tmp_dir(loaded.out_dir)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    # One experiment-tracker run across every relaunch (the seed's WANDB_RESUME=allow); the id is the
+    # run folder's, added to every trainer's environment by engine/trainer_env.py.
+    env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
+    if device == "cpu":
+        env["TORCHDYNAMO_DISABLE"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env[notice_save.NOTICE_SIGNALS_ENV] = ",".join(cfg.trainer.notice_signals)   # entry.py saves on these (notice_save.py)
+    env.update(cfg.trainer.env)
+    return env
+
+
+def spare_spec(loaded) -> LaunchSpec | None:
+    """What a launch of this run will look like before its files exist, for a warm spare started while
+    the watcher is still starting up (engine/startup.py): prepare_launch's interpreter, environment and
+    process settings (a spare that differs is only discarded: warm_spare.unusable says why)."""
+    cfg = loaded.config
+    notice = cfg.trainer.notice_signals
+    if not cfg.trainer.warm_spare or getattr(cfg.trainer, "num_nodes", 1) != 1:   # several nodes: torchrun starts them
+        return None
+    return LaunchSpec(
+        argv=entry_argv(sys.executable, Path("-")), env=launch_env(loaded), cwd=loaded.project_dir,
+        config_file=Path("-"), resume_from=None,
+        memory_limit_bytes=cfg.trainer.memory_limit_mb * 1024 * 1024 if cfg.trainer.memory_limit_mb else None,
+        notice_signal=notice[0] if notice else None, quit_signal="SIGUSR2" if "SIGTERM" in notice else "SIGTERM",
+        warm_spare_dir=loaded.run_dir / "spare", warm_imports=WARM_IMPORTS, training_marker="Epoch ")
 
 
 ENTRY_MODULE = "engine.trainers.litgpt.entry"
