@@ -21,7 +21,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from engine.diagnosis import RankSample, straggler
-from engine.state import RanksStatus, RankStatus
+from engine.state import NodeStatus, RanksStatus, RankStatus
 
 RANKS_DIR_ENV = "RUNBOOK_RANKS_DIR"
 BEHIND_FLOOR_S = 5.0        # a rank behind the others for less than this is just slower at that instant
@@ -36,6 +36,7 @@ class RankHeartbeat(BaseModel):
 
     rank: int
     world_size: int
+    node: int | None = None             # with several nodes: the node whose agent started it (engine/nodes.py)
     pid: int
     started: float                      # the process's start time (psutil create_time): pids get reused
     step: int | None = None
@@ -122,14 +123,17 @@ def _signal_name(code: int | None) -> str | None:
 
 
 def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], states: dict[int, str | None],
-                 now: float, rank0_exit: tuple[int, float] | None = None) -> RanksStatus:
+                 now: float, rank0_exit: tuple[int, float] | None = None,
+                 nodes: tuple[list[NodeStatus], list[int]] = ([], [])) -> RanksStatus:
     """PURE. The snapshot's view of the ranks: states maps rank -> process_state(); rank0_exit is the
-    trainer process's own (exit code, ended) when its launcher recorded it."""
+    trainer process's own (exit code, ended) when its launcher recorded it; nodes is
+    engine/nodes.nodes_status() with several nodes (every node and the dead ones)."""
+    node_list, dead_nodes = nodes
     if not beats:
-        return RanksStatus()
+        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes)
     world = max(max(b.world_size for b in beats.values()), max(beats) + 1)
     if world <= 1:
-        return RanksStatus()
+        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes)
     ranks = []
     for rank in range(world):
         beat = beats.get(rank)
@@ -140,7 +144,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         elif rank == 0 and rank0_exit is not None:
             code, ended = rank0_exit
         ranks.append(RankStatus(
-            rank=rank, pid=beat.pid if beat else None, alive=beat is not None and not gone,
+            rank=rank, node=beat.node if beat else None, pid=beat.pid if beat else None, alive=beat is not None and not gone,
             stopped=states.get(rank) == "stopped", exit_code=code, signal=_signal_name(code), ended_at=ended,
             step=beat.step if beat else None, iter_num=beat.iter_num if beat else None,
             phase=beat.phase if beat else None,
@@ -158,6 +162,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         stopped=stopped, stalled=sorted(set(stopped) | set(_behind(ranks))),
         straggler=slow[0].rank if slow else None,
         straggler_ratio=round(slow[0].work_seconds / slow[1], 2) if slow else None,
+        nodes=node_list, dead_nodes=dead_nodes,
     )
 
 
@@ -187,25 +192,37 @@ class RankWatch:
         self.folder = folder
 
     def status(self, rank0_exit: tuple[int, float] | None = None) -> RanksStatus:
+        from engine.nodes import agent_alive, nodes_status, read_nodes
+
         beats, exits = read_folder(self.folder)
         states = {rank: process_state(beat) for rank, beat in beats.items()}
-        return ranks_status(beats, exits, states, time.time(), rank0_exit)
+        starts, ends = read_nodes(self.folder)
+        nodes = nodes_status(starts, ends, {n: agent_alive(s) for n, s in starts.items()},
+                             {rank: beat.node for rank, beat in beats.items()}) if starts or ends else ([], [])
+        return ranks_status(beats, exits, states, time.time(), rank0_exit, nodes)
 
     def stop_leftovers(self, wait_s: float = 5.0) -> list[str]:
         """SIGKILL to every rank process of this launch still there once rank 0 is gone or being
         replaced (a stopped rank outlives rank 0 and holds its port and memory; with its process group
         broken it has nothing left to save). Only processes whose pid and start time match a
         heartbeat: never someone else's."""
+        from engine.nodes import agent_alive, read_nodes
+
         beats, _ = read_folder(self.folder)
         left = {rank: beat for rank, beat in beats.items() if process_state(beat) is not None}
         for beat in left.values():
             _signal(beat.pid, signal.SIGKILL)
+        # With several nodes, the launcher agents too (a killed node group leaves them waiting in a barrier).
+        agents = [start for start in read_nodes(self.folder)[0].values() if agent_alive(start)]
+        for start in agents:
+            _signal(start.pid, signal.SIGKILL)
         deadline = time.monotonic() + wait_s
         waiting = dict(left)
         while waiting and time.monotonic() < deadline:
             waiting = {rank: beat for rank, beat in waiting.items() if process_state(beat) is not None}
             time.sleep(0.02)
-        return [f"rank {rank} (pid {beat.pid})" for rank, beat in sorted(left.items())]
+        return ([f"rank {rank} (pid {beat.pid})" for rank, beat in sorted(left.items())]
+                + [f"node {start.node}'s agent (pid {start.pid})" for start in agents])
 
 
 def _signal(pid: int, sig: int) -> None:

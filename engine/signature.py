@@ -105,12 +105,31 @@ def find_exception(tail: Iterable[str]) -> tuple[str, str, str] | None:
 
 
 def _ending(trainer: dict) -> str:
+    return _process_ending(trainer) + _group_cause(trainer.get("ranks"))
+
+
+def _process_ending(trainer: dict) -> str:
     if trainer.get("alive"):
         return "alive, stopped" if trainer.get("stopped") else "alive"
     if trainer.get("signal"):
         return f"signal {trainer['signal']}"
     code = trainer.get("exit_code")
     return f"exit {code}" if isinstance(code, int) and not isinstance(code, bool) else "exit unknown"
+
+
+def _group_cause(ranks) -> str:
+    """Several ranks or nodes: a lost node and a rank that died first are different failures, whatever
+    rank 0's process shows (engine/nodes.py); empty for one process."""
+    if not isinstance(ranks, dict):
+        return ""
+    if ranks.get("dead_nodes"):
+        return ", a node lost"
+    first = ranks.get("first_failed")
+    if first in (None, 0):
+        return ""
+    ended = next((r for r in ranks.get("ranks") or [] if isinstance(r, dict) and r.get("rank") == first), {})
+    noticed = ended.get("exit_code") == 75 or ranks.get("first_failed_signal") in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+    return "" if noticed else ", a rank died first"   # a notice's save (exit 75) or a stop request is no rank's death
 
 
 def _phase(snapshot: dict) -> str:

@@ -32,6 +32,7 @@ class RankStatus(Frozen):
     """One rank, from its own heartbeat (written inside the trainer) and its process seen from outside."""
 
     rank: int
+    node: int | None = None             # the node (launcher agent) it runs on, with several nodes (engine/nodes.py)
     pid: int | None = None
     alive: bool = False
     stopped: bool = False               # process state T
@@ -43,6 +44,18 @@ class RankStatus(Frozen):
     phase: str | None = None            # "work" (data + forward) or "sync" (backward with the gradient all-reduce)
     seconds_since_heartbeat: float | None = None
     work_seconds: float | None = None   # median of the rank's own work per micro-batch (no collective wait)
+
+
+class NodeStatus(Frozen):
+    """One node's launcher agent (torchrun), with several nodes: its process and how it ended."""
+
+    node: int
+    pid: int | None = None
+    alive: bool = False
+    exit_code: int | None = None        # Popen's convention: negative for a signal
+    signal: str | None = None
+    requested: bool = False             # ended by runbook's own stop, not by a fault
+    ranks: list[int] = Field(default_factory=list)
 
 
 class RanksStatus(Frozen):
@@ -58,6 +71,8 @@ class RanksStatus(Frozen):
     stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
     straggler: int | None = None        # a rank whose work per micro-batch is over k x the other ranks' median
     straggler_ratio: float | None = None
+    nodes: list[NodeStatus] = Field(default_factory=list)   # empty on one node
+    dead_nodes: list[int] = Field(default_factory=list)     # agents killed by a fault signal (SIGKILL, ...), ranks with them
 
 
 class TrainerStatus(Frozen):

@@ -44,7 +44,7 @@ class TrainerControl:
     def tokens_per_iter(self) -> int:
         """Tokens of one logged iteration, all ranks together (each of trainer.devices ranks takes a micro-batch)."""
         cfg = self.loaded.config
-        return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices
+        return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
 
     def launch(self, resume_file: Path | None) -> TrainerProcess:
         self.launches += 1

@@ -97,7 +97,7 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
             "init_args": {"lr": cfg.lr, "weight_decay": 0.0, "betas": [0.9, 0.95]},
         },
         "devices": cfg.trainer.devices,
-        "num_nodes": 1,
+        "num_nodes": cfg.trainer.num_nodes,
         "seed": cfg.seed,
         "logger_name": "csv",
     }
@@ -126,6 +126,10 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     env = launch_env(loaded)
     notice = cfg.trainer.notice_signals
     argv = entry_argv(sys.executable, config_file)
+    if cfg.trainer.num_nodes > 1:   # one torchrun agent per node, started by the node group (nodes.py)
+        from engine.trainers.litgpt.nodes import group_argv
+
+        argv = group_argv(sys.executable, cfg.trainer.num_nodes, cfg.trainer.devices) + argv
     if cache is not None and not data_cache.is_complete(cache):   # built by the trainer process first
         argv = data_cache.preprocess_argv(sys.executable, cache, train_src, val_src, tokenizer_dir, block_size) + argv
     return LaunchSpec(
@@ -140,10 +144,12 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         # SIGUSR2 has no handler in entry.py: its default action ends the trainer at once, like an
         # unhandled SIGTERM did, so a recovery's stop saves nothing (a save of a spiking step would be resumed).
         quit_signal="SIGUSR2" if "SIGTERM" in notice else "SIGTERM",
-        warm_spare_dir=loaded.run_dir / "spare" if cfg.trainer.warm_spare else None,
+        # a spare is one pre-imported rank; several nodes start theirs through torchrun
+        warm_spare_dir=loaded.run_dir / "spare" if cfg.trainer.warm_spare and cfg.trainer.num_nodes == 1 else None,
         warm_imports=WARM_IMPORTS,
         training_marker="Epoch ",   # litgpt's progress line (log_lines.py)
     )
+
 
 
 def launch_env(loaded) -> dict[str, str]:

@@ -33,6 +33,7 @@ from collections import deque
 from datetime import timedelta
 from pathlib import Path
 
+from engine.nodes import NODE_ENV
 from engine.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
 
 COLLECTIVE_TIMEOUT_ENV = "RUNBOOK_COLLECTIVE_TIMEOUT_S"
@@ -101,6 +102,7 @@ class Heartbeat:
         self.state: dict | None = None
         self.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.node = int(os.environ[NODE_ENV]) if os.environ.get(NODE_ENV, "").isdigit() else None
         self.started = _create_time()
         self.work = deque(maxlen=WORK_WINDOW)
         self.work_started: float | None = None
@@ -110,7 +112,7 @@ class Heartbeat:
         state = self.state or {}
         try:
             write_record(heartbeat_path(self.folder, self.rank), RankHeartbeat(
-                rank=self.rank, world_size=self.world_size, pid=os.getpid(), started=self.started,
+                rank=self.rank, world_size=self.world_size, node=self.node, pid=os.getpid(), started=self.started,
                 step=state.get("step_count"), iter_num=state.get("iter_num"), phase=phase, time=time.time(),
                 work_seconds=round(statistics.median(self.work), 4) if self.work else None))
         except OSError:
@@ -209,7 +211,8 @@ def record_exit_main(argv: list[str]) -> int:
     folder, command = Path(argv[1]), argv[3:]
     for sig in NOTED_SIGNALS:
         signal.signal(sig, lambda *_: None)
-    rank = int(os.environ.get("LOCAL_RANK", "0"))   # Lightning starts ranks on one node: global = local
+    # torchrun sets RANK (several nodes); Lightning starts ranks on one node and sets only LOCAL_RANK (= global)
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
     child = subprocess.Popen(command, preexec_fn=_die_with_parent)
     code = child.wait()
     try:

@@ -1,0 +1,105 @@
+"""Every node of a several-node trainer, as the engine sees it (issue 15).
+
+One launcher agent (torchrun) per node starts that node's ranks. Whoever starts an agent (runbook's
+node group, engine/trainers/litgpt/nodes.py) writes `node-<n>.json` (a NodeStart: its pid and start
+time) into the launch's ranks folder (engine/ranks.py), and `node-<n>.exit.json` (a NodeExit) once it
+reaped it. Each rank's heartbeat names its node (RUNBOOK_NODE). `nodes_status` is pure.
+
+A dead node is an agent that ended by a signal that is no request to stop (SIGKILL, SIGSEGV, ...)
+and that runbook did not end itself: the node's launcher is gone, whatever happened to its ranks.
+A dead rank is a rank that failed while its agent lived on (or ended reporting it with an exit code).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from engine.state import NodeStatus
+
+NODE_ENV = "RUNBOOK_NODE"          # in an agent's environment (and so its ranks'): the node's number
+STOP_REQUESTS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+MAX_NODES = 1024
+
+
+class NodeStart(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    node: int
+    pid: int
+    started: float                      # psutil create_time: pids get reused
+    host: str = ""
+
+
+class NodeExit(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    node: int
+    pid: int
+    exit_code: int                      # Popen's convention: negative for a signal
+    ended: float
+    requested: bool = False             # runbook ended it (a stop, or the leftovers of a finished group)
+
+
+def start_path(folder: Path, node: int) -> Path:
+    return Path(folder) / f"node-{node}.json"
+
+
+def exit_path(folder: Path, node: int) -> Path:
+    return Path(folder) / f"node-{node}.exit.json"
+
+
+def read_nodes(folder: Path | None) -> tuple[dict[int, NodeStart], dict[int, NodeExit]]:
+    from engine.ranks import _read
+
+    starts: dict[int, NodeStart] = {}
+    exits: dict[int, NodeExit] = {}
+    if folder is None or not Path(folder).is_dir():
+        return starts, exits
+    for path in sorted(Path(folder).glob("node-*.json"))[:2 * MAX_NODES]:
+        if path.name.endswith(".exit.json"):
+            record = _read(path, NodeExit)
+            if record is not None and path == exit_path(folder, record.node):
+                exits[record.node] = record
+        else:
+            record = _read(path, NodeStart)
+            if record is not None and path == start_path(folder, record.node):
+                starts[record.node] = record
+    return starts, exits
+
+
+def agent_alive(start: NodeStart) -> bool:
+    try:
+        proc = psutil.Process(start.pid)
+        return abs(proc.create_time() - start.started) <= 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_of(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
+def nodes_status(starts: dict[int, NodeStart], exits: dict[int, NodeExit], alive: dict[int, bool],
+                 rank_nodes: dict[int, int | None]) -> tuple[list[NodeStatus], list[int]]:
+    """PURE. Every node and the dead ones. alive: node -> agent_alive(); rank_nodes: rank -> its node."""
+    nodes, dead = [], []
+    for node in sorted(set(starts) | set(exits)):
+        start, end = starts.get(node), exits.get(node)
+        code = end.exit_code if end else None
+        status = NodeStatus(
+            node=node, pid=start.pid if start else end.pid, alive=end is None and alive.get(node, False),
+            exit_code=code, signal=signal_of(code), requested=bool(end and end.requested),
+            ranks=sorted(r for r, n in rank_nodes.items() if n == node))
+        nodes.append(status)
+        if end is not None and not end.requested and status.signal is not None and status.signal not in STOP_REQUESTS:
+            dead.append(node)
+    return nodes, dead

@@ -1,0 +1,197 @@
+"""Several nodes (trainer.num_nodes > 1): one torchrun agent per node, c10d rendezvous, started and
+reaped by this node group, the trainer process the watcher launches (issue 15).
+
+    python -m engine.trainers.litgpt.nodes --nodes N --nproc-per-node P -- <entry argv>
+
+Here every agent runs on this host (127.0.0.1): the tests' 2 "nodes", and the shape a SLURM job
+gives with `srun` starting one agent per node (docs/nodes.md). Measured with torch 2.13 (FINDINGS.md):
+- torchrun starts each worker in a session of its own: signalling an agent's process group misses
+  its workers, so a stop kills every rank by its heartbeat's pid (engine/ranks.py) as well.
+- A leftover agent on the same port and rendezvous id breaks the next launch: every launch gets a
+  free port and a fresh rendezvous id.
+- A SIGKILLed agent orphans its worker and the surviving agent waits ~300 s in its exit barrier:
+  nothing here waits for that; the watcher's node-died playbook stops the whole group at once.
+- Both nodes' local rank 0 print litgpt's progress (with their local loss): only node 0's agent
+  writes to the trainer log; node n's goes to `<ranks folder>/node-<n>.log`.
+
+Each agent runs its worker under `engine.trainers.litgpt.ranks --record-exit`, which records the
+rank's exit; this process records each agent's (engine/nodes.py). Signals: SIGTERM/SIGINT/SIGHUP (a
+notice) go to every agent, which forwards them to its workers (they save on it, notice_save.py);
+SIGUSR1 goes to every rank directly (torchrun does not handle it and would die of it); SIGUSR2
+(runbook's stop without a save) kills every agent and rank. The exit is rank 0's (128+N for a
+signal), as with one node where rank 0 is the trainer process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from engine.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path
+from engine.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
+
+GROUP_MODULE = "engine.trainers.litgpt.nodes"
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+LINGER_S = 3.0       # agents still there this long after every rank ended (exit barrier, teardown) are killed
+
+
+def group_argv(python: str, num_nodes: int, nproc_per_node: int) -> list[str]:
+    """PURE. The node group's command; the rank's own command follows it."""
+    return [python, "-m", GROUP_MODULE, "--nodes", str(num_nodes), "--nproc-per-node", str(nproc_per_node), "--"]
+
+
+def agent_argv(python: str, num_nodes: int, nproc_per_node: int, endpoint: str, rdzv_id: str, folder: Path,
+               command: list[str]) -> list[str]:
+    """PURE. One node's torchrun agent (c10d rendezvous, no restarts of its own: the watcher restarts the
+    whole group from a verified checkpoint), its worker wrapped by the exit recorder."""
+    return [python, "-m", "torch.distributed.run", f"--nnodes={num_nodes}", f"--nproc-per-node={nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", "--max-restarts=0",
+            "--no-python", python, "-m", "engine.trainers.litgpt.ranks", "--record-exit", str(folder), "--", *command]
+
+
+def group_exit_code(rank0_code: int | None, agent_codes: list[int]) -> int:
+    """PURE. Rank 0's exit (128+N for signal N); without one, 0 when every agent succeeded, else 1."""
+    if rank0_code is not None:
+        return 128 - rank0_code if rank0_code < 0 else rank0_code
+    return 0 if agent_codes and all(code == 0 for code in agent_codes) else 1
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:   # a killed node group takes its agents along (not their workers: own sessions)
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+
+
+class NodeGroup:
+    def __init__(self, folder: Path, num_nodes: int, nproc_per_node: int, command: list[str]):
+        self.folder, self.num_nodes, self.nproc, self.command = folder, num_nodes, nproc_per_node, command
+        self.agents: dict[int, subprocess.Popen] = {}
+        self.codes: dict[int, int] = {}
+        self.killing = False
+
+    def start(self) -> None:
+        import psutil
+
+        endpoint, rdzv_id = f"127.0.0.1:{free_port()}", uuid.uuid4().hex
+        print(f"runbook: {self.num_nodes} nodes x {self.nproc} ranks, torchrun c10d rendezvous {rdzv_id} at {endpoint}", flush=True)
+        for node in range(self.num_nodes):
+            env = {**os.environ, NODE_ENV: str(node)}
+            out = None if node == 0 else open(self.folder / f"node-{node}.log", "ab")
+            argv = agent_argv(sys.executable, self.num_nodes, self.nproc, endpoint, rdzv_id, self.folder, self.command)
+            agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            if out is not None:
+                out.close()
+            self.agents[node] = agent
+            try:
+                started = psutil.Process(agent.pid).create_time()
+            except psutil.Error:
+                started = time.time()
+            write_record(start_path(self.folder, node), NodeStart(node=node, pid=agent.pid, started=started,
+                                                                   host=socket.gethostname()))
+
+    def handle(self, signum, _frame) -> None:
+        sig = signal.Signals(signum)
+        if sig == signal.SIGUSR2:
+            self.kill_all()
+        elif sig in FORWARDED:
+            for agent in self.live():
+                _send(agent.pid, sig)
+        else:   # SIGUSR1: straight to the ranks
+            for beat in read_folder(self.folder)[0].values():
+                if process_state(beat) is not None:
+                    _send(beat.pid, sig)
+
+    def live(self) -> list[subprocess.Popen]:
+        return [a for n, a in self.agents.items() if n not in self.codes]
+
+    def kill_all(self) -> None:
+        """Every agent and every rank (their own sessions), at once: a stop without a save."""
+        self.killing = True
+        for agent in self.live():
+            _send(agent.pid, signal.SIGKILL)
+        for beat in read_folder(self.folder)[0].values():
+            if process_state(beat) is not None:
+                _send(beat.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        ranks_done_at = None
+        while len(self.codes) < len(self.agents):
+            for node, agent in self.agents.items():
+                if node not in self.codes and agent.poll() is not None:
+                    self.codes[node] = agent.returncode
+                    _record(self.folder, NodeExit(node=node, pid=agent.pid, exit_code=agent.returncode,
+                                                  ended=time.time(), requested=self.killing))
+            if self._every_rank_ended():
+                ranks_done_at = ranks_done_at or time.monotonic()
+                if time.monotonic() - ranks_done_at > LINGER_S and not self.killing:
+                    print(f"runbook: every rank ended; {len(self.live())} agent(s) still waiting after "
+                          f"{LINGER_S:g} s (an exit barrier): killed", flush=True)
+                    self.kill_all()
+            time.sleep(0.05)
+        _, exits = read_folder(self.folder)
+        return group_exit_code(exits[0].exit_code if 0 in exits else None, list(self.codes.values()))
+
+    def _every_rank_ended(self) -> bool:
+        beats, exits = read_folder(self.folder)
+        world = max((b.world_size for b in beats.values()), default=0)
+        return world > 0 and all(rank in exits for rank in range(world))
+
+
+def _send(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _record(folder: Path, record) -> None:
+    try:
+        write_record(exit_path(folder, record.node), record)
+    except OSError:
+        pass   # a full disk: the watcher then sees the agent gone without its exit
+
+
+def parse(argv: list[str]) -> tuple[int, int, list[str]]:
+    """PURE. (nodes, ranks per node, the rank's command); SystemExit with a usage line otherwise."""
+    usage = "usage: python -m engine.trainers.litgpt.nodes --nodes N --nproc-per-node P -- COMMAND..."
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        raise SystemExit(usage)
+    cut = argv.index("--")
+    options = dict(zip(argv[:cut:2], argv[1:cut:2]))
+    try:
+        nodes, nproc = int(options["--nodes"]), int(options["--nproc-per-node"])
+    except (KeyError, ValueError):
+        raise SystemExit(usage) from None
+    if nodes < 1 or nproc < 1 or set(options) != {"--nodes", "--nproc-per-node"}:
+        raise SystemExit(usage)
+    return nodes, nproc, argv[cut + 1:]
+
+
+def main(argv: list[str]) -> int:
+    nodes, nproc, command = parse(argv)
+    folder = os.environ.get(RANKS_DIR_ENV)
+    if not folder:
+        raise SystemExit(f"runbook: {RANKS_DIR_ENV} is not set: the node group records its agents there")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    group = NodeGroup(Path(folder), nodes, nproc, command)
+    for sig in (*FORWARDED, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, group.handle)
+    group.start()
+    return group.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
