@@ -83,6 +83,7 @@ class TrainerSettings(Strict):
     eval_iters: int = Field(4, gt=0)
     num_workers: int = Field(0, ge=0)
     devices: int = Field(1, gt=0, description="GPUs on this node used by the trainer")
+    num_nodes: int = Field(1, gt=0, description="nodes, one torchrun agent each (c10d rendezvous); devices is per node (docs/nodes.md)")
     memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
     extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
