@@ -22,6 +22,7 @@ from engine.metrics import MetricsSettings
 from engine.notice_poller import CloudNoticeSettings
 from engine.notifier import SlackSettings
 from engine.run_folder import RunFolder
+from engine.slurm import SlurmSettings
 from engine.trainers.registry import DEFAULT_TRAINER_KIND
 from engine.upkeep import UpkeepSettings
 from engine.yaml_source import (
@@ -161,6 +162,7 @@ class RunConfig(Strict):
     watch: WatchSettings = Field(default_factory=WatchSettings)
     notifications: NotificationSettings = Field(default_factory=NotificationSettings)
     upkeep: UpkeepSettings = Field(default_factory=UpkeepSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="`runbook slurm submit` and the watcher inside a SLURM job")
 
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":

@@ -24,6 +24,7 @@ from engine.lock import RunLock
 from engine.matcher import MatchMemory, attempt_number, decide
 from engine.observer import Observer
 from engine.runtime import RuntimeParts
+from engine.slurm_watch import SlurmAllocation
 from engine.startup import start_or_continue
 from engine.state import TERMINAL_STATES, RunState
 from engine.trainer_control import TrainerControl
@@ -70,6 +71,7 @@ class Supervisor:
         self.upkeep = None
         self.notice_poller = None
         self.metrics = None
+        self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
 
     @property
     def loaded(self):
@@ -82,6 +84,8 @@ class Supervisor:
         self.lock.acquire()
         try:
             self.install_signal_handlers()
+            if self.slurm is not None:
+                self.slurm.started()
             self._start_metrics()
             with self.recovery_lock:
                 start_or_continue(self)
@@ -107,6 +111,8 @@ class Supervisor:
                 self.metrics.shutdown()
             self.notifier.close()
             self.lock.release()
+            if self.slurm is not None:   # after the release: a requeue's next allocation takes the lock
+                self.slurm.finished(self.state)
 
     def observe(self):
         """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot."""
@@ -244,6 +250,8 @@ class Supervisor:
         """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
         that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it."""
         noticed = None
+        if self.slurm is not None:   # ask scontrol why while the job's state still says it
+            self.slurm.noticed(why)
         if self.control.alive and self.control.process is not None:
             noticed = self.control.process.give_notice(self.loaded.config.watch.grace_period_s)
             if noticed:

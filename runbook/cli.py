@@ -51,11 +51,13 @@ from runbook.commands.playbooks_cmd import playbooks_app  # noqa: E402
 from runbook.commands.replay_cmd import replay as replay_command  # noqa: E402
 from runbook.commands.report_cmd import report as report_command  # noqa: E402
 from runbook.commands.scan_data_cmd import scan_data as scan_data_command  # noqa: E402
+from runbook.commands.slurm_cmd import slurm_app  # noqa: E402
 from runbook.commands.status_cmd import status as status_command  # noqa: E402
 from runbook.commands.verify_cmd import verify as verify_command  # noqa: E402
 
 app.add_typer(playbooks_app, name="playbooks")
 app.add_typer(incidents_app, name="incidents")
+app.add_typer(slurm_app, name="slurm")
 app.command("init")(init_command)
 app.command("replay")(replay_command)
 app.command("scan-data")(scan_data_command)

@@ -9,7 +9,8 @@ How it starts (measured in ../shared/FINDINGS.md, "Measured here: a single-host 
    pid files in a temp folder, and ports of its own so that it never meets another cluster here.
    `AuthInfo=cred_expire=10` makes a requeued job start again after ~20 s, not ~2 min; `KillWait=5`
    sends SIGKILL 5 s after the SIGTERM of a cancel or requeue (default 30 s).
-4. Ready when `sinfo` shows the node idle. Stopped by `scontrol shutdown`, then SIGTERM to slurmd.
+4. Ready when `sinfo` shows the node idle. Stopped by cancelling the jobs left (`scontrol shutdown`
+   alone leaves their processes running), `scontrol shutdown`, then SIGTERM to slurmd.
 
 Jobs get the caller's environment (sbatch's --export=ALL), so `runbook` from this venv runs in them.
 """
@@ -158,6 +159,14 @@ def start_cluster(root: Path) -> SlurmCluster:
 
 
 def stop_cluster(cluster: SlurmCluster) -> None:
+    # Jobs first: `scontrol shutdown` leaves a running job's slurmstepd and processes behind (seen: a
+    # failed test's watcher and trainer kept running). A cancelled job's watcher stops without a requeue.
+    jobs = cluster.run("squeue", "-h", "-o", "%i", timeout=30).stdout.split()
+    if jobs:
+        cluster.run("scancel", *jobs, timeout=30)
+        deadline = time.monotonic() + 30
+        while cluster.run("squeue", "-h", "-o", "%i", timeout=30).stdout.split() and time.monotonic() < deadline:
+            time.sleep(0.5)
     cluster.run("scontrol", "shutdown", timeout=30)
     for pid_file in ("slurmd.pid", "slurmctld.pid"):
         path = cluster.root / pid_file

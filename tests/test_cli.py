@@ -14,7 +14,7 @@ from runbook.cli import app
 from tests.conftest import RUNBOOK
 
 EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
-                     "notify", "ledger"}
+                     "notify", "ledger", "slurm"}
 
 
 def test_the_command_table_is_what_the_docs_promise():
@@ -66,6 +66,7 @@ FORMS = {   # the arguments before the config, when a command needs some; any ot
     "replay --all": ["replay", "--all"],
     "replay": ["replay", "incident-1"],
     "drill": ["drill", "preemption"],
+    "slurm": ["slurm", "submit"],
 }
 
 

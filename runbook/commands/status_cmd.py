@@ -121,6 +121,7 @@ def gather(loaded, now: float | None = None) -> dict:
     for r in h.incidents:
         outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
     newest = h.incidents[-1] if h.incidents else None
+    slurm = slurm_status(loaded.run_dir)
     return {
         "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
         "state": h.journal.run_state.value,
@@ -137,7 +138,8 @@ def gather(loaded, now: float | None = None) -> dict:
         "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
                         "last_link_step": last_link, "final": h.final_exists},
         "notices": notices,
-        "problems": h.problems,
+        "problems": h.problems + (slurm["problems"] if slurm else []),
+        "slurm": slurm,
         "incidents": {
             "count": len(h.incidents), "by_outcome": outcomes,
             "open": h.journal.open_incident.get("incident") if h.journal.open_incident else None,
@@ -145,6 +147,37 @@ def gather(loaded, now: float | None = None) -> dict:
                                                  "steps_lost", "tokens_lost", "recovery_seconds")} if newest else None,
         },
     }
+
+
+def slurm_status(run_dir: Path) -> dict | None:
+    """The SLURM job and every allocation the run used (run_dir/slurm/, engine/slurm_records.py); None
+    for a run that never met SLURM."""
+    from engine.slurm_records import read_allocations, read_submission
+
+    submission = read_submission(run_dir)
+    allocations, problems = read_allocations(run_dir)
+    if submission is None and not allocations:
+        return None
+    job_ids = list(dict.fromkeys([*([submission.job_id] if submission else []), *(a.job_id for a in allocations)]))
+    return {"job_id": job_ids[-1], "job_ids": job_ids,
+            "submitted_at": submission.submitted_at if submission else None,
+            "allocations": [a.model_dump(exclude={"schema_version"}) for a in allocations], "problems": problems}
+
+
+def _clock(epoch: float | None) -> str:
+    return "-" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def render_slurm(slurm: dict) -> list[str]:
+    allocations = slurm["allocations"]
+    jobs = ", ".join(slurm["job_ids"])
+    lines = [f"slurm     job {jobs}" + (f", submitted {_clock(slurm['submitted_at'])}" if slurm["submitted_at"] else "")
+             + f"; {len(allocations)} allocation(s)"]
+    for a in allocations:
+        ended = a["ended"] or "running (or ended without a record yet)"
+        lines.append(f"          job {a['job_id']} restart {a['restart']} on {a['node']}: {_clock(a['started_at'])} -> "
+                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['evidence']})" if a["evidence"] else ""))
+    return lines
 
 
 def journal_tail_note(loaded, heartbeat: dict | None, watching: bool) -> str | None:
@@ -216,6 +249,8 @@ def render(status: dict) -> list[str]:
                      + (f", oldest queued {duration(n['oldest_age_seconds'])} ago" if n["pending"] else "")
                      + (f"; {n['parked']} rejected by Slack, kept in outbox/failed/" if n.get("parked") else "")
                      + ("; `runbook notify --flush` delivers them" if n["pending"] else ""))
+    if s.get("slurm"):
+        lines += render_slurm(s["slurm"])
     i = s["incidents"]
     summary = ", ".join(f"{n} {o}" for o, n in sorted(i["by_outcome"].items()))
     lines.append(f"incidents {i['count']}" + (f" ({summary})" if summary else "")

@@ -1,0 +1,104 @@
+"""`runbook slurm submit [CONFIG] [-- sbatch options...]`: submit the run as a SLURM batch job whose step is
+`runbook watch CONFIG`, with --requeue, a SIGTERM ahead of the time limit and append-mode output.
+
+sbatch directly, not submitit: the job's step is a command line (`runbook watch`), not a pickled
+Python function, and submitit's own requeue (its checkpoint protocol, its signal handler in the
+job) would compete with the watcher's. One script anyone can read in run_dir/slurm/job.sbatch is
+what is submitted; --dry-run prints it and submits nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from runbook.config_arg import chosen_config, config_argument, config_option
+from runbook.exit_codes import ExitCode
+
+slurm_app = typer.Typer(no_args_is_help=True, help="Run under SLURM: submit the run as a self-requeueing batch job.")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def runbook_executable() -> str:
+    """The `runbook` of this environment (the job runs it on the compute node: a shared filesystem)."""
+    beside = Path(sys.executable).parent / "runbook"
+    return str(beside) if beside.exists() else (shutil.which("runbook") or "runbook")
+
+
+def stray_word(options: list[str]) -> str | None:
+    """PURE. The first word that is no option and follows no option that could take it as its value."""
+    for i, word in enumerate(options):
+        if word.startswith("-"):
+            continue
+        before = options[i - 1] if i else ""
+        if not before.startswith("-") or "=" in before or (len(before) > 2 and not before.startswith("--")):
+            return word
+    return None
+
+
+@slurm_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(
+    ctx: typer.Context,
+    config: Optional[Path] = config_argument(),
+    config_opt: Optional[Path] = config_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the job script and the sbatch command; submit nothing"),
+) -> None:
+    """Submit `runbook watch CONFIG` as a batch job (--requeue, SIGTERM slurm.signal_lead_s before the time
+    limit, output appended in run_dir/slurm/). Options after CONFIG (after `--` for ones like -c) go to sbatch.
+    Prints the job id."""
+    from engine.config import load_config
+    from engine.slurm import job_script, parse_job_id, submit_argv
+    from engine.slurm_commands import run_command
+    from engine.slurm_records import Submission, slurm_dir, write_submission
+    from engine.yaml_source import SourceError
+
+    options = [a for a in ctx.args if a != "--"]
+    if config is not None and str(config).startswith("-"):   # `submit --time=60`: an sbatch option, not a config
+        options, config = [str(config), *options], None
+    config_path = chosen_config(config, config_opt)
+    try:
+        loaded = load_config(config_path)
+    except SourceError as error:
+        err.print("\n".join(error.messages), markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG)) from None
+    settings, grace = loaded.config.slurm, loaded.config.watch.grace_period_s
+    if settings.signal_lead_s <= grace:
+        err.print(f"error: slurm.signal_lead_s ({settings.signal_lead_s} s) must exceed watch.grace_period_s "
+                  f"({grace:g} s): the trainer's notice save needs that long before SLURM kills the job "
+                  f"({loaded.path})", markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    if stray := stray_word(options):   # sbatch would take it for the script (ours comes last)
+        err.print(f"error: {stray!r} is neither an sbatch option nor its value; give one run config, then sbatch "
+                  "options (`--time=60`, `-p debug`)", markup=False)
+        raise typer.Exit(int(ExitCode.USAGE))
+    folder = slurm_dir(loaded.run_dir)
+    script_text = job_script(project_dir=loaded.project_dir, config_path=loaded.path, runbook=runbook_executable(),
+                             output=folder / "job-%j.out", settings=settings,
+                             job_name=settings.job_name or f"runbook-{loaded.run_dir.name}")
+    script = folder / "job.sbatch"
+    argv = submit_argv(script, options)
+    if dry_run:
+        out.print(script_text, end="", markup=False)
+        out.print(f"# would run: {' '.join(argv)}", markup=False)
+        return
+    if shutil.which("sbatch") is None:
+        err.print("error: sbatch is not on PATH: submit from a SLURM login node (or use --dry-run to see the script)",
+                  markup=False)
+        raise typer.Exit(int(ExitCode.NOT_FOUND))
+    folder.mkdir(parents=True, exist_ok=True)   # the output's folder must exist when the job starts
+    script.write_text(script_text)
+    script.chmod(0o755)
+    answer = run_command(argv, settings.command_timeout_s, cwd=loaded.project_dir)
+    job_id = parse_job_id(answer.text) if answer.ok else None
+    if job_id is None:
+        err.print(f"error: sbatch did not submit the job: {answer.text.strip() or 'no job id printed'}", markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
+    write_submission(loaded.run_dir, Submission(job_id=job_id, submitted_at=time.time(), script=str(script), argv=argv))
+    print(job_id)

@@ -1,0 +1,241 @@
+"""`runbook slurm submit` under a real SLURM (tests/slurm_cluster.py starts a one-host cluster): two jobs at
+once, each stopped once in its first allocation, each finishing in a later one with the budget's exact counts.
+
+- job A: `scancel --signal=TERM --batch` after its first checkpoint. The SIGTERM reaches the batch shell,
+  which IS the watcher (the script execs `runbook watch`); scontrol shows the job running, no preemption,
+  no time limit near: cause "signal". The watcher forwards the notice (the trainer saves its step, exits
+  75) and requeues its own job; the next allocation resumes from that save.
+- job B: submitted with `--time=1` and a 15 s signal lead; SLURM's warning SIGTERM comes 15-45 s into the
+  allocation (its limit check runs every 30 s and signals up to 30 s early). Cause "time-limit"; the
+  watcher requeues the job, and the test gives the pending job a longer limit so that its next
+  allocation finishes (on a real cluster each allocation is long; a 1-minute one is only this test's).
+
+No second undisturbed run: the budget says the counts. A: 20480 tokens / (16 x 64) = 20 optimizer steps of
+4 micro-batches (iter_num 80); B: 61440 tokens -> 60 steps, iter_num 240. tokens = iter_num x 4 x 64.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.slurm_records import read_allocations
+from tests.conftest import REPO, RUNBOOK, make_project
+from tests.slurm_cluster import start_cluster, stop_cluster
+
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    started = time.monotonic()
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm-submit"))
+    cluster.start_seconds = time.monotonic() - started
+    yield cluster
+    stop_cluster(cluster)
+
+
+def submit(cluster, project, *options: str) -> str:
+    done = subprocess.run([RUNBOOK, "slurm", "submit", str(project.config), *options], env=cluster.env,
+                          cwd=project.root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def job_output(project, job_id: str) -> str:
+    path = project.run_dir / "slurm" / f"job-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else "(no job output)"
+
+
+def journal(project) -> list[dict]:
+    return [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
+
+
+def prebuild_data_cache(*projects) -> None:
+    """The tokenized cache the trainer's first launch would build (engine/trainers/litgpt/data_cache.py),
+    built once here and copied: in two 1-CPU jobs at once each build took ~40 s and turned the first
+    launch's start-up into a `hang` incident. Same text, tokenizer and block size: one key for all."""
+    import shutil
+    import sys
+
+    from engine.config import compute_data_hash, load_config
+    from engine.trainers.litgpt.data_cache import preprocess_argv
+    from engine.trainers.litgpt.launch import place_cache, trainer_config
+
+    loaded = load_config(projects[0].config)
+    train, val, tokenizer = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
+    folder, block_size = place_cache(loaded, trainer_config(loaded, Path(), Path(), None),
+                                     compute_data_hash(train, val))
+    done = subprocess.run(preprocess_argv(sys.executable, folder, train, val, tokenizer, block_size)[:-1],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for other in projects[1:]:
+        shutil.copytree(projects[0].run_dir / "data", other.run_dir / "data", symlinks=True)
+
+
+@pytest.fixture(scope="module")
+def runs(slurm, tmp_path_factory, shared_data):
+    root = tmp_path_factory.mktemp("slurm-runs")
+    cancelled = make_project(root / "cancelled", shared_data, max_tokens=20480, save_interval=5)
+    # 60 steps: the warning SIGTERM (15 s lead with --time=1: 15-45 s into the job) comes mid-training
+    timed_out = make_project(root / "timed-out", shared_data, max_tokens=61440, save_interval=5,
+                             slurm={"signal_lead_s": 15}, watch={"grace_period_s": 8.0})
+    prebuild_data_cache(cancelled, timed_out)
+    started = time.monotonic()
+    job_a = submit(slurm, cancelled)
+    job_b = submit(slurm, timed_out, "--time=1")
+
+    # Both jobs at once: A is signalled after its first checkpoint; B, once its first allocation requeued
+    # the job, gets a limit (while pending) that its next allocation can finish in.
+    signalled = extended = False
+    deadline = time.monotonic() + 300
+    while not (signalled and extended):
+        assert time.monotonic() < deadline, ("A signalled" if signalled else "A's first checkpoint never came",
+                                             "B extended" if extended else "B was never requeued",
+                                             job_output(cancelled, job_a), job_output(timed_out, job_b))
+        if not signalled and (cancelled.step_dir(5) / "model_config.yaml").exists():
+            done = slurm.run("scancel", "--signal=TERM", "--batch", job_a)
+            assert done.returncode == 0, done.stderr
+            signalled = True
+        if not extended and slurm.job(int(job_b)).get("JobState") == "PENDING" and int(slurm.job(int(job_b))["Restarts"]):
+            done = slurm.run("scontrol", "update", f"JobId={job_b}", "TimeLimit=10")
+            assert done.returncode == 0, done.stderr
+            extended = True
+        time.sleep(0.3)
+
+    jobs = {name: slurm.wait_job(int(job_id), FINISHED, timeout=400)
+            for name, job_id in (("cancelled", job_a), ("timed-out", job_b))}
+    return {"cancelled": (cancelled, job_a), "timed-out": (timed_out, job_b), "jobs": jobs,
+            "seconds": time.monotonic() - started, "cluster_start_seconds": slurm.start_seconds}
+
+
+@pytest.mark.parametrize("name,cause,steps", [("cancelled", "signal", 20), ("timed-out", "time-limit", 60)])
+def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_counts(runs, name, cause, steps):
+    project, job_id = runs[name]
+    job = runs["jobs"][name]
+    output = job_output(project, job_id)
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (job, output)
+    assert int(job["Restarts"]) >= 1, job
+    # the budget's counts, exactly: steps of 4 micro-batches of 4 x 64 tokens
+    progress = project.final_progress()
+    assert progress == {"step_count": steps, "iter_num": 4 * steps}, progress
+    assert progress["iter_num"] * 4 * 64 == steps * 16 * 64
+
+    # the watcher asked scontrol why, recorded it, and requeued its own job after the save
+    entries = journal(project)
+    notices = [e for e in entries if e["kind"] == "slurm_notice"]
+    assert notices and notices[0]["cause"] == cause and notices[0]["requeue"] is True, notices
+    assert any(e["kind"] == "slurm_requeue" for e in entries)
+    noticed = [e for e in entries if e["kind"] == "trainer_noticed"]
+    assert noticed and "exited 75" in noticed[0]["detail"], noticed   # the trainer saved on the notice
+    launches = [e for e in entries if e["kind"] == "launch"]
+    assert launches[-1].get("resume_from"), launches   # the later allocation resumed from a checkpoint
+
+    allocations, problems = read_allocations(project.run_dir)
+    assert not problems
+    assert [a.restart for a in allocations] == list(range(int(job["Restarts"]) + 1)), allocations
+    assert {a.job_id for a in allocations} == {job_id}
+    first, last = allocations[0], allocations[-1]
+    assert first.notice_cause == cause and first.requeued and first.ended == f"requeued after a {cause} notice"
+    assert last.ended == "completed" and not last.requeued and last.ended_at >= last.started_at
+    assert "allocation 0 on" in output and "allocation 1 on" in output, output
+
+    # `runbook status` shows the job id and every allocation
+    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"slurm     job {job_id}" in status.stdout, status.stdout
+    for a in allocations:
+        assert f"job {job_id} restart {a.restart} on {a.node}:" in status.stdout, status.stdout
+    assert f"requeued after a {cause} notice" in status.stdout
+    as_json = json.loads(subprocess.run([RUNBOOK, "status", "--json", str(project.config)], capture_output=True,
+                                        text=True, timeout=60).stdout)
+    assert as_json["slurm"]["job_id"] == job_id and len(as_json["slurm"]["allocations"]) == len(allocations)
+    print(f"{name}: {runs['seconds']:.0f} s for both jobs; cluster started in {runs['cluster_start_seconds']:.1f} s")
+
+
+def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data, slurm):
+    project = make_project(tmp_path / "project", shared_data, slurm={"signal_lead_s": 120, "partition": "debug"})
+    done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config), "--time=30"],
+                          env=slurm.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@120", "#SBATCH --open-mode=append",
+                 f"#SBATCH --output={project.run_dir}/slurm/job-%j.out", "#SBATCH --partition=debug",
+                 f"exec {RUNBOOK} watch {project.config}", "# would run: sbatch --parsable --time=30"):
+        assert line in done.stdout, done.stdout
+    assert not (project.run_dir / "slurm").exists()
+    queue = slurm.run("squeue", "-h", "-o", "%i %j")
+    assert "runbook-pretrain" not in queue.stdout, queue.stdout
+
+
+def test_a_signal_lead_shorter_than_the_grace_period_is_refused(tmp_path, shared_data):
+    project = make_project(tmp_path / "project", shared_data, slurm={"signal_lead_s": 5})
+    done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "signal_lead_s (5 s) must exceed watch.grace_period_s (10 s)" in done.stderr, done
+
+
+def test_a_second_config_is_not_passed_to_sbatch_as_its_script(tmp_path, shared_data):
+    project = make_project(tmp_path / "project", shared_data)
+    done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config), "-p", "debug", "other.yaml"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "'other.yaml' is neither an sbatch option" in done.stderr, done
+
+
+# --- the pure part (engine/slurm.py): no cluster -------------------------------------------------------
+# `scontrol show job -o` lines as SLURM 22.05 printed them for this file's jobs (cut to the fields read).
+RUNNING_UNLIMITED = ("JobId=1 JobName=runbook-pretrain UserId=root(0) JobState=RUNNING Reason=None Requeue=1 "
+                     "Restarts=0 BatchFlag=1 ExitCode=0:0 RunTime=00:00:13 TimeLimit=UNLIMITED TimeMin=N/A "
+                     "StartTime=2026-11-30T14:47:37 EndTime=Unknown NodeList=vm BatchHost=vm NumNodes=1")
+RUNNING_LIMITED = RUNNING_UNLIMITED.replace("RunTime=00:00:13 TimeLimit=UNLIMITED", "RunTime=00:00:24 TimeLimit=00:01:00")
+
+
+def test_the_notice_cause_is_read_from_scontrols_view_of_the_job():
+    from engine.slurm import classify_notice, job_view, parse_show_job, should_requeue
+
+    def cause(line: str, lead: float = 15) -> str:
+        return classify_notice(job_view(parse_show_job(line)), lead)[0]
+
+    assert cause(RUNNING_UNLIMITED) == "signal"
+    assert cause(RUNNING_LIMITED) == "time-limit"                       # 36 s left, lead 15 + 60 s slack
+    assert cause(RUNNING_LIMITED.replace("TimeLimit=00:01:00", "TimeLimit=2-00:00:00")) == "signal"
+    assert cause(RUNNING_UNLIMITED + " PreemptTime=2026-11-30T14:48:00") == "preemption"
+    assert cause(RUNNING_UNLIMITED.replace("JobState=RUNNING", "JobState=CANCELLED")) == "cancelled"
+    assert classify_notice(None, 15)[0] == "unknown"
+    assert job_view(parse_show_job("slurm_load_jobs error: Invalid job id specified")) is None
+    view = job_view(parse_show_job(RUNNING_LIMITED))
+    assert (view.node, view.restarts, view.run_time_s, view.time_limit_s) == ("vm", 0, 24, 60)
+    # a plain scancel means "gone for good"; every cause that means "yield the node" requeues by default
+    assert not should_requeue("cancelled", ["time-limit", "preemption", "signal"])
+    assert not should_requeue("unknown", ["time-limit", "preemption", "signal"])
+    assert should_requeue("preemption", ["preemption"]) and not should_requeue("signal", ["preemption"])
+
+
+def test_slurm_durations_and_sacct_rows():
+    from engine.slurm import parse_duration, parse_job_id, parse_sacct, previous_ending
+
+    assert [parse_duration(t) for t in ("5", "02:30", "01:00:00", "1-02:00:00", "2-03", "UNLIMITED", "")] == \
+        [300, 150, 3600, 93600, 183600, None, None]
+    rows = parse_sacct("7|NODE_FAIL|2026-11-30T10:00:00|2026-11-30T10:05:00|n1|0:0\n"
+                       "7|RUNNING|2026-11-30T10:06:00|Unknown|n2|0:0\n")
+    assert previous_ending(rows, None) == "NODE_FAIL" and previous_ending([], None) is None
+    assert parse_job_id("42;cluster\n") == "42" and parse_job_id("42\n") == "42" and parse_job_id("") is None
+    assert parse_job_id("sbatch: error: Batch job submission failed") is None
+
+
+def test_bad_slurm_settings_are_refused_with_the_key():
+    from pydantic import ValidationError
+
+    from engine.slurm import SlurmSettings
+    from runbook.commands.slurm_cmd import stray_word
+
+    for bad in ({"time": "tomorrow"}, {"partition": "debug; rm -rf /"}, {"sbatch_options": ["--mem=1G\nrm x"]},
+                {"sbatch_options": ["mem=1G"]}, {"signal_lead_s": 0}, {"requeue_on": ["cancelled"]}, {"nodes": 2}):
+        with pytest.raises(ValidationError):
+            SlurmSettings.model_validate(bad)
+    assert SlurmSettings.model_validate({"time": "1-00:00:00", "partition": "gpu"}).time == "1-00:00:00"
+    assert stray_word(["--time=5", "-p", "debug", "--mem", "4G"]) is None
+    assert stray_word(["-p", "debug", "b.yaml"]) == "b.yaml" and stray_word(["b.yaml"]) == "b.yaml"
