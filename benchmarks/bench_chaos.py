@@ -291,7 +291,9 @@ def runbook_timeline(run_dir: Path, started: float, records: list[dict], injecte
             "incidents": [{"playbook": r["playbook"], "detected_at": r["detected_at"], "closed_at": r.get("closed_at"),
                            "runbook_s": r.get("runbook_seconds") or 0.0, "restart_s": r.get("trainer_restart_seconds") or 0.0,
                            "steps_lost": r.get("steps_lost") or 0} for r in records],
-            "injected": [at for _label, at in injected]}
+            "injected": [at for _label, at in injected],
+            # launches that were a warm spare (engine/spare_main.py's first line in the launch's log)
+            "warm_launches": [common.read_log(log).startswith("runbook: warm spare pid") for log in trainer_logs(run_dir)]}
 
 
 def keep_disk_evidence(out_dir: Path, root: Path) -> None:

@@ -181,5 +181,9 @@ def ratio_goal(runbook: Outcome, warm: Outcome | None, reference: Outcome) -> st
 def warm_text(warm: Outcome | None, reference: Outcome) -> str:
     if warm is None:
         return ""
-    return (f"\n(b') is (b) with `trainer.warm_spare: true`: each relaunch is a spare interpreter that imported torch,"
-            f" lightning, litgpt and litdata while the trainer ran. Goals (issue 7) for (b'): {goals(warm, reference)}.\n")
+    flags = warm.timeline.get("warm_launches") or []
+    which = ", ".join(f"{n} {'warm' if w else '**cold**'}" for n, w in enumerate(flags, 1))
+    return (f"\n(b') is (b) with `trainer.warm_spare: true`: a launch is a spare interpreter that imported torch,"
+            f" lightning, litgpt and litdata ahead (the first while the watcher started up, each next one from its"
+            f" predecessor's start, at nice +10)" + (f"; launches: {which}" if which else "")
+            + f". Goals (issue 7) for (b'): {goals(warm, reference)}.\n")
