@@ -12,6 +12,7 @@ A dead rank is a rank that failed while its agent lived on (or ended reporting i
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class NodeExit(BaseModel):
     exit_code: int                      # Popen's convention: negative for a signal
     ended: float
     requested: bool = False             # runbook ended it (a stop, or the leftovers of a finished group)
+    notice: str | None = None           # a signal the agent said it got ("Received 15 death signal"), not from runbook
 
 
 def start_path(folder: Path, node: int) -> Path:
@@ -79,6 +81,24 @@ def agent_alive(start: NodeStart) -> bool:
         return False
 
 
+DEATH_SIGNAL = re.compile(r"Received (?:Signals\.)?(SIG[A-Z0-9]+|\d+) death signal")
+
+
+def told_signal(log_tail: str) -> str | None:
+    """PURE. The signal a torchrun agent says it got and forwarded to its workers (torch 2.13 logs
+    'Received 15 death signal, shutting down workers'), from the tail of its output."""
+    found = DEATH_SIGNAL.findall(log_tail)
+    if not found:
+        return None
+    name = found[-1]
+    if name.isdigit():
+        try:
+            return signal.Signals(int(name)).name
+        except ValueError:
+            return None
+    return name
+
+
 def signal_of(code: int | None) -> str | None:
     if code is None or code >= 0:
         return None
@@ -97,7 +117,7 @@ def nodes_status(starts: dict[int, NodeStart], exits: dict[int, NodeExit], alive
         code = end.exit_code if end else None
         status = NodeStatus(
             node=node, pid=start.pid if start else end.pid, alive=end is None and alive.get(node, False),
-            exit_code=code, signal=signal_of(code), requested=bool(end and end.requested),
+            exit_code=code, signal=signal_of(code), requested=bool(end and end.requested), notice=end.notice if end else None,
             ranks=sorted(r for r, n in rank_nodes.items() if n == node))
         nodes.append(status)
         if end is not None and not end.requested and status.signal is not None and status.signal not in STOP_REQUESTS:

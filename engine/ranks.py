@@ -129,11 +129,12 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
     trainer process's own (exit code, ended) when its launcher recorded it; nodes is
     engine/nodes.nodes_status() with several nodes (every node and the dead ones)."""
     node_list, dead_nodes = nodes
+    noticed = [n.node for n in node_list if n.notice]
     if not beats:
-        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes)
+        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes, noticed_nodes=noticed)
     world = max(max(b.world_size for b in beats.values()), max(beats) + 1)
     if world <= 1:
-        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes)
+        return RanksStatus(nodes=node_list, dead_nodes=dead_nodes, noticed_nodes=noticed)
     ranks = []
     for rank in range(world):
         beat = beats.get(rank)
@@ -162,7 +163,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         stopped=stopped, stalled=sorted(set(stopped) | set(_behind(ranks))),
         straggler=slow[0].rank if slow else None,
         straggler_ratio=round(slow[0].work_seconds / slow[1], 2) if slow else None,
-        nodes=node_list, dead_nodes=dead_nodes,
+        nodes=node_list, dead_nodes=dead_nodes, noticed_nodes=noticed,
     )
 
 

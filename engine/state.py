@@ -55,6 +55,7 @@ class NodeStatus(Frozen):
     exit_code: int | None = None        # Popen's convention: negative for a signal
     signal: str | None = None
     requested: bool = False             # ended by runbook's own stop, not by a fault
+    notice: str | None = None           # a signal its agent said it got from outside ("SIGTERM": that node preempted)
     ranks: list[int] = Field(default_factory=list)
 
 
@@ -73,6 +74,7 @@ class RanksStatus(Frozen):
     straggler_ratio: float | None = None
     nodes: list[NodeStatus] = Field(default_factory=list)   # empty on one node
     dead_nodes: list[int] = Field(default_factory=list)     # agents killed by a fault signal (SIGKILL, ...), ranks with them
+    noticed_nodes: list[int] = Field(default_factory=list)  # agents told to stop from outside (a SIGTERM to one node's launcher)
 
 
 class TrainerStatus(Frozen):

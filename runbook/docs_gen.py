@@ -51,7 +51,7 @@ STATE_NOTES = {
     "trainer.signal": "e.g. `SIGTERM`",
     "trainer.stopped": "process state T (SIGSTOP)",
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",
-    "trainer.ranks.ranks": "each rank: rank, pid, alive, stopped, exit_code, signal, step, iter_num, phase, "
+    "trainer.ranks.ranks": "each rank: rank, node, pid, alive, stopped, exit_code, signal, step, iter_num, phase, "
                            "seconds_since_heartbeat, work_seconds",
     "trainer.ranks.exited": "ranks whose process is gone",
     "trainer.ranks.failed": "ranks that ended with a non-zero code or a signal",
@@ -61,6 +61,10 @@ STATE_NOTES = {
     "trainer.ranks.stalled": "the ranks the others wait for: stopped, or behind them for long",
     "trainer.ranks.straggler": "a rank whose own work per micro-batch is over 1.5 x the other ranks' median and 50 ms over it",
     "trainer.ranks.straggler_ratio": "that rank's work time / the other ranks' median",
+    "trainer.ranks.nodes": "with several nodes (docs/nodes.md), each node's launcher agent: node, pid, alive, exit_code, "
+                           "signal, requested (ended by runbook), notice (a signal it got from outside), ranks",
+    "trainer.ranks.dead_nodes": "nodes whose agent was killed by a fault signal (SIGKILL, ...), not by runbook",
+    "trainer.ranks.noticed_nodes": "nodes whose agent was told to stop from outside (SIGTERM to that node's launcher)",
     "metrics.step": "optimizer steps",
     "metrics.iter_num": "micro-batches",
     "metrics.loss_median": "rolling median of recent train losses",

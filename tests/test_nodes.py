@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.nodes import NodeExit, NodeStart, nodes_status, read_nodes, start_path
+from engine.nodes import NodeExit, NodeStart, nodes_status, read_nodes, start_path, told_signal
 from engine.ranks import RankHeartbeat, ranks_status, read_folder, write_record
 from engine.trainers.litgpt.nodes import agent_argv, group_exit_code, parse
 from tests.conftest import make_project, stop_process, wait_for
@@ -42,6 +42,12 @@ def test_an_agent_that_reported_its_worker_or_was_stopped_is_no_dead_node(code, 
     """Exit 1: torchrun reporting a failed worker (a dead rank); SIGTERM: a notice; runbook's own kill."""
     exits = {1: NodeExit(node=1, pid=201, exit_code=code, ended=NOW, requested=requested)}
     assert nodes_status({1: start(1)}, exits, {1: False}, {})[1] == []
+
+
+def test_the_signal_an_agent_says_it_got_is_read_from_its_output():
+    line = "W1130 14:47:50.491000 1985 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers"
+    assert told_signal("x\n" + line + "\n") == "SIGTERM" and told_signal("Received Signals.SIGHUP death signal") == "SIGHUP"
+    assert told_signal("Epoch 1 | iter 2") is None and told_signal("Received 99 death signal") is None
 
 
 def test_the_group_exits_as_rank_0_did():
@@ -152,7 +158,7 @@ def incidents(project) -> list[dict]:
 def test_the_run_recovers_each_node_fault_by_its_own_playbook_to_the_exact_counts(faulted_nodes):
     project = faulted_nodes["project"]
     assert faulted_nodes["rc"] == 0, project.watch_output()
-    assert [i["playbook"] for i in incidents(project)] == ["rank-died", "node-died", "preemption"]
+    assert [i["playbook"] for i in incidents(project)] == ["rank-died", "node-died", "node-preempted"]
     assert all(i["outcome"] == "recovered" for i in incidents(project))
     progress = project.final_progress()
     assert (progress["step_count"], progress["iter_num"]) == (STEPS, ITERS), progress
@@ -196,8 +202,11 @@ def test_sigterm_to_node_1s_launcher_is_a_notice_every_rank_saves_on_with_no_ste
     notice = incidents(project)[2]
     assert notice["trainer_exit_code"] == 75 and notice["steps_lost"] == 0, notice
     ranks = notice["snapshot"]["trainer"]["ranks"]
-    assert {r["exit_code"] for r in ranks["ranks"]} == {75} and ranks["dead_nodes"] == []
+    assert {r["exit_code"] for r in ranks["ranks"]} == {75} and ranks["dead_nodes"] == [] and ranks["noticed_nodes"] == [1]
     assert notice["resumed_step"] == notice["step_at_failure"] >= 7
+    text = f"node 1's launcher agent (pid {faulted_nodes['term'][0]}) got SIGTERM and forwarded it to its rank(s) 1"
+    assert any(text in n for n in notice["notes"]), notice["notes"]
+    assert text in project.run_log.read_text()
 
 
 def test_the_trainer_env_reaches_every_rank_of_every_node(faulted_nodes):

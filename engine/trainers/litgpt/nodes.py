@@ -33,7 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
-from engine.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path
+from engine.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
 from engine.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
 
 GROUP_MODULE = "engine.trainers.litgpt.nodes"
@@ -80,6 +80,7 @@ class NodeGroup:
         self.agents: dict[int, subprocess.Popen] = {}
         self.codes: dict[int, int] = {}
         self.killing = False
+        self.forwarded = False   # a notice came through this group (the watcher's): no node was told alone
 
     def start(self) -> None:
         import psutil
@@ -107,6 +108,7 @@ class NodeGroup:
         if sig == signal.SIGUSR2:
             self.kill_all()
         elif sig in FORWARDED:
+            self.forwarded = True
             for agent in self.live():
                 _send(agent.pid, sig)
         else:   # SIGUSR1: straight to the ranks
@@ -132,8 +134,9 @@ class NodeGroup:
             for node, agent in self.agents.items():
                 if node not in self.codes and agent.poll() is not None:
                     self.codes[node] = agent.returncode
+                    notice = None if self.forwarded or self.killing else told_signal(self._log_tail(node))
                     _record(self.folder, NodeExit(node=node, pid=agent.pid, exit_code=agent.returncode,
-                                                  ended=time.time(), requested=self.killing))
+                                                  ended=time.time(), requested=self.killing, notice=notice))
             if self._every_rank_ended():
                 ranks_done_at = ranks_done_at or time.monotonic()
                 if time.monotonic() - ranks_done_at > LINGER_S and not self.killing:
@@ -143,6 +146,16 @@ class NodeGroup:
             time.sleep(0.05)
         _, exits = read_folder(self.folder)
         return group_exit_code(exits[0].exit_code if 0 in exits else None, list(self.codes.values()))
+
+    def _log_tail(self, node: int, size: int = 256 * 1024) -> str:
+        """The end of that agent's output: node 0's is this group's stdout (the trainer log)."""
+        path = self.folder / f"node-{node}.log" if node else Path(os.readlink("/proc/self/fd/1"))
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, os.SEEK_END) - size))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _every_rank_ended(self) -> bool:
         beats, exits = read_folder(self.folder)
