@@ -7,6 +7,8 @@ Why a SIGTERM reached the watcher, from `scontrol show job -o` at the moment it 
   checks limits about every 30 s and signals early, up to 35 s measured for a lead of 10 s);
 - preemption: PreemptTime is set (SLURM's preemption notice, before GraceTime runs out);
 - cancelled: JobState CANCELLED (a plain `scancel`): the user wants the job gone, never requeued;
+- requeued: JobState COMPLETING (measured for an outside `scontrol requeue`) or a requeue state: SLURM
+  already ends this allocation and runs the job again; a requeue of ours would fail ("pending execution");
 - signal: the job runs on with nothing above: `scancel --signal=TERM -b/-f`, or a site's own notice
   script. Treated as "save and yield the node" (requeue), unless `slurm.requeue_on` leaves it out;
 - unknown: scontrol did not answer.
@@ -23,7 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-NoticeCause = Literal["time-limit", "preemption", "cancelled", "signal", "unknown"]
+NoticeCause = Literal["time-limit", "preemption", "cancelled", "requeued", "signal", "unknown"]
+ENDING_STATES = ("COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING")
 REQUEUE_CAUSES = ("time-limit", "preemption", "signal")
 LIMIT_CHECK_SLACK_S = 60.0   # SLURM's limit check runs ~every 30 s; measured: a lead of 10 s signalled 35 s early
 _DURATION = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
@@ -130,6 +133,9 @@ def classify_notice(job: JobView | None, signal_lead_s: float) -> tuple[NoticeCa
         return "cancelled", f"JobState {job.state}: the job was cancelled (scancel)"
     if job.preempt_time is not None:
         return "preemption", f"PreemptTime {job.preempt_time}: SLURM preempts the job"
+    if job.state in ENDING_STATES:
+        return "requeued", (f"JobState {job.state}: SLURM is ending this allocation itself (scontrol requeue, or "
+                            "the scheduler) and runs the job again")
     if job.time_limit_s is not None and job.run_time_s is not None:
         remaining = job.time_limit_s - job.run_time_s
         if remaining <= signal_lead_s + LIMIT_CHECK_SLACK_S:

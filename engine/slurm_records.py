@@ -44,7 +44,7 @@ class Allocation(Record):
     watcher_pid: int
     ended_at: float | None = None
     ended: str | None = None            # how: completed, escalated, requeued after a time-limit notice, ...
-    notice_cause: Literal["time-limit", "preemption", "cancelled", "signal", "unknown"] | None = None
+    notice_cause: Literal["time-limit", "preemption", "cancelled", "requeued", "signal", "unknown"] | None = None
     evidence: str | None = None         # what scontrol/sacct said
     requeued: bool = False
 

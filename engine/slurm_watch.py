@@ -88,8 +88,9 @@ class SlurmAllocation:
         from engine.state import RunState
 
         requeue = self.requeue_wanted and state == RunState.STOPPED
-        ended = (f"requeued after a {self.record.notice_cause} notice" if requeue else
-                 f"{state.value}" + (f" after a {self.record.notice_cause} notice" if self.record.notice_cause else ""))
+        cause = self.record.notice_cause
+        ended = (f"requeued after a {cause} notice" if requeue else "requeued by SLURM" if cause == "requeued" else
+                 f"{state.value}" + (f" after a {cause} notice" if cause else ""))
         self.record = self.record.model_copy(update={"ended_at": time.time(), "ended": ended, "requeued": requeue})
         self._write()
         if not requeue:

@@ -1,22 +1,28 @@
 """`runbook slurm submit` under a real SLURM (tests/slurm_cluster.py starts a one-host cluster): two jobs at
 once, each stopped once in its first allocation, each finishing in a later one with the budget's exact counts.
 
-- job A: `scancel --signal=TERM --batch` after its first checkpoint. The SIGTERM reaches the batch shell,
-  which IS the watcher (the script execs `runbook watch`); scontrol shows the job running, no preemption,
-  no time limit near: cause "signal". The watcher forwards the notice (the trainer saves its step, exits
-  75) and requeues its own job; the next allocation resumes from that save.
+- job A: `scancel --signal=TERM --full` after its first checkpoint. The SIGTERM reaches every process of
+  the batch step: the watcher (the batch shell: the script execs `runbook watch`) and the trainer, which
+  saves on it; the watcher's forwarded notice finds it saving. scontrol shows the job running, no
+  preemption, no time limit near: cause "signal". The trainer's save exits 75 and the watcher requeues
+  its own job; the next allocation resumes from that save. (Without -b/-f, `scancel --signal` signals
+  only job steps, and this job has none but the batch step: nothing arrives.)
 - job B: submitted with `--time=1` and a 15 s signal lead; SLURM's warning SIGTERM comes 15-45 s into the
-  allocation (its limit check runs every 30 s and signals up to 30 s early). Cause "time-limit"; the
-  watcher requeues the job, and the test gives the pending job a longer limit so that its next
-  allocation finishes (on a real cluster each allocation is long; a 1-minute one is only this test's).
+  allocation (its limit check runs every 30 s and signals up to 30 s early). The test SIGSTOPs B's trainer
+  after its first checkpoint, so that the warning finds the run mid-way on any machine; the watcher
+  SIGCONTs it with the notice. Cause "time-limit"; the trainer saves, the watcher requeues the job, and
+  the test gives the pending job a longer limit so that its next allocation finishes (on a real cluster
+  each allocation is long; a 1-minute one is only this test's).
 
-No second undisturbed run: the budget says the counts. A: 20480 tokens / (16 x 64) = 20 optimizer steps of
-4 micro-batches (iter_num 80); B: 61440 tokens -> 60 steps, iter_num 240. tokens = iter_num x 4 x 64.
+No second undisturbed run: the budget says the counts. Both: 20480 tokens / (16 x 64) = 20 optimizer steps
+of 4 micro-batches (iter_num 80); tokens = iter_num x 4 x 64.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -58,49 +64,64 @@ def journal(project) -> list[dict]:
 def prebuild_data_cache(*projects) -> None:
     """The tokenized cache the trainer's first launch would build (engine/trainers/litgpt/data_cache.py),
     built once here and copied: in two 1-CPU jobs at once each build took ~40 s and turned the first
-    launch's start-up into a `hang` incident. Same text, tokenizer and block size: one key for all."""
+    launch's start-up into a `hang` incident. Same text, tokenizer and block size: one key for all.
+    Nothing to do where make_project has already seeded it."""
     import shutil
     import sys
 
     from engine.config import compute_data_hash, load_config
-    from engine.trainers.litgpt.data_cache import preprocess_argv
+    from engine.trainers.litgpt.data_cache import is_complete, preprocess_argv
     from engine.trainers.litgpt.launch import place_cache, trainer_config
 
-    loaded = load_config(projects[0].config)
-    train, val, tokenizer = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
-    folder, block_size = place_cache(loaded, trainer_config(loaded, Path(), Path(), None),
-                                     compute_data_hash(train, val))
-    done = subprocess.run(preprocess_argv(sys.executable, folder, train, val, tokenizer, block_size)[:-1],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    for other in projects[1:]:
-        shutil.copytree(projects[0].run_dir / "data", other.run_dir / "data", symlinks=True)
+    built = None
+    for project in projects:
+        loaded = load_config(project.config)
+        train, val, tokenizer = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
+        folder, block_size = place_cache(loaded, trainer_config(loaded, Path(), Path(), None),
+                                         compute_data_hash(train, val))
+        if is_complete(folder):
+            built = built or folder
+            continue
+        if built is None:
+            done = subprocess.run(preprocess_argv(sys.executable, folder, train, val, tokenizer, block_size)[:-1],
+                                  capture_output=True, text=True, timeout=300, cwd=REPO)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            built = folder
+        else:
+            shutil.copytree(built, folder, symlinks=True)
 
 
 @pytest.fixture(scope="module")
 def runs(slurm, tmp_path_factory, shared_data):
     root = tmp_path_factory.mktemp("slurm-runs")
     cancelled = make_project(root / "cancelled", shared_data, max_tokens=20480, save_interval=5)
-    # 60 steps: the warning SIGTERM (15 s lead with --time=1: 15-45 s into the job) comes mid-training
-    timed_out = make_project(root / "timed-out", shared_data, max_tokens=61440, save_interval=5,
-                             slurm={"signal_lead_s": 15}, watch={"grace_period_s": 8.0})
+    # B's hang timeout outlasts its 1-minute allocation: the test holds its trainer stopped (below)
+    timed_out = make_project(root / "timed-out", shared_data, max_tokens=20480, save_interval=5,
+                             slurm={"signal_lead_s": 15}, watch={"grace_period_s": 8.0, "hang_floor_s": 300.0,
+                                                                  "hang_timeout_s": 300.0})
     prebuild_data_cache(cancelled, timed_out)
     started = time.monotonic()
     job_a = submit(slurm, cancelled)
     job_b = submit(slurm, timed_out, "--time=1")
 
-    # Both jobs at once: A is signalled after its first checkpoint; B, once its first allocation requeued
-    # the job, gets a limit (while pending) that its next allocation can finish in.
-    signalled = extended = False
+    # Both jobs at once. A: signalled after its first checkpoint. B: its trainer is SIGSTOPped after its
+    # first checkpoint unless the notice came already, so that however fast this machine trains, the
+    # run is mid-way when SLURM's warning comes (the watcher SIGCONTs it with the notice); once that
+    # allocation requeued the job, the pending job gets a limit its next allocation can finish in.
+    signalled = held = extended = False
     deadline = time.monotonic() + 300
     while not (signalled and extended):
         assert time.monotonic() < deadline, ("A signalled" if signalled else "A's first checkpoint never came",
                                              "B extended" if extended else "B was never requeued",
                                              job_output(cancelled, job_a), job_output(timed_out, job_b))
         if not signalled and (cancelled.step_dir(5) / "model_config.yaml").exists():
-            done = slurm.run("scancel", "--signal=TERM", "--batch", job_a)
+            done = slurm.run("scancel", "--signal=TERM", "--full", job_a)
             assert done.returncode == 0, done.stderr
             signalled = True
+        if not held and (timed_out.step_dir(5) / "model_config.yaml").exists():
+            held = True
+            if not any(e["kind"] == "slurm_notice" for e in journal(timed_out)):
+                os.kill(timed_out.trainer_pid(), signal.SIGSTOP)
         if not extended and slurm.job(int(job_b)).get("JobState") == "PENDING" and int(slurm.job(int(job_b))["Restarts"]):
             done = slurm.run("scontrol", "update", f"JobId={job_b}", "TimeLimit=10")
             assert done.returncode == 0, done.stderr
@@ -113,7 +134,7 @@ def runs(slurm, tmp_path_factory, shared_data):
             "seconds": time.monotonic() - started, "cluster_start_seconds": slurm.start_seconds}
 
 
-@pytest.mark.parametrize("name,cause,steps", [("cancelled", "signal", 20), ("timed-out", "time-limit", 60)])
+@pytest.mark.parametrize("name,cause,steps", [("cancelled", "signal", 20), ("timed-out", "time-limit", 20)])
 def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_counts(runs, name, cause, steps):
     project, job_id = runs[name]
     job = runs["jobs"][name]
@@ -204,6 +225,9 @@ def test_the_notice_cause_is_read_from_scontrols_view_of_the_job():
     assert cause(RUNNING_LIMITED.replace("TimeLimit=00:01:00", "TimeLimit=2-00:00:00")) == "signal"
     assert cause(RUNNING_UNLIMITED + " PreemptTime=2026-11-30T14:48:00") == "preemption"
     assert cause(RUNNING_UNLIMITED.replace("JobState=RUNNING", "JobState=CANCELLED")) == "cancelled"
+    # an outside `scontrol requeue` TERMs the watcher while scontrol says COMPLETING (measured): no second requeue
+    assert cause(RUNNING_UNLIMITED.replace("JobState=RUNNING", "JobState=COMPLETING")) == "requeued"
+    assert not should_requeue("requeued", ["time-limit", "preemption", "signal"])
     assert classify_notice(None, 15)[0] == "unknown"
     assert job_view(parse_show_job("slurm_load_jobs error: Invalid job id specified")) is None
     view = job_view(parse_show_job(RUNNING_LIMITED))
@@ -239,3 +263,29 @@ def test_bad_slurm_settings_are_refused_with_the_key():
     assert SlurmSettings.model_validate({"time": "1-00:00:00", "partition": "gpu"}).time == "1-00:00:00"
     assert stray_word(["--time=5", "-p", "debug", "--mem", "4G"]) is None
     assert stray_word(["-p", "debug", "b.yaml"]) == "b.yaml" and stray_word(["b.yaml"]) == "b.yaml"
+
+
+def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp_path, shared_data):
+    """A node failure sends the watcher nothing: its allocation record has no end. The next allocation's
+    watcher closes it, saying so (and what sacct says where the cluster keeps accounting; here it does not)."""
+    from engine.config import load_config
+    from engine.journal import Journal
+    from engine.slurm_records import Allocation, write_allocation
+    from engine.slurm_watch import SlurmAllocation
+
+    project = make_project(tmp_path / "project", shared_data)
+    loaded = load_config(project.config)
+    write_allocation(loaded.run_dir, Allocation(job_id="7", restart=0, node="n1", started_at=time.time() - 60,
+                                                watcher_pid=1))
+    journal_file = Journal(loaded.folder.journal)
+    SlurmAllocation(loaded, journal_file, "7", 1).started()
+
+    allocations, problems = read_allocations(loaded.run_dir)
+    assert not problems and [a.restart for a in allocations] == [0, 1]
+    lost, current = allocations
+    assert lost.ended.startswith("ended without a word from its watcher") and lost.ended_at == current.started_at
+    assert current.ended is None and current.job_id == "7"
+    kinds = [e["kind"] for e in journal(project)]
+    assert kinds == ["slurm_allocation_lost", "slurm_allocation"], kinds
+    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60)
+    assert "job 7 restart 0 on n1:" in status.stdout and "ended without a word" in status.stdout, status.stdout
