@@ -86,6 +86,7 @@ class JobView:
     restarts: int
     node: str
     start_time: str
+    batch: bool = True          # BatchFlag: only a batch job can be requeued (not an salloc/srun session)
 
 
 def parse_duration(text: str) -> float | None:
@@ -122,7 +123,8 @@ def job_view(fields: dict[str, str]) -> JobView | None:
                    time_limit_s=parse_duration(fields.get("TimeLimit", "")),
                    preempt_time=None if preempt in ("None", "Unknown", "") else preempt,
                    restarts=int(restarts) if restarts.isdigit() else 0,
-                   node=fields.get("BatchHost") or fields.get("NodeList", ""), start_time=fields.get("StartTime", ""))
+                   node=fields.get("BatchHost") or fields.get("NodeList", ""), start_time=fields.get("StartTime", ""),
+                   batch=fields.get("BatchFlag", "1") != "0")
 
 
 def classify_notice(job: JobView | None, signal_lead_s: float) -> tuple[NoticeCause, str]:
@@ -148,9 +150,13 @@ def classify_notice(job: JobView | None, signal_lead_s: float) -> tuple[NoticeCa
                       "(scancel --signal, or an administrator's or site's notice)")
 
 
-def should_requeue(cause: NoticeCause, requeue_on: list[str] | tuple[str, ...]) -> bool:
-    """PURE. Requeue after the save only for a notice that means "yield the node", never for a cancel."""
-    return cause in requeue_on
+def should_requeue(cause: NoticeCause, requeue_on: list[str] | tuple[str, ...], job: JobView | None = None,
+                   stop_signal: str = "SIGTERM") -> bool:
+    """PURE. Requeue after the save only for a notice that means "yield the node": never for a cancel,
+    a Ctrl-C (SIGINT: a person stopping the watcher), or a job that is no batch job (SLURM refuses)."""
+    if job is not None and not job.batch:
+        return False
+    return cause in requeue_on and stop_signal != "SIGINT"
 
 
 def parse_sacct(text: str) -> list[dict[str, str]]:

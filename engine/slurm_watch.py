@@ -73,7 +73,7 @@ class SlurmAllocation:
     def noticed(self, why: str) -> None:
         job, raw = slurm_commands.show_job(self.record.job_id, self.settings.command_timeout_s)
         cause, evidence = classify_notice(job, self.settings.signal_lead_s)
-        self.requeue_wanted = should_requeue(cause, self.settings.requeue_on)
+        self.requeue_wanted = should_requeue(cause, self.settings.requeue_on, job, "SIGINT" if "SIGINT" in why else "SIGTERM")
         self.record = self.record.model_copy(update={"notice_cause": cause, "evidence": evidence})
         self._write()
         self.journal.append("slurm_notice", job_id=self.record.job_id, restart=self.record.restart, reason=why,

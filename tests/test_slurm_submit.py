@@ -236,6 +236,11 @@ def test_the_notice_cause_is_read_from_scontrols_view_of_the_job():
     assert not should_requeue("cancelled", ["time-limit", "preemption", "signal"])
     assert not should_requeue("unknown", ["time-limit", "preemption", "signal"])
     assert should_requeue("preemption", ["preemption"]) and not should_requeue("signal", ["preemption"])
+    everything = ["time-limit", "preemption", "signal"]
+    assert not should_requeue("signal", everything, stop_signal="SIGINT")   # Ctrl-C: a person stopping it
+    interactive = job_view(parse_show_job(RUNNING_LIMITED.replace("BatchFlag=1", "BatchFlag=0")))
+    assert not should_requeue("time-limit", everything, interactive)      # salloc/srun: SLURM cannot requeue it
+    assert should_requeue("time-limit", everything, view)
 
 
 def test_slurm_durations_and_sacct_rows():
