@@ -294,3 +294,10 @@ def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp
     assert kinds == ["slurm_allocation_lost", "slurm_allocation"], kinds
     status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60)
     assert "job 7 restart 0 on n1:" in status.stdout and "ended without a word" in status.stdout, status.stdout
+
+
+def test_a_project_path_an_sbatch_line_cannot_carry_is_refused(tmp_path, shared_data):
+    project = make_project(tmp_path / "with blank" / "project", shared_data)
+    done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "has a blank or '%' in its path" in done.stderr, done

@@ -54,6 +54,7 @@ def submit(
     limit, output appended in run_dir/slurm/). Options after CONFIG (after `--` for ones like -c) go to sbatch.
     Prints the job id."""
     from engine.config import load_config
+    from engine.durable import atomic_write_text
     from engine.slurm import job_script, parse_job_id, submit_argv
     from engine.slurm_commands import run_command
     from engine.slurm_records import Submission, slurm_dir, write_submission
@@ -79,6 +80,10 @@ def submit(
                   "options (`--time=60`, `-p debug`)", markup=False)
         raise typer.Exit(int(ExitCode.USAGE))
     folder = slurm_dir(loaded.run_dir)
+    if any(ch.isspace() or ch == "%" for ch in str(folder) + str(loaded.path)):   # #SBATCH lines split on blanks; % is a pattern
+        err.print(f"error: the run folder {folder} or the config {loaded.path} has a blank or '%' in its path: "
+                  "#SBATCH lines cannot carry it; move the project or set run_dir", markup=False)
+        raise typer.Exit(int(ExitCode.BAD_CONFIG))
     script_text = job_script(project_dir=loaded.project_dir, config_path=loaded.path, runbook=runbook_executable(),
                              output=folder / "job-%j.out", settings=settings,
                              job_name=settings.job_name or f"runbook-{loaded.run_dir.name}")
@@ -93,7 +98,7 @@ def submit(
                   markup=False)
         raise typer.Exit(int(ExitCode.NOT_FOUND))
     folder.mkdir(parents=True, exist_ok=True)   # the output's folder must exist when the job starts
-    script.write_text(script_text)
+    atomic_write_text(script, script_text)
     script.chmod(0o755)
     answer = run_command(argv, settings.command_timeout_s, cwd=loaded.project_dir)
     job_id = parse_job_id(answer.text) if answer.ok else None
