@@ -177,7 +177,9 @@ def test_a_killed_worker_on_node_1_is_one_dead_rank_incident(faulted_nodes):
     assert ranks["ranks"][1]["node"] == 1 and ranks["ranks"][1]["pid"] == rank_pid
     node1 = next(n for n in ranks["nodes"] if n["node"] == 1)
     assert node1["pid"] == agent_pid and node1["signal"] is None      # the agent lived on or reported it
-    assert any(f"rank 1 (pid {rank_pid}) died first (SIGKILL)" in n for n in died["notes"]), died["notes"]
+    text = f"rank 1 (pid {rank_pid}) died first (SIGKILL) at step {ranks['ranks'][1]['step']}, on node 1, whose launcher agent was not lost"
+    assert any(text in n for n in died["notes"]), died["notes"]
+    assert text in project.run_log.read_text()
 
 
 def test_a_killed_agent_is_a_dead_node_and_the_whole_group_restarts_with_no_orphan(faulted_nodes):
