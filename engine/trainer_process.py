@@ -94,7 +94,7 @@ class TrainerProcess:
                 )
             status = cls._wait_for_start(launcher, status_path)
             pid = status.get("trainer_pid") or launcher.pid
-        warm_spare.start_next_spare(spec, LAUNCHER)   # the next launch's, at once (engine/warm_spare.py)
+        warm_spare.start_next_spare(spec, LAUNCHER, log_path)   # the next launch's (engine/warm_spare.py)
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:

@@ -1,8 +1,9 @@
 """The warm spare (engine/warm_spare.py, engine/spare_main.py) with real processes and a cheap import in
 place of torch: started before the first launch, it becomes that launch (its environment, its log, its
-exit in the launch's status file, back at the watcher's priority); the next spare is started at once;
-a variable the imports never read (TORCH_DISTRIBUTED_DEBUG, set by the hang playbook) keeps it usable,
-one that may shape the imports makes the launch cold and says why. Run as a module, this file is the
+exit in the launch's status file, back at the watcher's priority); until a launch has trained the next
+spare starts at once, afterwards only once its launch trains; a variable the imports never read
+(TORCH_DISTRIBUTED_DEBUG, set by the hang playbook) keeps it usable, one that may shape the imports
+makes the launch cold and says why. Run as a module, this file is the
 trainer the spare becomes."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -28,7 +30,8 @@ MODULE = "tests.test_warm_spare"
 def spec(tmp_path: Path, name: str, **env) -> LaunchSpec:
     return LaunchSpec(argv=[sys.executable, "-m", MODULE, str(tmp_path / f"{name}.json")],
                       env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO, config_file=Path("-"),
-                      resume_from=None, warm_spare_dir=tmp_path / "spare", warm_imports=("json", "engine.ranks"))
+                      resume_from=None, warm_spare_dir=tmp_path / "spare", warm_imports=("json", "engine.ranks"),
+                      training_marker="Epoch ")
 
 
 def ready_spare() -> warm_spare.Spare:
@@ -50,10 +53,10 @@ def run(tmp_path: Path, name: str, launch_spec: LaunchSpec) -> tuple[TrainerProc
 def no_spare_left():
     yield
     warm_spare.discard_spare()
-    warm_spare._requested = False
+    warm_spare._requested = warm_spare._trained = False
 
 
-def test_a_prestarted_spare_becomes_the_first_launch_and_the_next_is_ready_at_once(tmp_path, no_spare_left):
+def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_the_runs_progress(tmp_path, no_spare_left):
     first = spec(tmp_path, "first", RUNBOOK_ROLE="a", TORCH_DISTRIBUTED_DEBUG="OFF")
     warm_spare.prestart(first)
     spare = ready_spare()
@@ -82,6 +85,20 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_the_next_is_ready_at_on
     wait_for(lambda: not psutil.pid_exists(following_pid) or psutil.Process(following_pid).status() == psutil.STATUS_ZOMBIE,
              30, what="the discarded spare to end")
 
+    # Launch 3 trains (its log shows the training marker): from now on the next spare waits for its launch to
+    # train, so a spare's imports never compete with a relaunch's own start.
+    ready_spare()
+    _, log, _ = run(tmp_path, "launch-3", spec(tmp_path, "third", OMP_NUM_THREADS="7", RUNBOOK_TRAIN="1"))
+    assert log.startswith("runbook: warm spare pid") and "Epoch 1 | iter 1 step 1" in log, log
+    wait_for(lambda: warm_spare._trained, 30, interval=0.05, what="the marker to be seen")
+    ready_spare()
+    _, log, _ = run(tmp_path, "launch-4", spec(tmp_path, "fourth", OMP_NUM_THREADS="7"))
+    assert log.startswith("runbook: warm spare pid"), log
+    time.sleep(1.0)   # several polls of launch 4's log, which never shows the marker
+    assert warm_spare._spare is None
+    _, log, _ = run(tmp_path, "launch-5", spec(tmp_path, "fifth", OMP_NUM_THREADS="7"))
+    assert log.startswith("runbook: no warm spare (none started: the launch before never reached training)"), log
+
 
 def test_the_late_variables_are_left_out_of_the_spares_shape():
     env = {"PATH": "/bin", "TORCH_DISTRIBUTED_DEBUG": "DETAIL", "NCCL_DEBUG": "INFO", "RUNBOOK_X": "1", "OMP_NUM_THREADS": "2"}
@@ -89,6 +106,9 @@ def test_the_late_variables_are_left_out_of_the_spares_shape():
 
 
 if __name__ == "__main__":   # the trainer a spare becomes (runpy, as engine/spare_main.py runs a launch)
+    if os.environ.get("RUNBOOK_TRAIN"):
+        print("Epoch 1 | iter 1 step 1 | loss train: 6.000", flush=True)
+        time.sleep(0.5)
     Path(sys.argv[1]).write_text(json.dumps({
         "role": os.environ.get("RUNBOOK_ROLE"), "argv": sys.argv[1:], "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "torch_distributed_debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG")}))
