@@ -134,7 +134,8 @@ class NodeGroup:
             for node, agent in self.agents.items():
                 if node not in self.codes and agent.poll() is not None:
                     self.codes[node] = agent.returncode
-                    notice = None if self.forwarded or self.killing else told_signal(self._log_tail(node))
+                    # an agent killed while lingering may have been told first; a SIGKILL itself logs nothing
+                    notice = None if self.forwarded else told_signal(self._log_tail(node))
                     _record(self.folder, NodeExit(node=node, pid=agent.pid, exit_code=agent.returncode,
                                                   ended=time.time(), requested=self.killing, notice=notice))
             if self._every_rank_ended():
