@@ -2,8 +2,9 @@
 came, and after the notice's save requeues its own job when the notice means "yield the node".
 
 The supervisor calls three hooks: started() once it holds the run folder, noticed(why) when a stop
-request arrives (before the notice is forwarded to the trainer: scontrol is asked while the job's
-state still tells the cause), finished(state) after the watch loop ended and the lock is released.
+request arrived and the notice's save is done (asked after, so that a slow controller never eats the
+grace time; what tells the cause lasts: RunTime only grows, PreemptTime and CANCELLED stay, an outside
+requeue goes COMPLETING -> PENDING), finished(state) after the watch loop ended and the lock is released.
 Deciding is pure (engine/slurm.py); the commands are bounded (engine/slurm_commands.py).
 """
 

@@ -250,12 +250,12 @@ class Supervisor:
         """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
         that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it."""
         noticed = None
-        if self.slurm is not None:   # ask scontrol why while the job's state still says it
-            self.slurm.noticed(why)
         if self.control.alive and self.control.process is not None:
             noticed = self.control.process.give_notice(self.loaded.config.watch.grace_period_s)
             if noticed:
                 self.journal.append("trainer_noticed", pid=self.control.process.pid, reason=why, detail=noticed)
+        if self.slurm is not None:   # why (scontrol) after the save: a slow controller never delays the save
+            self.slurm.noticed(why)
         detail = self.control.stop(why) if self.control.alive else noticed or "no trainer running"
         if noticed:
             self.ledger.refresh(force=True)
