@@ -81,7 +81,7 @@ class SlurmAllocation:
                             cause=cause, evidence=evidence, requeue=self.requeue_wanted,
                             scontrol=raw[:2000] if job is None else None)
         self.events("warning", text=f"SLURM job {self.record.job_id}: notice cause {cause} ({evidence})"
-                    + ("; the job requeues itself after the save" if self.requeue_wanted else ""))
+                    + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue"))
 
     def finished(self, state) -> None:
         """Record how this allocation ended; requeue the job when the notice asked for it and the run
