@@ -93,7 +93,9 @@ def _incident_number(path: Path) -> int:
     return int(path.stem.split("-")[1])
 
 
-def make_project(root: Path, shared_data: Path, **updates) -> Project:
+def make_project(root: Path, shared_data: Path, prebuilt_data: bool = True, **updates) -> Project:
+    """A project on the shared corpus. prebuilt_data: its run folder starts with a copy of the tokenized
+    data cache its launches would build (seed_data_cache); tests of preprocessing itself pass False."""
     (root / "configs").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
     (root / "data").mkdir()
@@ -104,7 +106,34 @@ def make_project(root: Path, shared_data: Path, **updates) -> Project:
     # proves it (and `runbook check` always runs it); the other tests' launches skip it.
     project.set(trainer={"preflight_parse": False})
     project.set(**{**SHORT_RUN, **updates})   # playbooks: the shipped set (the project has no playbooks/)
+    if prebuilt_data:
+        seed_data_cache(project, shared_data)
     return project
+
+
+def seed_data_cache(project: Project, shared_data: Path) -> None:
+    """Copy the litgpt data cache this project's launches read into its run folder, built once per session.
+
+    Tokenizing the corpus (litdata's optimize, which spawns a fresh interpreter per split) costs several
+    seconds of every first launch; each project would build the same bytes under the same key (the key
+    covers the text, tokenizer, block size and data arguments, not paths), so the copy is what the launch
+    would have made. tests/test_data_cache.py and the README run build it the real way."""
+    from engine.config import compute_data_hash, load_config
+    from engine.trainers.litgpt import data_cache
+    from engine.trainers.litgpt.launch import place_cache, trainer_config
+
+    loaded = load_config(project.config)
+    if loaded.config.trainer.kind != "litgpt" or loaded.config.data.kind != "text-files":
+        return
+    train, val, tokenizer = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
+    cache, block_size = place_cache(loaded, trainer_config(loaded, Path(), Path(), None), compute_data_hash(train, val))
+    if cache is None or cache.exists():
+        return
+    built = shared_data / "data-caches" / cache.name
+    if not data_cache.is_complete(built):
+        subprocess.run([*data_cache.preprocess_argv(sys.executable, built, train, val, tokenizer, block_size)[:-1]],
+                       check=True, capture_output=True, timeout=600)
+    shutil.copytree(built, cache, symlinks=True)
 
 
 @pytest.fixture

@@ -56,6 +56,11 @@ def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(pr
     assert not project.out_dir.exists()                  # and nothing was trained in the real run
     reports = list((project.run_dir.parent / "drills").glob("preemption-*/drill-report.json"))
     assert len(reports) == 1
+    # The run's tokenized data is linked into the scratch run, not tokenized again.
+    scratch_caches = list((reports[0].parent / "runs" / "pretrain" / "data").iterdir())
+    assert [c.name for c in scratch_caches] == [c.name for c in (project.run_dir / "data").iterdir()]
+    assert all((c / "train" / "train" / "index.json").stat().st_ino ==
+               (project.run_dir / "data" / c.name / "train" / "train" / "index.json").stat().st_ino for c in scratch_caches)
 
 
 # --- one grammar: every command that reads a run takes CONFIG as a positional, -c or --config ------

@@ -33,7 +33,7 @@ from tests.test_toy_trainer import final_state, make_toy_project, run_toy
 from tests.toy_trainer.adapter import ToyAdapter
 
 ALL = os.environ.get("RUNBOOK_CRASH_ALL") == "1"
-WORKERS = 3
+WORKERS = 6   # each case is mostly waiting (toy steps, poll intervals): ~1 CPU s in 4 s of wall
 
 # playbook -> (how the fault is made, extra run-config settings, a config key the playbook changes)
 SCENARIOS = {

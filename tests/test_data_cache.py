@@ -45,6 +45,22 @@ def _preprocess(shared_data, cache, **popen):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
+def test_a_scratch_run_links_the_complete_caches_only_and_keeps_what_it_has(tmp_path):
+    source, scratch = tmp_path / "run", tmp_path / "scratch"
+    for name, splits in (("complete", ("train", "val")), ("half", ("train",)), ("complete.staging", ("train", "val"))):
+        for split in splits:
+            (source / "data" / name / split / split).mkdir(parents=True)
+            (source / "data" / name / split / split / "index.json").write_text("{}")
+    (scratch / "data" / "own").mkdir(parents=True)
+    linked = data_cache.link_complete_caches(source, scratch)
+    assert linked == [scratch / "data" / "complete"] and not linked[0].is_symlink()
+    index = linked[0] / "train" / "train" / "index.json"     # the same bytes, linked: no second copy
+    assert index.stat().st_ino == (source / "data" / "complete" / "train" / "train" / "index.json").stat().st_ino
+    assert sorted(p.name for p in (scratch / "data").iterdir()) == ["complete", "own"]
+    assert data_cache.link_complete_caches(source, scratch) == []          # already there: nothing twice
+    assert data_cache.link_complete_caches(tmp_path / "none", scratch) == []
+
+
 def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoes_it(tmp_path, shared_data):
     cache = tmp_path / "run" / "data" / "k"
     staging = data_cache.staging_dir(cache)
@@ -78,7 +94,8 @@ def _own_small_corpus(project, shared_data):
 
 
 def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, shared_data):
-    project = make_project(tmp_path / "project", shared_data, max_tokens=10240, save_interval=5)   # 10 steps
+    project = make_project(tmp_path / "project", shared_data, prebuilt_data=False,   # its caches are the subject
+                           max_tokens=10240, save_interval=5)   # 10 steps
     corpus = _own_small_corpus(project, shared_data)
     watcher = project.watch()
     try:

@@ -137,9 +137,8 @@ def run_b(run_a, accepted, tmp_path_factory, shared_data):
                               f"{FAIL_AFTER}:shard,16:tokenizer")
     (project.root / "playbooks").mkdir()
     shutil.copy(accepted, project.root / "playbooks")
-    # The same text, tokenizer and block size: run A's complete data cache (keyed by content, no paths in it)
-    # is this run's too, which spares a tokenization that is not the subject here.
-    shutil.copytree(run_a.run_dir / "data", project.run_dir / "data")
+    # Its run folder starts with a copy of the complete data cache for this text, tokenizer and block size
+    # (tests/conftest.py seed_data_cache): a tokenization is not the subject here.
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         assert watcher.wait(timeout=300) == 4, project.watch_output()
@@ -153,9 +152,9 @@ def test_the_same_failure_in_a_new_run_is_recovered_by_the_accepted_playbook(run
     assert (recovered["playbook"], recovered["outcome"]) == ("shard-header-corrupted", "recovered")
     assert recovered["resumed_step"] == 10 and recovered["steps_lost"] == FAIL_AFTER - 10
     assert recovered["first_progress_at"] is not None                                   # training again
-    # run A's complete cache was used as it is: no tokenization in run B (a complete cache skips the step).
+    # The prebuilt complete cache was used as it is: no tokenization in run B (a complete cache skips the step).
     assert "data cache built" not in (run_b.run_dir / "logs" / "trainer-001.log").read_text()
-    assert len(list((run_b.run_dir / "data").iterdir())) == 1   # the copied cache, no second one
+    assert len(list((run_b.run_dir / "data").iterdir())) == 1   # the prebuilt cache, no second one
     # The same failure in another run, with other numbers, paths and addresses: one signature.
     assert recovered["signature"]["id"] == drafted["escalated"]["signature"]["id"]
     assert recovered["signature"]["evidence"] != drafted["escalated"]["signature"]["evidence"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -182,9 +181,6 @@ def faulted_two_ranks(tmp_path_factory, shared_data, two_rank_reference) -> dict
     # start-up is not a hang), and a collective timeout so rank 0 never blocks for gloo's 30 minutes.
     project.set(watch={"hang_floor_s": 15.0, "hang_timeout_s": 120},
                 trainer={"devices": 2, "env": {"RUNBOOK_COLLECTIVE_TIMEOUT_S": "90"}})
-    # The tokenized cache the undisturbed run built has this run's key (same text, tokenizer, block size):
-    # reused, it spares the suite a second tokenization.
-    shutil.copytree(two_rank_reference["project"].run_dir / "data", project.run_dir / "data")
     watcher = project.watch()
     found: dict = {"project": project}
     try:

@@ -12,8 +12,6 @@ import json
 import os
 import signal
 
-import pytest
-
 from engine.trainer_process import TrainerProcess, read_exit_status
 from tests.conftest import REPO, stop_process, wait_for
 
@@ -65,17 +63,50 @@ def assert_recovered_by(project, playbook: str) -> dict:
     return first
 
 
+def newest_log_progress_lines(project) -> int:
+    logs = sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
+    return sum(1 for line in logs[-1].read_text(errors="replace").splitlines() if line.startswith("Epoch ")) if logs else 0
+
+
+def replace_watcher_around_the_held_trainer(project, watcher) -> tuple:
+    """Hold the running trainer, SIGKILL its watcher and start a new one; return it and the trainer pid
+    once it has re-attached."""
+    attached = sum("re-attached to trainer pid" in e.get("reason", "") for e in journal(project))
+    trainer_pid = project.trainer_pid()
+    os.kill(trainer_pid, signal.SIGSTOP)
+    watcher.send_signal(signal.SIGKILL)
+    watcher.wait(timeout=30)
+    second = project.watch()
+    wait_for(lambda: sum("re-attached to trainer pid" in e.get("reason", "") for e in journal(project)) > attached, 60,
+             what="re-attach")
+    return second, trainer_pid
+
+
 # A SIGTERM is litgpt's notice: it saves the step it is in and exits 75 (engine/trainers/litgpt/notice_save.py).
-@pytest.mark.parametrize("sig, playbook, exit_code", [(signal.SIGTERM, "preemption", 75), (signal.SIGKILL, "killed", -9)])
-def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(project, reference_run, sig, playbook, exit_code):
+# One run, two re-attaches: each signal is recovered by its own playbook, and the run ends at the undisturbed counts.
+def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(project, reference_run):
+    expected = [(signal.SIGKILL, "killed", -9), (signal.SIGTERM, "preemption", 75)]
     watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=12)
-    os.kill(trainer_pid, sig)
-    os.kill(trainer_pid, signal.SIGCONT)
-    assert finish(watcher, project) == 0, project.watch_output()
-    incident = assert_recovered_by(project, playbook)
-    assert incident["trainer_exit_code"] == exit_code
+    pids = []
+    try:
+        for n, (sig, _playbook, _code) in enumerate(expected):
+            if n:   # the relaunched trainer, once it has trained past the first incident's checkpoint
+                wait_for(lambda: sum(e["kind"] == "launch" for e in journal(project)) == 2
+                         and newest_log_progress_lines(project) >= 8, 240, what="the relaunched trainer's progress")
+                watcher, trainer_pid = replace_watcher_around_the_held_trainer(project, watcher)
+            os.kill(trainer_pid, sig)
+            os.kill(trainer_pid, signal.SIGCONT)
+            pids.append(trainer_pid)
+            wait_for(lambda: len(project.incidents()) > n, 120, what=f"incident {n + 1}")
+        assert finish(watcher, project) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+    incidents = project.incidents()
+    assert [(i["playbook"], i["outcome"], i["trainer_exit_code"]) for i in incidents] == \
+        [(playbook, "recovered", code) for _sig, playbook, code in expected], project.watch_output()
+    assert "no playbook matched" not in project.watch_output()
     exited = [e for e in journal(project) if e["kind"] == "trainer_exited"]
-    assert exited[0]["pid"] == trainer_pid and exited[0]["exit_code"] == exit_code
+    assert [(e["pid"], e["exit_code"]) for e in exited[:2]] == [(pid, code) for pid, (_s, _p, code) in zip(pids, expected)]
     assert project.final_progress() == reference_run["progress"]
 
 

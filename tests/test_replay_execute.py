@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 from tests.conftest import RUNBOOK, stop_process, wait_for
 
@@ -52,6 +53,9 @@ def test_execute_performs_the_recovery_again_in_a_new_run_folder(project, refere
     [folder] = list((project.root / "runs").glob(f"replay-{incident['id']}-*"))
     origin = json.loads((folder / "replay-origin.json").read_text())
     assert origin["incident"] == incident["id"] and origin["step"] == incident["resumed_step"]
+    [cache] = list((folder / "run" / "data").iterdir())   # the run's tokenized data, linked, not made again
+    index = Path("train") / "train" / "index.json"
+    assert (cache / index).stat().st_ino == (project.run_dir / "data" / cache.name / index).stat().st_ino
     journal = (folder / "run" / "journal.jsonl").read_text()
     assert f"{folder}/checkpoints/step-{incident['resumed_step']:08d}/lit_model.pth" in journal  # resumed, not from scratch
 

@@ -25,12 +25,11 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from engine.slurm_records import read_allocations
-from tests.conftest import REPO, RUNBOOK, make_project
+from tests.conftest import RUNBOOK, make_project
 from tests.slurm_cluster import start_cluster, stop_cluster
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -61,36 +60,6 @@ def journal(project) -> list[dict]:
     return [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
 
 
-def prebuild_data_cache(*projects) -> None:
-    """The tokenized cache the trainer's first launch would build (engine/trainers/litgpt/data_cache.py),
-    built once here and copied: in two 1-CPU jobs at once each build took ~40 s and turned the first
-    launch's start-up into a `hang` incident. Same text, tokenizer and block size: one key for all.
-    Nothing to do where make_project has already seeded it."""
-    import shutil
-    import sys
-
-    from engine.config import compute_data_hash, load_config
-    from engine.trainers.litgpt.data_cache import is_complete, preprocess_argv
-    from engine.trainers.litgpt.launch import place_cache, trainer_config
-
-    built = None
-    for project in projects:
-        loaded = load_config(project.config)
-        train, val, tokenizer = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
-        folder, block_size = place_cache(loaded, trainer_config(loaded, Path(), Path(), None),
-                                         compute_data_hash(train, val))
-        if is_complete(folder):
-            built = built or folder
-            continue
-        if built is None:
-            done = subprocess.run(preprocess_argv(sys.executable, folder, train, val, tokenizer, block_size)[:-1],
-                                  capture_output=True, text=True, timeout=300, cwd=REPO)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            built = folder
-        else:
-            shutil.copytree(built, folder, symlinks=True)
-
-
 @pytest.fixture(scope="module")
 def runs(slurm, tmp_path_factory, shared_data):
     root = tmp_path_factory.mktemp("slurm-runs")
@@ -99,7 +68,8 @@ def runs(slurm, tmp_path_factory, shared_data):
     timed_out = make_project(root / "timed-out", shared_data, max_tokens=20480, save_interval=5,
                              slurm={"signal_lead_s": 15}, watch={"grace_period_s": 8.0, "hang_floor_s": 300.0,
                                                                   "hang_timeout_s": 300.0})
-    prebuild_data_cache(cancelled, timed_out)
+    # make_project seeds each run folder with the tokenized data cache (tests/conftest.py): two 1-CPU jobs
+    # building it at once took ~40 s each and turned the first launch's start-up into a `hang` incident.
     started = time.monotonic()
     job_a = submit(slurm, cancelled)
     job_b = submit(slurm, timed_out, "--time=1")

@@ -40,24 +40,6 @@ def test_second_watcher_refuses_sigterm_stops_cleanly_and_a_new_watcher_resumes(
     assert project.final_progress() == reference_run["progress"]
 
 
-def test_watcher_killed_mid_run_is_restarted_and_reattaches_without_a_second_launch(project, reference_run):
-    first = project.watch()
-    wait_for(lambda: (project.step_dir(10) / "model_config.yaml").exists(), 240, what="checkpoint 10")
-    trainer_pid = project.trainer_pid()
-    first.send_signal(signal.SIGKILL)  # the watcher crashes; the trainer (own session) keeps training
-    first.wait(timeout=30)
-    assert psutil.pid_exists(trainer_pid)
-
-    second = project.watch()
-    assert second.wait(timeout=300) == 0, project.watch_output()
-    entries = journal(project)
-    assert [e["kind"] for e in entries].count("launch") == 1
-    assert any("re-attached to trainer pid" in e.get("reason", "") for e in entries)
-    assert entries[-1]["to"] == "completed"
-    assert project.incidents() == []
-    assert project.final_progress() == reference_run["progress"]
-
-
 def test_a_finished_run_is_not_trained_again(project, reference_run):
     done = reference_run["project"]
     result = subprocess.run([RUNBOOK, "watch", str(done.config)], capture_output=True, text=True, timeout=60)
@@ -65,7 +47,9 @@ def test_a_finished_run_is_not_trained_again(project, reference_run):
     assert "already completed" in result.stderr
 
 
-def test_watcher_killed_during_a_recovery_finishes_the_same_incident_after_restart(project, reference_run, tmp_path):
+# One run, two watcher crashes: mid-run (the new watcher re-attaches, no second launch), then in the middle of
+# a recovery (the next watcher finishes that same incident).
+def test_a_killed_watcher_is_restarted_reattaches_and_finishes_an_interrupted_recovery(project, reference_run, tmp_path):
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
     (playbooks / "slow_preemption.yaml").write_text("""
@@ -79,14 +63,26 @@ actions:
 """)
     project.set(playbooks={"paths": [str(playbooks)], "shipped": False})
     first = project.watch()
+    wait_for(lambda: (project.step_dir(10) / "model_config.yaml").exists(), 240, what="checkpoint 10")
+    trainer_pid = project.trainer_pid()
+    first.send_signal(signal.SIGKILL)  # the watcher crashes; the trainer (own session) keeps training
+    first.wait(timeout=30)
+    assert psutil.pid_exists(trainer_pid)
+
+    second = project.watch()
+    wait_for(lambda: any("re-attached to trainer pid" in e.get("reason", "") for e in journal(project)), 60, what="re-attach")
+    assert [e["kind"] for e in journal(project)].count("launch") == 1   # re-attached, not launched again
+
     wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="checkpoint 20")
     os.kill(project.trainer_pid(), signal.SIGTERM)
     wait_for(lambda: any(e["kind"] == "action_done" for e in journal(project)), 60, what="first action done")
-    first.send_signal(signal.SIGKILL)  # the watcher dies in the middle of the `wait`
-    first.wait(timeout=30)
+    second.send_signal(signal.SIGKILL)  # the watcher dies in the middle of the `wait`
+    second.wait(timeout=30)
 
-    second = project.watch()
-    assert second.wait(timeout=300) == 0, project.watch_output()
+    third = project.watch()
+    assert third.wait(timeout=300) == 0, project.watch_output()
+    entries = journal(project)
+    assert entries[-1]["to"] == "completed"
     incidents = project.incidents()
     assert len(incidents) == 1, [i["id"] for i in incidents]
     incident = incidents[0]

@@ -107,3 +107,7 @@ class TrainerAdapter(Protocol):
     def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         """Rewrite paths under old_run_dir recorded in a checkpoint COPY to lie under new_run_dir
         (a replay runs in a folder of its own); returns how many changed."""
+
+    def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:
+        """Make what the trainer derived from the data in one run folder (litgpt: its tokenized cache)
+        readable by a scratch run (a drill, a replay) without deriving it again; returns what it linked."""

@@ -49,6 +49,11 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     config.parent.mkdir(parents=True)
     with open(config, "w") as fh:
         yaml.dump(tree, fh)
+    from engine.config import load_config
+    from engine.trainers import adapter_for
+
+    scratch = load_config(config)   # the run's tokenized data, linked: a drill never re-tokenizes a dataset
+    adapter_for(scratch.config.trainer.kind).share_run_data(loaded.run_dir, scratch.run_dir)
     return config
 
 

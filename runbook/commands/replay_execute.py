@@ -152,6 +152,7 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
                 (copy.path / ckpts.MANIFEST_NAME).unlink(missing_ok=True)  # the copy's bytes changed: seal anew
                 if not (verdict := ckpts.seal_checkpoint(copy)).ok:
                     raise ExecuteRefused(ExitCode.NOT_FOUND, f"the relocated copy does not verify ({verdict.reason})")
+        adapter.share_run_data(loaded.run_dir, folder / "run")   # its tokenized data, linked, not made again
         header = (f"# Replay of {incident_id} from {loaded.path}, made {now.isoformat(timespec='seconds')}.\n"
                   f"# Hyperparameters from the record's config_after; out_dir/run_dir/run_log inside this folder.\n")
         tree = own_trainer_config(tree, loaded, folder)   # a litgpt YAML the run is based on: copied, not shared

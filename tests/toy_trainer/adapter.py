@@ -117,6 +117,9 @@ class ToyAdapter:
     def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return 0   # the toy records no paths in its checkpoints
 
+    def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:
+        return []   # the toy derives nothing from its data
+
 
 class FaultyToyAdapter(ToyAdapter):
     """A trainer plugin with a bug: reading the first progress line raises, so the watcher itself fails

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from engine.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
-from engine.trainers.litgpt import data_moves, launch, log_lines, preflight, resume, support
+from engine.trainers.litgpt import data_cache, data_moves, launch, log_lines, preflight, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 
 
@@ -67,3 +67,6 @@ class LitGPTAdapter:
 
     def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return resume.relocate_loader_state(self.layout.resume_file(checkpoint.path), old_run_dir, new_run_dir)
+
+    def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:
+        return data_cache.link_complete_caches(source_run_dir, scratch_run_dir)

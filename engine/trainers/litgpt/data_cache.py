@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from engine.crash_points import crash_point
@@ -87,6 +88,35 @@ def build(folder: Path, train_src: Path, val_src: Path, preprocess) -> bool:
     crash_point("data-cache-staged")   # the tests: killed with a whole cache still in staging
     staging.rename(folder)
     return True
+
+
+def link_complete_caches(source_run_dir: Path, target_run_dir: Path) -> list[Path]:
+    """Give another run folder (a drill's or a replay's scratch run) each complete cache of this one, as
+    hard links: it reads the same tokenized bytes instead of tokenizing the whole dataset again, at no
+    extra space. Not a symlink: litdata resolves its input folder, and a resumed loader's recorded folder
+    must be the scratch run's own. Another filesystem gets a copy. Built in staging, renamed when whole."""
+    source = Path(source_run_dir) / "data"
+    if not source.is_dir():
+        return []
+    linked = []
+    for folder in sorted(source.iterdir()):
+        target = Path(target_run_dir) / "data" / folder.name
+        if folder.name.endswith(STAGING_SUFFIX) or not is_complete(folder) or target.exists() or target.is_symlink():
+            continue
+        staging = staging_dir(target)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(folder, staging, symlinks=True, copy_function=_link_or_copy)
+        staging.rename(target)
+        linked.append(target)
+    return linked
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:   # another filesystem, or links refused
+        shutil.copy2(source, target)
 
 
 def place(config: dict, run_dir: Path, data_hash: str, tokenizer_dir: Path, block_size: int) -> Path | None:
