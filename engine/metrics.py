@@ -19,9 +19,10 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.durable import atomic_write_text
+from engine.run_folder import RunFolder
 from engine.state import RunState, StateSnapshot
 
-ADDRESS_FILE = "metrics-address"   # in run_dir while the endpoint serves: the URL to scrape (port 0 picks one)
+ADDRESS_FILE = RunFolder(Path()).metrics_address.name   # in run_dir while the endpoint serves: the URL to scrape
 
 
 class MetricsSettings(BaseModel):
@@ -150,7 +151,7 @@ class MetricsEndpoint:
     def __init__(self, settings: MetricsSettings, run_dir: Path, state: Callable[[], tuple[RunState, StateSnapshot | None]],
                  checkpoint_file: Callable[[int], Path]):
         self.settings = settings
-        self.address_file = run_dir / ADDRESS_FILE
+        self.address_file = RunFolder(run_dir).metrics_address
         self.state = state                       # () -> (run state, last snapshot); attribute reads only
         self.checkpoint_file = checkpoint_file   # step -> the file whose mtime dates that checkpoint
         self.incidents = _IncidentReader(run_dir)

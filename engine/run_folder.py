@@ -13,6 +13,8 @@
       resume/                       rescaled copies of checkpoints handed to a relaunch
       outbox/                       notices not yet delivered (runbook/outbox.py)
       report/                       `runbook report`'s default output
+      metrics-address               the Prometheus endpoint's URL while it serves (engine/metrics.py)
+      slurm/                        the job script and one record per SLURM allocation (engine/slurm_records.py)
 """
 
 from __future__ import annotations
@@ -85,3 +87,11 @@ class RunFolder:
     @property
     def report(self) -> Path:
         return self.root / "report"
+
+    @property
+    def metrics_address(self) -> Path:
+        return self.root / "metrics-address"
+
+    @property
+    def slurm(self) -> Path:
+        return self.root / "slurm"

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.durable import atomic_write_text
+from engine.run_folder import RunFolder
 
 SCHEMA_VERSION = 1
 _ALLOCATION_FILE = re.compile(r"^allocation-(\d+)-(\d+)\.json$")
@@ -50,7 +51,7 @@ class Allocation(Record):
 
 
 def slurm_dir(run_dir: Path) -> Path:
-    return run_dir / "slurm"
+    return RunFolder(run_dir).slurm
 
 
 def allocation_path(run_dir: Path, job_id: str, restart: int) -> Path:
