@@ -55,22 +55,9 @@ def exit_path(folder: Path, node: int) -> Path:
 
 
 def read_nodes(folder: Path | None) -> tuple[dict[int, NodeStart], dict[int, NodeExit]]:
-    from engine.ranks import _read
+    from engine.ranks import read_record_pairs
 
-    starts: dict[int, NodeStart] = {}
-    exits: dict[int, NodeExit] = {}
-    if folder is None or not Path(folder).is_dir():
-        return starts, exits
-    for path in sorted(Path(folder).glob("node-*.json"))[:2 * MAX_NODES]:
-        if path.name.endswith(".exit.json"):
-            record = _read(path, NodeExit)
-            if record is not None and path == exit_path(folder, record.node):
-                exits[record.node] = record
-        else:
-            record = _read(path, NodeStart)
-            if record is not None and path == start_path(folder, record.node):
-                starts[record.node] = record
-    return starts, exits
+    return read_record_pairs(folder, "node", NodeStart, NodeExit, "node", MAX_NODES)
 
 
 def agent_alive(start: NodeStart) -> bool:

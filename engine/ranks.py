@@ -81,22 +81,28 @@ def _read(path: Path, model: type[BaseModel]):
         return None
 
 
+def read_record_pairs(folder: Path | None, prefix: str, live_model: type[BaseModel], exit_model: type[BaseModel],
+                      number: str, limit: int) -> tuple[dict, dict]:
+    """`<prefix>-N.json` (live) and `<prefix>-N.exit.json` records of a folder, by their number field; a bad,
+    foreign or misnamed file is passed over, and at most 2 x limit files are read."""
+    live: dict = {}
+    exits: dict = {}
+    if folder is None or not Path(folder).is_dir():
+        return live, exits
+    for path in sorted(Path(folder).glob(f"{prefix}-*.json"))[:2 * limit]:
+        ended = path.name.endswith(".exit.json")
+        record = _read(path, exit_model if ended else live_model)
+        if record is None:
+            continue
+        n = getattr(record, number)
+        if path == Path(folder) / f"{prefix}-{n}{'.exit' if ended else ''}.json":
+            (exits if ended else live)[n] = record
+    return live, exits
+
+
 def read_folder(folder: Path | None) -> tuple[dict[int, RankHeartbeat], dict[int, RankExit]]:
     """The ranks' newest heartbeats and recorded exits (a bad or foreign file is passed over)."""
-    beats: dict[int, RankHeartbeat] = {}
-    exits: dict[int, RankExit] = {}
-    if folder is None or not Path(folder).is_dir():
-        return beats, exits
-    for path in sorted(Path(folder).glob("rank-*.json"))[:2 * MAX_RANKS]:
-        if path.name.endswith(".exit.json"):
-            record = _read(path, RankExit)
-            if record is not None and path == exit_path(folder, record.rank):
-                exits[record.rank] = record
-        else:
-            record = _read(path, RankHeartbeat)
-            if record is not None and path == heartbeat_path(folder, record.rank):
-                beats[record.rank] = record
-    return beats, exits
+    return read_record_pairs(folder, "rank", RankHeartbeat, RankExit, "rank", MAX_RANKS)
 
 
 def process_state(beat: RankHeartbeat) -> str | None:
