@@ -86,10 +86,12 @@ class CheckpointLedger:
 
     # --- verification ----------------------------------------------------------------------------
     def refresh(self, saving_from_step: int | None = None, quarantine_corrupt: bool = False,
-                force: bool = False) -> list[str]:
+                force: bool = False, sealed_only: bool = False) -> list[str]:
         """Seal each checkpoint once its save is over; return the corrupt ones (quarantined if asked).
 
-        saving_from_step: a live trainer may still be writing checkpoints at or after this step."""
+        saving_from_step: a live trainer may still be writing checkpoints at or after this step.
+        sealed_only: only recheck checkpoints already sealed; an unsealed one may be a save under way
+        (a watcher re-attaching to a live trainer cannot tell yet) and is left to a later refresh."""
         newly_verified = False
         bad = []
         read: dict[str, list[int]] = {"sealed": [], "rechecked": []}
@@ -102,6 +104,8 @@ class CheckpointLedger:
             if c.step in self.verified and not force:
                 continue
             if saving_from_step is not None and c.step >= saving_from_step and not force:
+                continue
+            if sealed_only and not ckpts.has_manifest(c):
                 continue
             if c.step in self.corrupt and not force:
                 bad.append(c.path.name)

@@ -24,14 +24,19 @@ def start_or_continue(sup) -> None:
     sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
     sup.control.extra_env = dict(past.extra_env)
     sup.control.launches = past.launches
-    sup.ledger.refresh(quarantine_corrupt=True, force=True)
+    trainer = None
+    if past.run_state not in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED) and past.trainer_pid:
+        trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+    # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
+    # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
+    # reads from the trainer's log which save is under way.
+    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
     for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
         remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
     if past.run_state == RunState.COMPLETED:
         sup.state = RunState.COMPLETED
         return
-    if past.trainer_pid and past.run_state not in (RunState.STOPPED, RunState.ESCALATED):
-        trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+    if trainer is not None:
         sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
         if trainer.alive and past.open_incident is None:
             sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")

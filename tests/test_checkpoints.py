@@ -396,3 +396,24 @@ def test_parallel_scan_finds_a_flipped_byte_anywhere_and_hashes_like_sha256(tmp_
         damaged.write_bytes(bytes(data))
         problem, digest = scan_pth(damaged, want_sha256=True, workers=workers, parallel_min_bytes=0)
         assert problem == f"{damaged.name} member {info.filename!r} fails its CRC (corrupted)" and digest is None
+
+
+def test_a_watcher_reattaching_to_a_live_trainer_leaves_its_unsealed_save_alone(tmp_path):
+    """sealed_only (engine/startup.py, a live trainer): a folder the trainer is still writing looks corrupt;
+    moving it away would crash that save. Sealed checkpoints are still rechecked, a damaged one quarantined."""
+    from engine.ledger import CheckpointLedger
+    from engine.run_folder import RunFolder
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
+
+    out_dir, run_dir = tmp_path / "out", tmp_path / "run"
+    sealed, damaged = make_ckpt(out_dir, 10), make_ckpt(out_dir, 20)
+    assert seal_checkpoint(sealed).ok and seal_checkpoint(damaged).ok
+    (damaged.path / "model_config.yaml").write_text("changed after sealing\n")
+    in_progress = make_ckpt(out_dir, 30)
+    in_progress.resume_file.unlink()   # litgpt writes the side files, then renames lit_model.pth in
+    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
+
+    bad = ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+    assert bad == ["step-00000020"] and not damaged.path.exists()
+    assert in_progress.path.is_dir() and ledger.verified == {10}
+    assert ledger.refresh(quarantine_corrupt=True, force=True) == ["step-00000030"]   # not sealed_only: judged

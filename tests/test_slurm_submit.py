@@ -155,8 +155,11 @@ def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data, sl
     assert done.returncode == 0, done.stderr
     for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@120", "#SBATCH --open-mode=append",
                  f"#SBATCH --output={project.run_dir}/slurm/job-%j.out", "#SBATCH --partition=debug",
-                 f"exec {RUNBOOK} watch {project.config}", "# would run: sbatch --parsable --time=30"):
+                 "# would run: sbatch --parsable --time=30"):
         assert line in done.stdout, done.stdout
+    # The runbook beside the interpreter that runs it (the same file as this suite's, by whatever path).
+    [step] = [line.split() for line in done.stdout.splitlines() if line.startswith("exec ")]
+    assert step[2:] == ["watch", str(project.config)] and os.path.samefile(step[1], RUNBOOK), done.stdout
     assert not (project.run_dir / "slurm").exists()
     queue = slurm.run("squeue", "-h", "-o", "%i %j")
     assert "runbook-pretrain" not in queue.stdout, queue.stdout
