@@ -117,9 +117,14 @@ class Supervisor:
     def observe(self):
         """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot."""
         now = time.time()
+        # The process first, then its log: a trainer seen dead has written all it ever will (its output goes
+        # straight to the log file), so its last lines (an OOM, a traceback) are in this same snapshot. The
+        # other order lets a trainer that writes its error and exits in between look like an exit with no
+        # message, which only unknown-crash matches.
+        trainer = self.control.status()
         new_lines = self.observer.read_lines(now)
         self.ledger.refresh(saving_from_step=self._saving_from())
-        snapshot = self.observer.snapshot(now, self.state, self.control.status(), self.ledger.status(), new_lines,
+        snapshot = self.observer.snapshot(now, self.state, trainer, self.ledger.status(), new_lines,
                                           self.loaded.config.watch)
         self.last_snapshot = snapshot
         self.events("observation", snapshot=snapshot, lines=new_lines)
