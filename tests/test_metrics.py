@@ -57,7 +57,14 @@ def watched_run(tmp_path_factory) -> dict:
     """One toy run (40 steps of 0.15 s, a checkpoint every 5) with the endpoint on a free port, SIGKILLed
     after step 12; beside it, a second toy run told to use the same port."""
     project = make_toy_project(tmp_path_factory.mktemp("metrics") / "project", step_seconds=0.15)
-    project.set(watch={"metrics": {"port": 0}})
+    # The shipped `killed` recovery takes ~0.07 s on a quiet machine, less than a scrape interval: this copy
+    # waits 1 s first, so that scrapes taken during the recovery can be asserted on any machine.
+    playbooks = project.root / "playbooks"
+    playbooks.mkdir()
+    killed = (REPO / "engine" / "playbooks" / "killed.yaml").read_text().split("tests:")[0]
+    killed = killed.replace("inhibits: [unknown-crash]\n", "").replace("actions:\n", "actions:\n  - wait: {seconds: 1}\n", 1)
+    (playbooks / "killed.yaml").write_text(killed)
+    project.set(watch={"metrics": {"port": 0}}, playbooks={"paths": [str(playbooks)], "shipped": False})
     env = {"PYTHONPATH": str(REPO)}
     watcher = project.watch(env=env)
     address = project.run_dir / ADDRESS_FILE
@@ -124,7 +131,7 @@ def test_scrapes_all_along_the_run_see_steps_grow_and_counters_never_fall(watche
         assert sorted(v for (n, _), v in s.items() if n == "runbook_run_state") == [0.0] * 6 + [1.0], s
     states = [next(labels[0][1] for (n, labels), v in s.items() if n == "runbook_run_state" and v == 1.0) for s in scrapes]
     changes = [state for i, state in enumerate(states) if i == 0 or state != states[i - 1]]
-    # The recovery (~0.4 s on a quiet machine: incident_record's runbook_seconds) spans several 50 ms scrapes.
+    # The recovery (its playbook waits 1 s, see watched_run) spans several 50 ms scrapes.
     assert "running" in changes and {"incident", "recovering"} & set(changes[changes.index("running"):]) and \
         changes.count("running") >= 2, f"no scrape during the incident: {changes}"
 
