@@ -28,7 +28,7 @@ Contenders:
   (a) reference: `litgpt pretrain` of the same run at micro-batch 128 (what fits), no fault.
   (b) `runbook watch` on the run config.
   (c) the naive loop, `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the
-      config runbook's adapter generates, same environment) and a restart cap: NAIVE_LOOP below,
+      config runbook's adapter generates, same environment) and a restart cap: NAIVE_LOOP in benchmarks/chaos_contenders.py,
       written as naive_loop.sh into its run folder.
 """
 
@@ -36,12 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -51,412 +46,17 @@ from benchmarks import common  # noqa: E402
 from benchmarks.chaos_report import (  # noqa: E402
     HEADERS, Outcome, accounting, details_table, divergence_note, goals, ratio_goal, rows, time_budget, warm_text,
 )
+from benchmarks import chaos_contenders as harness  # noqa: E402
+from benchmarks.chaos_contenders import (  # noqa: E402
+    BATCH, BLOCK, GOOD_MB, MEMORY_LIMIT_MB, OOM_MB, SAVE_INTERVAL, SCHEDULE, TMPFS_MB, data_cache, run_naive,
+    run_reference, run_runbook, settings,
+)
 from engine import faults  # noqa: E402
 
-BLOCK = 64
-BATCH = 256
-GOOD_MB, OOM_MB = 128, 256
-MEMORY_LIMIT_MB = 1160
-TMPFS_MB = 13
-SAVE_INTERVAL = 2
-DEVICE = "cpu"   # --device cuda: no address-space limit (a CUDA process cannot run under one), no OOM at start
 SECTION = "Chaos run"
 
-NAIVE_LOOP = r"""#!/usr/bin/env bash
-# The naive loop: `until litgpt pretrain --config X; do :; done` (X has resume: auto), at most CAP restarts.
-# Same generated litgpt config and environment as runbook's launches; same memory limit (ulimit -v = RLIMIT_AS).
-cfg=$1; logs=$2; pidfile=$3; cap=$4; mem_kb=$5; litgpt=$6
-[ -n "$mem_kb" ] && ulimit -v "$mem_kb"
-n=0
-until
-  n=$((n + 1))
-  "$litgpt" pretrain --config "$cfg" > "$logs/trainer-$(printf %03d $n).log" 2>&1 &
-  echo $! > "$pidfile"
-  wait $!
-do
-  [ "$n" -gt "$cap" ] && exit 1
-done
-exit 0
-"""
 
-
-def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
-    out = {
-        "micro_batch_size": micro_batch, "batch_size": BATCH, "max_tokens": BATCH * BLOCK * steps,
-        "save_interval": SAVE_INTERVAL, "keep_last_k": 3,
-        "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB if DEVICE == "cpu" else None, "device": DEVICE},
-        "watch": dict(faults.FAULTS["hang"].config["watch"]),
-    }
-    if lr is not None:
-        out["lr"] = lr
-    return out
-
-
-# --- the schedule, injected with engine/faults.py's own injectors -------------------------------
-
-
-class StepRun(faults.DrillRun):
-    """faults.DrillRun whose 'checkpoint N' is the checkpoint at a given optimizer step: the
-    injectors then fire at the same point of the run for every contender."""
-
-    def __init__(self, out_dir, run_dir, proc, timeout, step):
-        from engine.trainers import adapter_for
-
-        super().__init__(out_dir, run_dir, proc, adapter_for("litgpt"), timeout)   # the chaos run trains litgpt
-        self.step = step
-
-    def wait_for_checkpoint(self, count: int) -> Path:
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if common.checkpoint_done(self.out_dir, self.step):
-                return self.out_dir / f"step-{self.step:08d}"
-            if self.watcher.poll() is not None:
-                raise RuntimeError(f"the contender ended (exit {self.watcher.returncode}) before step {self.step}")
-            time.sleep(0.05)
-        raise TimeoutError(f"no checkpoint at step {self.step} after {self.timeout:g} s")
-
-
-SCHEDULE = [  # (checkpoint step, label, injector from engine/faults.py)
-    (4, "SIGTERM", faults._signal_after_checkpoint(signal.SIGTERM, 1)),
-    (6, "SIGSTOP hang", faults._signal_after_checkpoint(signal.SIGSTOP, 1)),
-    (10, "truncate newest + flip a byte in the one before + SIGKILL", faults._corrupt_then_kill),
-]
-
-
-def data_cache(root: Path) -> Path:
-    """litgpt's preprocessed copy of the data (TextFiles writes it on a run's first launch), made
-    once and copied into every contender's run folder, so no launch pays for it and every launch
-    has the same memory footprint (the first launch's preprocessing adds about 200 MB of address
-    space, which would otherwise decide whether a micro-batch fits)."""
-    cache = root / "data-cache"
-    key = common.data_hash(common.RUN_CONFIG).removeprefix("sha256:")[:16]  # runbook stages data per data hash
-    if (cache / key / "train" / "train" / "index.json").exists():
-        return cache
-    warm_up = settings(GOOD_MB, 1)
-    warm_up["trainer"]["memory_limit_mb"] = None  # preprocessing needs more than the limit allows
-    config = common.scratch_project(root / "data-cache-project", **warm_up)
-    loaded = common.load_run(config)
-    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "cache")
-    log = loaded.run_dir / "logs" / "cache.log"
-    if common.start_bare(spec, log).wait() != 0:
-        raise RuntimeError(f"preparing the data cache failed: see {log}")
-    if cache.exists():
-        shutil.rmtree(cache)
-    shutil.copytree(loaded.run_dir / "data", cache, symlinks=True)
-    return cache
-
-
-def project(root: Path, run_settings: dict, cache: Path) -> Path:
-    config = common.scratch_project(root, **run_settings)
-    shutil.copytree(cache, common.load_run(config).run_dir / "data", symlinks=True)
-    return config
-
-
-class Injector(threading.Thread):
-    def __init__(self, out_dir: Path, run_dir: Path, proc: subprocess.Popen, timeout: float, schedule):
-        super().__init__(daemon=True)
-        self.args = (out_dir, run_dir, proc, timeout)
-        self.schedule = schedule
-        self.injected: list[tuple[str, float]] = []
-        self.intact: dict[float, list[int]] = {}   # injection time -> checkpoint steps left intact by it
-        self.error: str | None = None
-
-    def run(self) -> None:
-        out_dir = self.args[0]
-        for step, label, inject in self.schedule:
-            try:
-                at = inject(StepRun(*self.args, step=step))
-            except (RuntimeError, TimeoutError, ProcessLookupError, FileNotFoundError) as err:
-                self.error = f"{label}: not injected ({err})"
-                return
-            steps = sorted(int(p.name.split("-")[1]) for p in out_dir.glob("step-*") if p.name[5:].isdigit())
-            if inject is faults._corrupt_then_kill:  # it damaged the newest and the one before it
-                steps = [s for s in steps if s != step][:-1]
-            self.injected.append((label, at))
-            self.intact[at] = steps
-
-
-# --- contenders ---------------------------------------------------------------------------------
-
-
-def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) -> None:
-    """Fill steps, tokens, val loss and steps computed from final/ and the trainer logs."""
-    from ruamel.yaml import YAML
-
-    figures = common.log_figures(logs)
-    outcome.steps_computed = figures.steps_computed
-    outcome.first_loss = figures.first_loss
-    progress = common.final_progress(out_dir)
-    if progress is None:
-        return
-    hyper = YAML(typ="safe", pure=True).load((out_dir / "final" / "hyperparameters.yaml").read_text())
-    micro_batch = int(hyper["train"]["micro_batch_size"])
-    outcome.steps = progress["step_count"]
-    outcome.tokens = progress["iter_num"] * micro_batch * BLOCK
-    outcome.val_loss = figures.final_val_loss
-
-
-trainer_logs = common.trainer_logs
-
-
-def litgpt_executable() -> str:
-    """`litgpt` as installed beside this Python: the reference and the naive loop run litgpt as it is."""
-    return shutil.which("litgpt", path=str(Path(sys.executable).parent)) or "litgpt"
-
-
-def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
-    """found['at'] = when the log's first progress line appeared (polled every 20 ms)."""
-    while proc.poll() is None and "at" not in found:
-        if log.exists() and b"\nEpoch " in log.read_bytes():
-            found["at"] = time.time()
-        time.sleep(0.02)
-
-
-def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
-    from dataclasses import replace
-
-    config = project(root, settings(GOOD_MB, steps), cache)
-    loaded = common.load_run(config)
-    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "reference")
-    spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)])
-    out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
-    started = time.time()
-    log = loaded.run_dir / "logs" / "trainer-001.log"
-    proc = common.start_bare(spec, log)
-    found: dict = {}
-    watcher = threading.Thread(target=first_progress_time, args=(log, proc, found), daemon=True)
-    watcher.start()
-    code = proc.wait()
-    out.wall_s = time.time() - started
-    watcher.join(timeout=1)
-    out.timeline = {"started": started, "first_progress": found.get("at"),
-                    "iter_s": sum(common.log_figures([log]).iter_ms) / 1000}
-    delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
-    out.completed = code == 0 and out.steps is not None
-    out.note = "completed" if out.completed else f"exit {code}"
-    return out
-
-
-def mount_disk(loaded, use_tmpfs: bool) -> str | None:
-    if not use_tmpfs:
-        return "no disk fault in this run"
-    return common.mount_tmpfs(loaded.out_dir, TMPFS_MB)
-
-
-def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, name: str, cache: Path) -> Outcome:
-    config = project(root, run_settings, cache)
-    loaded = common.load_run(config)
-    disk_skip = mount_disk(loaded, use_tmpfs)
-    out = Outcome(name, load=common.load_average())
-    try:
-        started = time.time()
-        proc = common.start_watch(config, root / "watch.log")
-        injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
-        injector.start()
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            common.stop(proc)  # only if still running
-        out.wall_s = time.time() - started
-        injector.join(timeout=5)
-        delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
-        out.completed = code == 0 and out.steps is not None
-        records = common.incidents(loaded.run_dir)
-        out.timeline = runbook_timeline(loaded.run_dir, started, records, injector.injected)
-        answered = answering_incidents(records, injector.injected)
-        for record in records:
-            out.incidents.append(f"{record['playbook']} ({record['outcome']})")
-            out.steps_lost.append(record.get("steps_lost"))
-            at = answered.get(record["id"])
-            out.details.append(record_detail(record, at, injector.intact.get(at)))
-        out.note = "; ".join(filter(None, [
-            "completed" if out.completed else f"watch exit {code}",
-            f"disk fault skipped: {disk_skip}" if disk_skip and use_tmpfs else "",
-            injector.error or "",
-        ]))
-    finally:
-        if not disk_skip:
-            keep_disk_evidence(loaded.out_dir, root)
-            common.unmount(loaded.out_dir)
-    return out
-
-
-def runbook_timeline(run_dir: Path, started: float, records: list[dict], injected: list[tuple[str, float]]) -> dict:
-    """The times chaos_report.accounting splits runbook's wall time by: launches (journal), incidents, iterations."""
-    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
-    return {"started": started, "launches": [e["time"] for e in journal if e.get("kind") == "launch"],
-            "iter_s": sum(common.log_figures(trainer_logs(run_dir)).iter_ms) / 1000,
-            "incidents": [{"playbook": r["playbook"], "detected_at": r["detected_at"], "closed_at": r.get("closed_at"),
-                           "runbook_s": r.get("runbook_seconds") or 0.0, "restart_s": r.get("trainer_restart_seconds") or 0.0,
-                           "steps_lost": r.get("steps_lost") or 0} for r in records],
-            "injected": [at for _label, at in injected],
-            # launches that were a warm spare (engine/spare_main.py's first line in the launch's log)
-            "warm_launches": [common.read_log(log).startswith("runbook: warm spare pid") for log in trainer_logs(run_dir)]}
-
-
-def keep_disk_evidence(out_dir: Path, root: Path) -> None:
-    """What was on the tmpfs, listed before it is unmounted."""
-    listing = subprocess.run(["ls", "-la", "--time-style=+", *sorted(map(str, out_dir.glob("*")))],
-                             capture_output=True, text=True).stdout
-    usage = subprocess.run(["df", "-k", str(out_dir)], capture_output=True, text=True).stdout
-    (root / "out_dir-at-end.txt").write_text(usage + "\n" + listing)
-
-
-def answering_incidents(records: list[dict], injected: list[tuple[str, float]]) -> dict:
-    """incident id -> injection time, for the first incident (other than disk-low) after each injection."""
-    found = {}
-    for _label, at in injected:
-        first = next((r for r in records if r["detected_at"] >= at and r["playbook"] != "disk-low" and r["id"] not in found), None)
-        if first is not None:
-            found[first["id"]] = at
-    return found
-
-
-def record_detail(record: dict, at: float | None, intact: list[int] | None) -> dict:
-    failed = record.get("step_at_failure")
-    allowed = None
-    if intact is not None and failed is not None:
-        allowed = failed - max([s for s in intact if s <= failed], default=0)
-    return {
-        "allowed": allowed,
-        "id": record["id"], "playbook": record["playbook"], "outcome": record["outcome"],
-        "step_at_failure": record.get("step_at_failure"), "resumed_step": record.get("resumed_step"),
-        "steps_lost": record.get("steps_lost"),
-        "after_injection_s": round(record["detected_at"] - at, 2) if at is not None else None,
-        "runbook_s": record.get("runbook_seconds"), "trainer_restart_s": record.get("trainer_restart_seconds"),
-        "config_changes": record.get("config_changes") or {},
-        "note": incident_note(record, at),
-    }
-
-
-def incident_note(record: dict, at: float | None) -> str:
-    snap = record.get("snapshot") or {}
-    if record["playbook"] == "hang":
-        since, timeout = snap.get("seconds_since_progress") or 0, snap.get("hang_timeout_s") or 0
-        if (snap.get("trainer") or {}).get("stopped"):
-            return f"trainer stopped (SIGSTOP); {since:.1f} s without progress, timeout {timeout:.1f} s"
-        return (f"**false alarm**: the trainer was running; {since:.1f} s without progress (a checkpoint save) "
-                f"against a timeout of {timeout:.1f} s")
-    if record["playbook"] in ("loss-spike", "nan"):
-        return "; ".join(record.get("notes") or [])[:160]
-    if record["playbook"] == "disk-low":
-        return f"freed {record.get('freed_bytes', 0) / 1e6:.1f} MB"
-    return ""
-
-
-def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout: float, cap: int, name: str,
-              cache: Path, patience: float | None = None, assisted: bool = False) -> Outcome:
-    """The naive loop. Without `assisted` it runs as it is: a hang it never notices is given up on
-    after `patience` s without progress. With `assisted`, a human kills a hung trainer after
-    `patience` s (counted as a human action) and the loop goes on."""
-    config = project(root, run_settings, cache)
-    loaded = common.load_run(config)
-    disk_skip = mount_disk(loaded, use_tmpfs)
-    out = Outcome(name, load=common.load_average())
-    logs_dir = loaded.run_dir / "logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    proc = None
-    try:
-        spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "naive", resume="auto")
-        script = loaded.run_dir / "naive_loop.sh"
-        script.write_text(NAIVE_LOOP)
-        mem_kb = str(spec.memory_limit_bytes // 1024) if spec.memory_limit_bytes else ""
-        started = time.time()
-        proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(loaded.run_dir / "trainer.pid"),
-                                 str(cap), mem_kb, litgpt_executable()], env=spec.env, cwd=spec.cwd,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
-        injector.start()
-        code, hung = None, 0
-        last_lines, last_change = -1, time.monotonic()
-        while True:
-            try:
-                code = proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            lines = common.log_figures(trainer_logs(loaded.run_dir)).progress_lines
-            if lines != last_lines:
-                last_lines, last_change = lines, time.monotonic()
-            stalled = time.monotonic() - last_change
-            if time.time() - started > timeout:
-                out.note = f"stopped by the benchmark after {timeout:g} s"
-                common.stop(proc)
-                break
-            if patience is not None and stalled > patience and injector.injected and "SIGSTOP" in injector.injected[-1][0]:
-                if not assisted:
-                    out.note = f"hung: no progress for {patience:g} s after the SIGSTOP; the loop never notices (stopped by the benchmark)"
-                    hung = 1
-                    common.stop(proc)
-                    break
-                os.kill(int((loaded.run_dir / "trainer.pid").read_text()), signal.SIGKILL)  # the on-call human
-                out.human_actions += 1
-                hung += 1
-                last_change = time.monotonic()
-        out.wall_s = time.time() - started
-        injector.join(timeout=5)
-        logs = trainer_logs(loaded.run_dir)
-        delivered(loaded.out_dir, loaded.run_dir, logs, out)
-        out.completed = code == 0 and out.steps is not None
-        out.incidents, out.steps_lost = naive_incidents(logs)
-        if hung and not assisted:
-            out.incidents.append("hang (never detected)")
-            out.steps_lost.append(None)
-        if not out.note:
-            out.note = "completed" if out.completed else f"gave up: restart cap {cap} reached" if code == 1 else f"exit {code}"
-        if out.incidents:
-            out.note += f"; last failure: {last_error(logs[-1])}" if not out.completed else ""
-        if disk_skip and use_tmpfs:
-            out.note += f"; disk fault skipped: {disk_skip}"
-        if injector.error and not out.completed:
-            out.note += f"; never reached: {injector.error.split(':')[0]} and later faults"
-    finally:
-        if proc is not None:
-            common.stop(proc)  # only if still running
-        if not disk_skip:
-            keep_disk_evidence(loaded.out_dir, root)
-            common.unmount(loaded.out_dir)
-    return out
-
-
-def last_error(log: Path) -> str:
-    text = common.read_log(log).splitlines()
-    errors = [line.strip() for line in text if "Error" in line or "error" in line]
-    return (errors[-1][:110] if errors else (text[-1][:110] if text else "(no output)")).replace("|", "/")
-
-
-def naive_incidents(logs: list[Path]) -> tuple[list[str], list]:
-    """One incident per relaunch: what the previous attempt died of, and the steps it lost."""
-    import re
-
-    texts, steps = [], []
-    for i, log in enumerate(logs[:-1]):
-        figures = common.log_figures([log])
-        nxt = common.read_log(logs[i + 1])
-        resumed = re.search(r"Resuming training from .*step-(\d+)", nxt)
-        failed_at = figures.last_step or 0
-        lost = max(0, failed_at - int(resumed.group(1))) if resumed else failed_at
-        texts.append(f"restart after: {classify(log)}")
-        steps.append(lost)
-    if logs and not common.read_log(logs[-1]).count("Final evaluation"):
-        texts.append(f"final attempt died: {classify(logs[-1])}")
-        steps.append(None)
-    return texts, steps
-
-
-def classify(log: Path) -> str:
-    text = common.read_log(log)
-    for needle, label in (("can't allocate memory", "OOM"), ("non-finite", "NaN gradients"),
-                          ("No space left", "disk full"), ("PytorchStreamReader", "corrupt checkpoint"),
-                          ("central directory", "corrupt checkpoint"), ("OverflowError", "NaN (overflow)")):
-        if needle in text:
-            return label
-    return "killed by a signal (no message)"
-
-
-# --- the report ---------------------------------------------------------------------------------
+# --- the run and its report -------------------------------------------------------------------
 
 
 def main() -> int:
@@ -477,9 +77,8 @@ def main() -> int:
                         help="cuda: the trainer on the GPU, without the memory limit and so without the OOM at start")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to write")
     args = parser.parse_args()
-    global DEVICE
-    DEVICE = args.device
-    start_mb = OOM_MB if DEVICE == "cpu" else GOOD_MB
+    harness.DEVICE = args.device
+    start_mb = OOM_MB if harness.DEVICE == "cpu" else GOOD_MB
     cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)
     nan_segment = not (args.quick or args.no_nan)
     use_tmpfs = not args.no_disk
@@ -566,7 +165,7 @@ def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, 
              nan_rb=None, warm=None) -> str:
     mode = ("quick" if args.quick else "default") + (" mode with --assisted" if args.assisted else " mode")
     oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
-           if DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
+           if harness.DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
            "CUDA OOM is benchmarks/gpu_drill.sh's drill)")
     steps = ", ".join(f"({i}) {label} once checkpoint {step} is saved" for i, (step, label, _) in enumerate(SCHEDULE, 2))
     disk = (f"({len(SCHEDULE) + 2}) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB; litgpt deletes none)"
@@ -602,11 +201,11 @@ roughly (the load average at each contender's start is in the table).
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
 ({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 3, the trainer under a
 {MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor 5 s (engine/faults.py `hang`); litgpt's preprocessed data cache is made once
-and copied into each contender's run folder. Trainer device: {DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
+and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
 (a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive
 loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's adapter
-generates; same environment and memory limit), at most {cap} restarts (`NAIVE_LOOP` in benchmarks/bench_chaos.py).
+generates; same environment and memory limit), at most {cap} restarts (`NAIVE_LOOP` in benchmarks/chaos_contenders.py).
 Goodput: reference wall / contender wall (for a completed run), and optimizer steps in the delivered model / all
 optimizer steps computed, repeats included.{assisted}
 
