@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from benchmarks.chaos_report import (  # noqa: E402
-    HEADERS, Outcome, accounting, details_table, divergence_note, goals, ratio_goal, rows, time_budget, warm_text,
+    HEADERS, Outcome, accounting, details_table, divergence_note, floor_text, goals, ratio_goal, rows, time_budget,
+    warm_text,
 )
 from benchmarks import chaos_contenders as harness  # noqa: E402
 from benchmarks.chaos_contenders import (  # noqa: E402
@@ -54,6 +55,7 @@ from benchmarks.chaos_contenders import (  # noqa: E402
 from engine import faults  # noqa: E402
 
 SECTION = "Chaos run"
+HANG_FLOOR_S = settings(GOOD_MB, 1)["watch"]["hang_floor_s"]
 
 
 # --- the run and its report -------------------------------------------------------------------
@@ -123,6 +125,7 @@ def main() -> int:
     print("\n" + details_table(runbook))
     for contender in filter(None, [runbook, warm]):
         print("\n" + accounting(contender, reference))
+    print("\n" + floor_text(warm or runbook, reference, HANG_FLOOR_S))
     nan_table = ""
     if nan_rows:
         nan_table = common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8})
@@ -200,7 +203,7 @@ roughly (the load average at each contender's start is in the table).
 
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
 ({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 3, the trainer under a
-{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor 5 s (engine/faults.py `hang`); litgpt's preprocessed data cache is made once
+{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/faults.py `hang`); litgpt's preprocessed data cache is made once
 and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
 (a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive
@@ -227,6 +230,11 @@ measured from the journal, the incidents and the trainer logs; the last line is 
 {accounting(runbook, reference)}
 {("" if warm is None else chr(10) + accounting(warm, reference) + chr(10))}
 Goal (issue 14): runbook's wall time at most 2.0x the reference's: {ratio_goal(runbook, warm, reference)}.
+
+The floor of this schedule (benchmarks/chaos_report.py `floor_lines`, measured in this run): what any supervisor
+would spend beyond the reference, before its own start-up, actions and relaunches.
+
+{floor_text(warm or runbook, reference, HANG_FLOOR_S)}
 {nan_text}"""
 
 

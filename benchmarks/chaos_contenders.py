@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -252,6 +253,9 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
     return out
 
 
+SPARE_CPU = re.compile(r"^runbook: warm spare pid \d+ \(imports done [\d.]+ s ago, ([\d.]+) CPU s\)")
+
+
 def runbook_timeline(run_dir: Path, started: float, records: list[dict], injected: list[tuple[str, float]]) -> dict:
     """The times chaos_report.accounting splits runbook's wall time by: launches (journal), incidents, iterations."""
     journal = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
@@ -262,7 +266,9 @@ def runbook_timeline(run_dir: Path, started: float, records: list[dict], injecte
                            "steps_lost": r.get("steps_lost") or 0} for r in records],
             "injected": [at for _label, at in injected],
             # launches that were a warm spare (engine/spare_main.py's first line in the launch's log)
-            "warm_launches": [common.read_log(log).startswith("runbook: warm spare pid") for log in trainer_logs(run_dir)]}
+            "warm_launches": [common.read_log(log).startswith("runbook: warm spare pid") for log in trainer_logs(run_dir)],
+            "spare_import_cpu_s": sum(float(m.group(1)) for log in trainer_logs(run_dir)
+                                      if (m := SPARE_CPU.search(common.read_log(log)[:300])))}
 
 
 def keep_disk_evidence(out_dir: Path, root: Path) -> None:

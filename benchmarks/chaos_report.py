@@ -152,10 +152,56 @@ def accounting_lines(runbook: Outcome, reference: Outcome) -> list[tuple[str, fl
     lines.append((f"training iterations beyond the reference's ({steps_lost} optimizer steps computed again, "
                   "and slower iterations on the shared cores)", rb.get("iter_s", 0.0) - ref.get("iter_s", 0.0)))
     extra = runbook.wall_s - reference.wall_s
+    spares = rb.get("spare_import_cpu_s")
     lines.append(("the rest: validations, checkpoint saves (the notice save included), the time from a fault to its "
-                  "injection being seen, the final save and the watcher seeing the exit, beyond the reference's",
+                  "injection being seen, the final save and the watcher seeing the exit, beyond the reference's"
+                  + (f"; and the warm spares' imports beside the training ({spares:.1f} CPU s in the spares that became "
+                     "launches, and the last one's, which no launch used, on the same cores)" if spares else ""),
                   extra - sum(seconds for _what, seconds in lines)))
     return lines
+
+
+def floor_lines(runbook: Outcome, reference: Outcome, hang_floor_s: float) -> list[tuple[str, float]]:
+    """PURE. The seconds of this schedule that no supervisor can avoid beyond the reference's, from this
+    run's figures: one that lets the OOM at start happen (the trainer's own time until it dies), knows a hang
+    by its timeout, saves on the notice (the step in progress, then the save) and recomputes the steps the
+    corrupted checkpoints took with them. Relaunches are left out: they are the part a supervisor can shrink."""
+    rb = runbook.timeline
+    if not runbook.completed or not rb.get("launches") or not reference.steps:
+        return []
+    incidents, lines = rb.get("incidents", []), []
+    if incidents and incidents[0]["playbook"] == "oom":
+        lines.append(("the OOM launch: the trainer's own time from its launch to the OOM (and its detection)",
+                      incidents[0]["detected_at"] - rb["launches"][0]))
+    if hangs := sum(1 for i in incidents if i["playbook"] == "hang"):
+        lines.append((f"the hang timeout (the run's hang floor, {hang_floor_s:g} s), {hangs} hang(s)", hangs * hang_floor_s))
+    notice = [d["after_injection_s"] for d in runbook.details
+              if d["playbook"] == "preemption" and d["steps_lost"] == 0 and d["after_injection_s"] is not None]
+    if notice:
+        lines.append(("the notice save: the step in progress and the save (injection -> incident)", sum(notice)))
+    lost = sum(i["steps_lost"] for i in incidents)
+    per_step = reference.timeline.get("iter_s", 0.0) / reference.steps
+    lines.append((f"{lost} optimizer steps computed again, at the reference's {per_step:.3f} s per step", lost * per_step))
+    return lines
+
+
+def floor_text(runbook: Outcome, reference: Outcome, hang_floor_s: float) -> str:
+    """The floor as a table and what it means for the 2.0x goal."""
+    lines = floor_lines(runbook, reference, hang_floor_s)
+    if not lines or not reference.wall_s:
+        return ""
+    floor = sum(s for _what, s in lines)
+    restarts = [i["restart_s"] for i in runbook.timeline.get("incidents", [])[1:] if i["restart_s"]]
+    rows_ = [[what, f"{s:.1f}"] for what, s in lines]
+    rows_.append([f"**floor beyond the reference ({reference.wall_s:.1f} s)**", f"**{floor:.1f}**"])
+    ratio = (reference.wall_s + floor) / reference.wall_s
+    with_restarts = (reference.wall_s + floor + sum(restarts)) / reference.wall_s
+    return (common.table([f"what no supervisor avoids on this schedule ({runbook.name}'s figures)", "s"], rows_, right={1})
+            + f"\n\nA supervisor with no start-up, no actions and no relaunch cost would still need {reference.wall_s + floor:.1f} s"
+            f" = **{ratio:.2f}x** the reference; with this run's {len(restarts)} relaunches after the faults injected mid-run ({sum(restarts):.1f} s, relaunch ->"
+            f" first new progress) {with_restarts:.2f}x. A ratio of 2.0x needs an undisturbed run of at least"
+            f" {floor:.1f} s{'' if not restarts else f' ({floor + sum(restarts):.1f} s with these relaunches)'}"
+            f" for this schedule; this one took {reference.wall_s:.1f} s.")
 
 
 def accounting(runbook: Outcome, reference: Outcome) -> str:

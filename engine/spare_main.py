@@ -10,9 +10,11 @@ ranks behave as in a cold launch). It never forks: the spare itself becomes the 
 "fork after threads" hazard of a forking zygote does not arise. If the watcher that made it is gone,
 it exits. See engine/warm_spare.py for the watcher's side.
 
-While it waits it runs at nice +10 when it can come back to its own priority on the go (root, or
-RLIMIT_NICE allows it; Linux niceness is per thread, so every thread is restored): its imports then
-take the CPU a starting or training trainer leaves idle, and the trainer it becomes is not slowed.
+While it waits it runs under SCHED_IDLE at nice +10 when it can come back to its own policy and
+priority on the go (root, or RLIMIT_NICE allows it; both are per thread in Linux, so every thread is
+restored): its imports then take only the CPU a starting or training trainer leaves idle. Nice +10
+alone still took ~10% of a core from a trainer using both cores of a small machine, and torch's
+threads wait for their slowest member at each parallel region, so training slowed by far more.
 """
 
 from __future__ import annotations
@@ -38,10 +40,29 @@ def can_restore_priority(current: int) -> bool:
     return soft == resource.RLIM_INFINITY or 20 - soft <= current
 
 
-def set_priority_all_threads(value: int) -> None:
-    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else [str(os.getpid())]:
+def wait_in_background(priority: int) -> None:
+    """The spare's waiting class: SCHED_IDLE (runs only on a CPU nothing else wants) at nice +10."""
+    os.setpriority(os.PRIO_PROCESS, 0, min(19, priority + WAIT_NICE))
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass   # not Linux: nice alone
+
+
+def restore_all_threads(pid: int, priority: int) -> None:
+    """Every thread of `pid` back to SCHED_OTHER at `priority` (the imports may have started threads,
+    which inherited the waiting class). Also used by the watcher to hurry a spare a launch waits for."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), value)
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        except (AttributeError, OSError):
+            pass
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, priority)
         except OSError:
             pass
 
@@ -58,9 +79,10 @@ def main(argv: list[str]) -> int:
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     niced = can_restore_priority(priority)
     if niced:
-        os.setpriority(os.PRIO_PROCESS, 0, min(19, priority + WAIT_NICE))
+        wait_in_background(priority)
     for name in modules:
         importlib.import_module(name)
+    import_cpu_s = time.process_time()   # what the imports cost, said in the launch's log (benchmarks add it up)
     ready = os.path.join(spare_dir, "ready")
     with open(ready + ".part", "w") as fh:
         fh.write(str(os.getpid()))
@@ -76,7 +98,7 @@ def main(argv: list[str]) -> int:
             except ProcessLookupError:
                 return 0   # nobody will ever use this spare
     if niced:
-        set_priority_all_threads(priority)
+        restore_all_threads(os.getpid(), priority)
     with open(go_path, encoding="utf-8") as fh:
         go = json.load(fh)
     log = os.open(go["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -90,7 +112,8 @@ def main(argv: list[str]) -> int:
     apply_late_environment()
     os.chdir(go["cwd"])
     command = go["argv"]   # [python, "-m", module, *args]
-    print(f"runbook: warm spare pid {os.getpid()} (imports done {go['waited_s']:.1f} s ago) runs {' '.join(command[2:4])}",
+    print(f"runbook: warm spare pid {os.getpid()} (imports done {go['waited_s']:.1f} s ago, {import_cpu_s:.1f} CPU s) "
+          f"runs {' '.join(command[2:4])}",
           flush=True)
     sys.argv = [command[2], *command[3:]]
     runpy.run_module(command[2], run_name="__main__", alter_sys=True)

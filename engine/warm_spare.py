@@ -75,20 +75,13 @@ class Spare:
         return True
 
     def hurry(self) -> None:
-        """A launch waits for this spare's imports: back to the watcher's priority (spare_main nices them)."""
+        """A launch waits for this spare's imports: back to the watcher's priority (spare_main runs them under SCHED_IDLE)."""
         pid = self.pid
         if pid is None:
             return
-        mine = os.getpriority(os.PRIO_PROCESS, 0)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            tids = [str(pid)]
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), mine)
-            except OSError:
-                pass   # not allowed (no CAP_SYS_NICE, RLIMIT_NICE): it finishes at its own pace
+        from engine.spare_main import restore_all_threads
+
+        restore_all_threads(pid, os.getpriority(os.PRIO_PROCESS, 0))   # not allowed: it finishes at its own pace
 
     def discard(self) -> None:
         pid = self.pid

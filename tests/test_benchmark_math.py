@@ -78,3 +78,23 @@ def test_chaos_accounting_lines_sum_to_runbooks_extra_wall_time():
     assert next(v for k, v in lines.items() if k.startswith("detection")) == pytest.approx(0.5 + 22.0)
     assert next(v for k, v in lines.items() if k.startswith("training iterations")) == pytest.approx(6.0)
     assert accounting_lines(Outcome("x", timeline={}), reference) == []
+
+
+def test_the_chaos_floor_counts_only_what_no_supervisor_avoids_and_says_what_2x_needs():
+    from benchmarks.chaos_report import Outcome, floor_lines, floor_text
+
+    reference = Outcome("(a)", completed=True, wall_s=8.0, steps=12,
+                        timeline={"started": 0.0, "first_progress": 3.0, "iter_s": 1.2})
+    incidents = [{"playbook": "oom", "detected_at": 5.5, "runbook_s": 0.1, "restart_s": 3.0, "steps_lost": 0},
+                 {"playbook": "preemption", "detected_at": 9.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0},
+                 {"playbook": "hang", "detected_at": 16.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0},
+                 {"playbook": "corrupt-checkpoint", "detected_at": 20.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 4}]
+    details = [{"playbook": i["playbook"], "steps_lost": i["steps_lost"], "after_injection_s": a}
+               for i, a in zip(incidents, [None, 0.4, 5.0, 0.1])]
+    runbook = Outcome("(b')", completed=True, wall_s=30.0, details=details,
+                      timeline={"started": 0.0, "launches": [2.0, 5.6, 9.1, 16.1, 20.1], "incidents": incidents})
+    lines = floor_lines(runbook, reference, hang_floor_s=5.0)
+    assert [round(s, 2) for _what, s in lines] == [3.5, 5.0, 0.4, 0.4]   # OOM launch, hang, notice save, 4 x 0.1 s
+    text = floor_text(runbook, reference, hang_floor_s=5.0)
+    assert "**2.16x**" in text and "3 relaunches" in text and "at least 9.3 s (12.3 s with these relaunches)" in text
+    assert floor_lines(Outcome("x", completed=False), reference, 5.0) == []

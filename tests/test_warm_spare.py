@@ -62,6 +62,7 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
     spare = ready_spare()
     if can_restore_priority(os.getpriority(os.PRIO_PROCESS, 0)):
         assert psutil.Process(spare.pid).nice() == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WAIT_NICE)
+        assert os.sched_getscheduler(spare.pid) == os.SCHED_IDLE   # it waits on CPU nothing else wants
 
     # The launch differs only in variables read after the imports: it is the spare.
     launch1 = spec(tmp_path, "first", RUNBOOK_ROLE="b", TORCH_DISTRIBUTED_DEBUG="DETAIL")
@@ -72,6 +73,7 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
     assert seen["role"] == "b" and seen["argv"] == [str(tmp_path / "first.json")]
     assert seen["torch_distributed_debug"] == "DETAIL"
     assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0)   # back at the watcher's priority
+    assert seen["policy"] == os.SCHED_OTHER                    # and the normal scheduling class
 
     # The next launch's spare was started with launch 1, not after it trained.
     following = ready_spare()
@@ -111,4 +113,5 @@ if __name__ == "__main__":   # the trainer a spare becomes (runpy, as engine/spa
         time.sleep(0.5)
     Path(sys.argv[1]).write_text(json.dumps({
         "role": os.environ.get("RUNBOOK_ROLE"), "argv": sys.argv[1:], "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "policy": os.sched_getscheduler(0),
         "torch_distributed_debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG")}))
