@@ -212,3 +212,39 @@ def parse_job_id(sbatch_stdout: str) -> str | None:
     first = sbatch_stdout.strip().splitlines()[0] if sbatch_stdout.strip() else ""
     job_id = first.split(";")[0].strip()
     return job_id if job_id.isdigit() else None
+
+
+# A job of the run in one of these states holds its run folder now or will when it starts (or starts
+# again): a second job's watcher would only find the lock taken (exit 5). Every other state (COMPLETED,
+# FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...) ended it; a job SLURM no longer knows
+# (past MinJobAge) ended long ago.
+LIVE_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING",
+                         "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"})
+UNKNOWN_JOB = "Invalid job id specified"   # scontrol's and squeue's words for a job id SLURM does not know
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """What SLURM said about one job the run folder's records name."""
+
+    job_id: str
+    state: str | None   # JobState; None: no description (the job is unknown, or scontrol did not answer)
+    answer: str         # scontrol's answer, or why there is none
+
+
+def live_job_refusal(queries: list[JobQuery]) -> tuple[str | None, list[str]]:
+    """PURE. Whether `runbook slurm submit` refuses because a job of this run is still pending or running:
+    (the refusal in one sentence, or None; warnings). A job SLURM no longer knows or that ended is no
+    reason; neither is one it could not be asked about (a warning: the lock still keeps a second
+    watcher off the run, sbatch itself will say whether the controller answers)."""
+    warnings = []
+    for query in queries:
+        state = (query.state or "").split("+")[0].upper()
+        if state in LIVE_STATES:
+            return (f"job {query.job_id} of this run is still {state}: its watcher holds the run (or will when "
+                    f"it starts), and a second job's would find it taken (exit 5). Wait for it to end, or "
+                    f"cancel it first: scancel {query.job_id}"), warnings
+        if query.state is None and UNKNOWN_JOB.lower() not in query.answer.lower():
+            warnings.append(f"could not ask SLURM whether job {query.job_id} of this run still runs "
+                            f"({query.answer}); submitting anyway")
+    return None, warnings

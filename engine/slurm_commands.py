@@ -7,7 +7,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from engine.slurm import JobView, job_view, parse_sacct, parse_show_job
+from engine.slurm import JobQuery, JobView, job_view, parse_sacct, parse_show_job
 
 MAX_OUTPUT = 64 * 1024   # a job's description is a few hundred bytes
 
@@ -40,6 +40,15 @@ def show_job(job_id: str, timeout_s: float) -> tuple[JobView | None, str]:
     if not answer.ok:
         return None, answer.text
     return job_view(parse_show_job(answer.text)), answer.text.strip()
+
+
+def query_jobs(job_ids: list[str], timeout_s: float) -> list[JobQuery]:
+    """scontrol's state of each job (what `runbook slurm submit` asks before submitting another)."""
+    queries = []
+    for job_id in job_ids:
+        view, answer = show_job(job_id, timeout_s)
+        queries.append(JobQuery(job_id, view.state if view else None, answer))
+    return queries
 
 
 def requeue(job_id: str, timeout_s: float) -> Answer:

@@ -91,3 +91,12 @@ def read_allocations(run_dir: Path) -> tuple[list[Allocation], list[str]]:
             problems.append(f"{path}: not an allocation record ({str(error).splitlines()[0][:200]})")
     allocations.sort(key=lambda a: (a.started_at, int(a.job_id) if a.job_id.isdigit() else 0, a.restart))
     return allocations, problems
+
+
+def recorded_job_ids(run_dir: Path) -> list[str]:
+    """The job ids the run folder names, newest first: the last submission's, then those of allocations
+    (a job submitted by hand with job.sbatch has only these)."""
+    submission = read_submission(run_dir)
+    allocations, _ = read_allocations(run_dir)
+    ids = ([submission.job_id] if submission else []) + [a.job_id for a in reversed(allocations)]
+    return list(dict.fromkeys(ids))

@@ -9,7 +9,7 @@ class ExitCode(IntEnum):
     USAGE = 2               # typer's own code for a bad command line
     BAD_CONFIG = 3          # run config, playbook or data problem found before anything ran
     ESCALATED = 4           # runbook stopped acting and handed the run to a human
-    LOCKED = 5              # another watcher holds this run folder
+    LOCKED = 5              # another watcher holds this run folder; `slurm submit`: a job of the run is pending/running
     TRAINER_MISSING = 6     # litgpt (or the configured trainer) is not installed
     INTERRUPTED = 7         # the watcher was stopped by SIGTERM/SIGINT; the run can be resumed
     INVALID = 8             # lint/test found invalid playbooks or failing playbook tests

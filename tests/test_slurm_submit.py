@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -73,6 +74,10 @@ def runs(slurm, tmp_path_factory, shared_data):
     started = time.monotonic()
     job_a = submit(slurm, cancelled)
     job_b = submit(slurm, timed_out, "--time=1")
+    # A second submit of A's run while A is pending or running: refused, nothing queued (asserted below)
+    second = subprocess.run([RUNBOOK, "slurm", "submit", str(cancelled.config)], env=slurm.env, cwd=cancelled.root,
+                            capture_output=True, text=True, timeout=60)
+    queued = slurm.run("squeue", "-h", "-o", "%i").stdout.split()
 
     # Both jobs at once. A: signalled after its first checkpoint. B: its trainer is SIGSTOPped after its
     # first checkpoint unless the notice came already, so that however fast this machine trains, the
@@ -101,6 +106,7 @@ def runs(slurm, tmp_path_factory, shared_data):
     jobs = {name: slurm.wait_job(int(job_id), FINISHED, timeout=400)
             for name, job_id in (("cancelled", job_a), ("timed-out", job_b))}
     return {"cancelled": (cancelled, job_a), "timed-out": (timed_out, job_b), "jobs": jobs,
+            "second_submit": second, "queued_after_second": queued,
             "seconds": time.monotonic() - started, "cluster_start_seconds": slurm.start_seconds}
 
 
@@ -146,6 +152,34 @@ def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_count
                                         text=True, timeout=60).stdout)
     assert as_json["slurm"]["job_id"] == job_id and len(as_json["slurm"]["allocations"]) == len(allocations)
     print(f"{name}: {runs['seconds']:.0f} s for both jobs; cluster started in {runs['cluster_start_seconds']:.1f} s")
+
+
+def test_a_second_submit_is_refused_while_the_runs_job_is_live_and_not_once_it_ended(runs, slurm, tmp_path,
+                                                                                     shared_data):
+    project, job_a = runs["cancelled"]
+    second = runs["second_submit"]
+    assert second.returncode == 5, second.stdout + second.stderr   # ExitCode.LOCKED, as `runbook watch`'s
+    assert not second.stdout.strip(), second.stdout                  # no job id: nothing submitted
+    assert re.search(rf"job {job_a} of this run is still (PENDING|CONFIGURING|RUNNING)", second.stderr), second.stderr
+    assert f"scancel {job_a}" in second.stderr, second.stderr
+    print(second.stderr.strip())
+    assert sorted(runs["queued_after_second"]) == sorted([job_a, runs["timed-out"][1]]), runs["queued_after_second"]
+    assert json.loads((project.run_dir / "slurm" / "submission.json").read_text())["job_id"] == job_a
+
+    # Records that name only ended or unknown jobs (A completed; 999999 never existed): submitted. Held, and
+    # cancelled at once: only the submit itself is under test.
+    from engine.slurm_records import Allocation, Submission, write_allocation, write_submission
+
+    other = make_project(tmp_path / "project", shared_data)
+    run_dir = other.run_dir
+    write_allocation(run_dir, Allocation(job_id=job_a, restart=0, node="vm", started_at=time.time() - 60,
+                                         watcher_pid=1, ended_at=time.time() - 30, ended="completed"))
+    write_submission(run_dir, Submission(job_id="999999", submitted_at=time.time() - 90, script="x", argv=[]))
+    done = subprocess.run([RUNBOOK, "slurm", "submit", str(other.config), "--hold", "--job-name=runbook-resubmit"],
+                          env=slurm.env, cwd=other.root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stdout + done.stderr
+    assert slurm.run("scancel", done.stdout.strip()).returncode == 0
+    assert "warning" not in done.stderr, done.stderr   # an unknown job is an answer, not a failure to ask
 
 
 def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data, slurm):

@@ -52,12 +52,12 @@ def submit(
 ) -> None:
     """Submit `runbook watch CONFIG` as a batch job (--requeue, SIGTERM slurm.signal_lead_s before the time
     limit, output appended in run_dir/slurm/). Options after CONFIG (after `--` for ones like -c) go to sbatch.
-    Prints the job id."""
+    Prints the job id. Refuses (exit 5) while a job of this run is still pending or running."""
     from engine.config import load_config
     from engine.durable import atomic_write_text
-    from engine.slurm import job_script, parse_job_id, submit_argv
-    from engine.slurm_commands import run_command
-    from engine.slurm_records import Submission, slurm_dir, write_submission
+    from engine.slurm import job_script, live_job_refusal, parse_job_id, submit_argv
+    from engine.slurm_commands import query_jobs, run_command
+    from engine.slurm_records import Submission, recorded_job_ids, slurm_dir, write_submission
     from engine.yaml_source import SourceError
 
     options = [a for a in ctx.args if a != "--"]
@@ -97,6 +97,14 @@ def submit(
         err.print("error: sbatch is not on PATH: submit from a SLURM login node (or use --dry-run to see the script)",
                   markup=False)
         raise typer.Exit(int(ExitCode.NOT_FOUND))
+    # One job per run: a second one's watcher would only find the run folder locked (exit 5) after its wait
+    # in the queue. --dry-run (above) submits nothing, so it neither asks nor refuses.
+    refusal, warnings = live_job_refusal(query_jobs(recorded_job_ids(loaded.run_dir), settings.command_timeout_s))
+    for warning in warnings:
+        err.print(f"warning: {warning}", markup=False)
+    if refusal:
+        err.print(f"error: {refusal} ({loaded.run_dir})", markup=False)
+        raise typer.Exit(int(ExitCode.LOCKED))
     folder.mkdir(parents=True, exist_ok=True)   # the output's folder must exist when the job starts
     atomic_write_text(script, script_text)
     script.chmod(0o755)
