@@ -43,11 +43,14 @@ def show_job(job_id: str, timeout_s: float) -> tuple[JobView | None, str]:
 
 
 def query_jobs(job_ids: list[str], timeout_s: float) -> list[JobQuery]:
-    """scontrol's state of each job (what `runbook slurm submit` asks before submitting another)."""
+    """scontrol's state of each job (what `runbook slurm submit` asks before submitting another). A controller
+    that did not answer in time is not asked again: one timeout, not one per job."""
     queries = []
     for job_id in job_ids:
         view, answer = show_job(job_id, timeout_s)
         queries.append(JobQuery(job_id, view.state if view else None, answer))
+        if view is None and "did not answer within" in answer:
+            break
     return queries
 
 
