@@ -67,6 +67,7 @@ class Supervisor:
         self.stop_requested: str | None = None
         self.last_snapshot = None
         self._exit_journaled: int | None = None
+        self._verified_seen = 0   # checkpoints verified when retention last looked (_retain_new_saves)
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.upkeep = None
         self.notice_poller = None
@@ -133,6 +134,7 @@ class Supervisor:
     def tick(self) -> None:
         self.backlog.catch_up()
         snapshot = self.observe()
+        self._retain_new_saves()
         self.incidents.check_progress(self.observer.tracker)
         trainer = snapshot.trainer
         if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
@@ -164,6 +166,27 @@ class Supervisor:
         if lost:   # the disk never came back: say exactly what the run folder is missing
             self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
                         + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
+
+    def _retain_new_saves(self) -> None:
+        """keep_last_k + best as soon as a new save is sealed, not only on upkeep's clock: a run that saves
+        faster than upkeep's retention interval (a short save_interval, a small disk) otherwise piles up
+        checkpoints between two passes until its disk is full (seen: a 13 MB out_dir, a 2 MB save every
+        0.3 s: disk-full four times, then an escalation). Off with upkeep's retention (interval null)."""
+        verified = len(self.ledger.verified)
+        if verified == self._verified_seen:
+            return
+        self._verified_seen = verified
+        if self.loaded.config.upkeep.retention_interval_s is None or verified <= self.loaded.config.keep_last_k + 1:
+            return
+        try:
+            result = self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
+                                       remove_partial=False, trainer_alive=self.control.alive)
+        except ValueError as error:   # a refusal to delete is reported, never forced
+            self.events("warning", text=f"retention skipped: {error}")
+            return
+        self._verified_seen = len(self.ledger.verified)
+        if result.deleted:
+            self.journal.append("retention", summary=result.summary())
 
     def complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
