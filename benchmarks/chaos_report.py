@@ -138,15 +138,17 @@ def accounting_lines(runbook: Outcome, reference: Outcome) -> list[tuple[str, fl
     else:
         lines.append(("the first launch's start-up beyond the reference's", 0.0))
     injected = sorted(rb.get("injected", []))
-    detection = 0.0
+    detection, answered = 0.0, 0
     for incident in rest:
         before = [t for t in injected if t <= incident["detected_at"]]
         if before:
             detection += incident["detected_at"] - before[-1]
             injected.remove(before[-1])
-    lines.append((f"detection of the {len(rest)} injected faults (injection -> incident; the notice save and the hang timeout in it)", detection))
-    lines.append(("runbook's own actions (detected -> relaunched)", sum(i["runbook_s"] for i in rest)))
-    lines.append((f"trainer restarts (relaunch -> first new progress line), {len(rest)} relaunches",
+            answered += 1
+    lines.append((f"detection of the {answered} injected faults (injection -> incident; the notice save and the hang timeout in it)", detection))
+    lines.append((f"runbook's own actions (detected -> relaunched or done), {len(rest)} incidents", sum(i["runbook_s"] for i in rest)))
+    relaunches = sum(1 for i in rest if i["restart_s"])
+    lines.append((f"trainer restarts (relaunch -> first new progress line), {relaunches} relaunches",
                   sum(i["restart_s"] for i in rest)))
     steps_lost = sum(i["steps_lost"] for i in incidents)
     lines.append((f"training iterations beyond the reference's ({steps_lost} optimizer steps computed again, "
@@ -231,5 +233,5 @@ def warm_text(warm: Outcome | None, reference: Outcome) -> str:
     which = ", ".join(f"{n} {'warm' if w else '**cold**'}" for n, w in enumerate(flags, 1))
     return (f"\n(b') is (b) with `trainer.warm_spare: true`: a launch is a spare interpreter that imported torch,"
             f" lightning, litgpt and litdata ahead (the first while the watcher started up, each next one from its"
-            f" predecessor's start, at nice +10)" + (f"; launches: {which}" if which else "")
+            f" predecessor's start, waiting under SCHED_IDLE at nice +10)" + (f"; launches: {which}" if which else "")
             + f". Goals (issue 7) for (b'): {goals(warm, reference)}.\n")

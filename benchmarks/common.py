@@ -66,7 +66,9 @@ def machine(load_at_start: str | None = None) -> str:
 
 
 def command_line() -> str:
-    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    import shlex
+
+    return "python " + shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])   # as it can be pasted
 
 
 # --- docs/benchmarks.md -------------------------------------------------------------------------
