@@ -164,7 +164,8 @@ def _can_mount_tmpfs(where: Path) -> str | None:
     return None
 
 
-def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_newest(project, tmp_path):
+@pytest.mark.parametrize("retention", ["as each save is sealed", "off: the disk-low playbook alone"])
+def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_newest(project, tmp_path, retention):
     mount_point = project.out_dir
     reason = _can_mount_tmpfs(mount_point)
     if reason:
@@ -173,14 +174,25 @@ def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_n
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount_point)], check=True)
     try:
         project.set(keep_last_k=1)
+        if retention.startswith("off"):
+            project.set(upkeep={"retention_interval_s": None})
         code = finish(project.watch(), project)
         assert code == 0, project.watch_output()
         kept = [c.step for c in list_checkpoints(project.out_dir, LitGPTLayout())]
         incidents = project.incidents()
-        assert any(i["playbook"] in ("disk-low", "disk-full") for i in incidents)
         assert (project.out_dir / "final" / "lit_model.pth").exists()
         assert kept == sorted({best_val_step(project), 40}), kept
-        freed = sum(i.get("freed_bytes", 0) for i in incidents)
-        assert freed > 0
+        entries = Journal(project.run_dir / "journal.jsonl").entries()
+        last_exit = max(i for i, e in enumerate(entries) if e.get("kind") == "trainer_exited")
+        training = entries[:last_exit]   # the completion's own retention comes after the trainer's exit
+        pruned_while_training = [e for e in training if e.get("kind") == "retention"
+                                 and "deleted 0 checkpoint" not in e.get("summary", "")]
+        if retention.startswith("off"):
+            assert not pruned_while_training, pruned_while_training
+            assert any(i["playbook"] in ("disk-low", "disk-full") for i in incidents)
+            assert sum(i.get("freed_bytes", 0) for i in incidents) > 0
+        else:   # retention kept the disk from filling: no save failed, no playbook had anything to do
+            assert pruned_while_training
+            assert not [i for i in incidents if i["playbook"] in ("disk-low", "disk-full")], incidents
     finally:
         subprocess.run(["umount", "-l", str(mount_point)])
