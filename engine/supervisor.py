@@ -115,8 +115,10 @@ class Supervisor:
             if self.slurm is not None:   # after the release: a requeue's next allocation takes the lock
                 self.slurm.finished(self.state)
 
-    def observe(self):
-        """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot."""
+    def observe(self, retain: bool = False):
+        """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot.
+        retain (the watch loop's own tick): prune to keep_last_k + best first when a save was sealed, so
+        the snapshot's disk and checkpoints are what the playbooks will act on."""
         now = time.time()
         # The process first, then its log: a trainer seen dead has written all it ever will (its output goes
         # straight to the log file), so its last lines (an OOM, a traceback) are in this same snapshot. The
@@ -125,6 +127,8 @@ class Supervisor:
         trainer = self.control.status()
         new_lines = self.observer.read_lines(now)
         self.ledger.refresh(saving_from_step=self._saving_from())
+        if retain:
+            self._retain_new_saves()
         snapshot = self.observer.snapshot(now, self.state, trainer, self.ledger.status(), new_lines,
                                           self.loaded.config.watch)
         self.last_snapshot = snapshot
@@ -133,8 +137,7 @@ class Supervisor:
 
     def tick(self) -> None:
         self.backlog.catch_up()
-        snapshot = self.observe()
-        self._retain_new_saves()
+        snapshot = self.observe(retain=True)
         self.incidents.check_progress(self.observer.tracker)
         trainer = snapshot.trainer
         if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
