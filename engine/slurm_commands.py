@@ -16,6 +16,7 @@ MAX_OUTPUT = 64 * 1024   # a job's description is a few hundred bytes
 class Answer:
     ok: bool
     text: str    # stdout when ok, else one sentence saying what went wrong
+    timed_out: bool = False
 
 
 def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = None, cwd=None) -> Answer:
@@ -25,7 +26,7 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
     except FileNotFoundError:
         return Answer(False, f"{argv[0]} is not installed (not on PATH)")
     except subprocess.TimeoutExpired:
-        return Answer(False, f"`{' '.join(argv[:3])}` did not answer within {timeout_s:g} s")
+        return Answer(False, f"`{' '.join(argv[:3])}` did not answer within {timeout_s:g} s", timed_out=True)
     except OSError as error:
         return Answer(False, f"`{argv[0]}` could not run: {error}")
     if done.returncode != 0:
@@ -34,12 +35,16 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
     return Answer(True, done.stdout[:MAX_OUTPUT])
 
 
+def ask_job(job_id: str, timeout_s: float) -> tuple[JobView | None, Answer]:
+    """scontrol's view of the job (None when it gave none), and its answer."""
+    answer = run_command(["scontrol", "show", "job", "-o", job_id], timeout_s)
+    return (job_view(parse_show_job(answer.text)) if answer.ok else None), answer
+
+
 def show_job(job_id: str, timeout_s: float) -> tuple[JobView | None, str]:
     """scontrol's view of the job, and the raw answer (or why there is none) for the record."""
-    answer = run_command(["scontrol", "show", "job", "-o", job_id], timeout_s)
-    if not answer.ok:
-        return None, answer.text
-    return job_view(parse_show_job(answer.text)), answer.text.strip()
+    view, answer = ask_job(job_id, timeout_s)
+    return view, answer.text.strip() if answer.ok else answer.text
 
 
 def query_jobs(job_ids: list[str], timeout_s: float) -> list[JobQuery]:
@@ -47,9 +52,9 @@ def query_jobs(job_ids: list[str], timeout_s: float) -> list[JobQuery]:
     that did not answer in time is not asked again: one timeout, not one per job."""
     queries = []
     for job_id in job_ids:
-        view, answer = show_job(job_id, timeout_s)
-        queries.append(JobQuery(job_id, view.state if view else None, answer))
-        if view is None and "did not answer within" in answer:
+        view, answer = ask_job(job_id, timeout_s)
+        queries.append(JobQuery(job_id, view.state if view else None, answer.text.strip() if answer.ok else answer.text))
+        if answer.timed_out:
             break
     return queries
 

@@ -181,24 +181,24 @@ class Supervisor:
         self._verified_seen = verified
         if self.loaded.config.upkeep.retention_interval_s is None or verified <= self.loaded.config.keep_last_k + 1:
             return
-        try:
-            result = self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
-                                       remove_partial=False, trainer_alive=self.control.alive)
-        except ValueError as error:   # a refusal to delete is reported, never forced
-            self.events("warning", text=f"retention skipped: {error}")
-            return
+        result = self._retention(trainer_alive=self.control.alive)
         self._verified_seen = len(self.ledger.verified)
-        if result.deleted:
+        if result is not None and result.deleted:
             self.journal.append("retention", summary=result.summary())
+
+    def _retention(self, trainer_alive: bool):
+        """The run config's retention policy (keep_last_k + best) applied now; None when the ledger refused."""
+        try:
+            return self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
+                                     remove_partial=False, trainer_alive=trainer_alive)
+        except ValueError as error:  # a refusal to delete is reported, never forced
+            self.events("warning", text=f"retention skipped: {error}")
+            return None
 
     def complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
-        try:   # keep_last_k + best, the run config's retention policy, once the run is over
-            result = self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
-                                       remove_partial=False, trainer_alive=False)
+        if (result := self._retention(trainer_alive=False)) is not None:   # once more, the run being over
             self.journal.append("retention", summary=result.summary())
-        except ValueError as error:  # a refusal to delete is reported, never forced
-            self.events("warning", text=f"retention skipped: {error}")
         self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
     # --- effects lent to the incident runtime --------------------------------------------------
