@@ -69,6 +69,24 @@ def signal_name(code: int) -> str | None:
         return None
 
 
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (same reading as engine/process_identity.py; this file imports no runbook)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 STOP_SIGNAL_OPTIONS = {"--notice-signal": "notice_signal", "--quit-signal": "quit_signal"}
 
 
@@ -109,7 +127,8 @@ def main(argv: list[str]) -> int:
         print(f"runbook launcher: {status['error']}", file=sys.stderr, flush=True)
         write_status(status_path, status)
         return NO_SUCH_PROGRAM
-    status["trainer_pid"] = child.pid
+    # Identity for a later watcher (engine/process_identity.py): the kernel's exact start time and the boot.
+    status.update(trainer_pid=child.pid, trainer_start_ticks=start_ticks(child.pid), boot_id=boot_id())
     write_status(status_path, status)
     code = child.wait()   # PEP 475: a handled signal does not interrupt the wait
     status.update(exit_code=code, signal=signal_name(code), ended=time.time())

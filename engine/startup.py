@@ -25,8 +25,18 @@ def start_or_continue(sup) -> None:
     sup.control.extra_env = dict(past.extra_env)
     sup.control.launches = past.launches
     trainer = None
-    if past.run_state not in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED) and past.trainer_pid:
+    if past.trainer_pid:
+        # Whatever the run's state: an escalation leaves its trainer running unsupervised, and a new
+        # watcher takes it back rather than launching a second one (engine/process_identity.py proves it).
         trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+        if not trainer.alive and past.run_state in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED):
+            trainer = None   # it ended and that end was already judged
+        elif trainer.alive and past.run_state in (RunState.STOPPED, RunState.ESCALATED):
+            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, left running unsupervised "
+                                             f"after the run was {past.run_state.value}")
+            sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+            sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+            return
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
     # reads from the trainer's log which save is under way.
@@ -45,6 +55,8 @@ def start_or_continue(sup) -> None:
             # It ended while no watcher was running: the next tick judges that exit (its launcher
             # recorded it) with the launch's log, as if it had been watched.
             how = f"with exit code {trainer.poll()}" if trainer.exit_known else "with an exit status nobody recorded"
+            if trainer.proof is not None and trainer.proof.alive and not trainer.proof.ours:
+                how += f" (the process now under that pid is not this run's: {trainer.proof.reason}; it is left alone)"
             sup.transition(RunState.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
             return
     if past.open_incident is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from engine.durable import atomic_write_text
 from engine.journal import Journal
 from engine.partial_saves import clear_trainer_tmp
+from engine.process_identity import SecondTrainerRefused, live_trainers_of
 from engine.ranks import RANKS_DIR_ENV, RankWatch
 from engine.state import TrainerStatus
 from engine.trainer_env import trainer_environment
@@ -47,6 +48,7 @@ class TrainerControl:
         return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
 
     def launch(self, resume_file: Path | None) -> TrainerProcess:
+        self.refuse_second_trainer()
         self.launches += 1
         folder = self.folder
         launch_dir = folder.launch_dir(self.launches)
@@ -66,6 +68,21 @@ class TrainerControl:
                             exit_status=str(self.process.status_path), started=self.process.started_at,
                             resume_from=str(resume_file) if resume_file else None, argv=spec.argv)
         return self.process
+
+    def refuse_second_trainer(self) -> None:
+        """One trainer per run folder, whatever happened before (an escalation left one running, a
+        watcher crashed, the journal lost a launch): any live trainer of this run_dir other than the one
+        this watcher controls stops the launch."""
+        if self.process is not None and self.process.alive:
+            raise SecondTrainerRefused(f"trainer pid {self.process.pid} of this run is still running: "
+                                       "it must end before a relaunch")
+        others = live_trainers_of(self.folder.root)
+        if others:
+            pid, status = others[0]
+            raise SecondTrainerRefused(
+                f"a trainer of this run folder is already running (pid {pid}, recorded in {status}); runbook "
+                f"will not start a second one into {self.loaded.out_dir}. Stop it (kill {pid}) or let it finish, "
+                "then run `runbook watch` again")
 
     # --- a full run folder (engine/write_trouble.py) -----------------------------------------------
     def _copy_config(self, dest: Path) -> None:

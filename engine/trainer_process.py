@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from engine import warm_spare
+from engine.process_identity import Identity, Proof, ProvenProcess, start_ticks
 from engine.trainers.base import LaunchSpec
 
 
@@ -61,8 +61,11 @@ class TrainerProcess:
 
     def __init__(self, pid: int, log_path: Path, status_path: Path | None = None,
                  launcher: subprocess.Popen | None = None, started_at: float | None = None,
-                 notice_signal: str | None = None, quit_signal: str = "SIGTERM"):
+                 notice_signal: str | None = None, quit_signal: str = "SIGTERM",
+                 handle: ProvenProcess | None = None):
         self.pid = pid
+        self._handle = handle                # None: not proven ours, so never signalled
+        self.proof: Proof | None = None      # set by attach(): why it is (or is not) this run's trainer
         self.log_path = log_path
         self.status_path = status_path
         self._launcher = launcher            # set only for the watcher that launched it (to reap it)
@@ -99,7 +102,10 @@ class TrainerProcess:
             started = psutil.Process(pid).create_time()
         except psutil.Error:
             started = None
-        return cls(pid, log_path, status_path, launcher, started, spec.notice_signal, spec.quit_signal)
+        # Our own launcher just reported this pid: the handle pins the process it names now.
+        ticks = read_exit_status(status_path).get("trainer_start_ticks") or start_ticks(pid)
+        return cls(pid, log_path, status_path, launcher, started, spec.notice_signal, spec.quit_signal,
+                   ProvenProcess(pid, ticks))
 
     @staticmethod
     def _wait_for_start(launcher: subprocess.Popen, status_path: Path) -> dict:
@@ -118,20 +124,17 @@ class TrainerProcess:
                status_path: Path | None = None) -> "TrainerProcess":
         """The trainer an earlier watcher launched, alive or not.
 
-        A pid alone is not enough (after a reboot or on another node it may be someone else's
-        process): its start time must match the one recorded at launch. A trainer that is gone is
-        returned too, with the exit its launcher recorded (or none, when that is unknown)."""
+        Only a proven identity is attached (engine/process_identity.py): pid, start time and the
+        launcher's own record must agree. Anything else is treated as gone and is never signalled;
+        `proof` says why, and whether some process runs under that pid all the same. A trainer that
+        is gone is returned too, with the exit its launcher recorded (or none, when that is unknown)."""
         recorded = read_exit_status(status_path)   # the stop signals its launcher kept
-        process = cls(pid, log_path, status_path, None, started_at, recorded.get("notice_signal"),
-                      recorded.get("quit_signal") or "SIGTERM")
-        try:
-            proc = psutil.Process(pid)
-            same = started_at is None or abs(proc.create_time() - started_at) <= 1.0
-            if same and proc.status() != psutil.STATUS_ZOMBIE:
-                return process
-        except psutil.Error:
-            pass
-        process._gone = True
+        proof = Identity(pid, started_at, recorded).proof()
+        handle = ProvenProcess(pid, recorded.get("trainer_start_ticks") or start_ticks(pid)) if proof.ours else None
+        process = cls(pid, log_path, status_path, None, started_at if isinstance(started_at, (int, float)) else None,
+                      recorded.get("notice_signal"), recorded.get("quit_signal") or "SIGTERM", handle)
+        process.proof = proof
+        process._gone = not proof.ours
         return process
 
     def poll(self) -> int | None:
@@ -160,13 +163,20 @@ class TrainerProcess:
         if self._final_status() is not None:
             return False
         if not self._gone:
-            try:
-                self._gone = psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                self._gone = True
+            self._gone = not self._same_process_running()
             if not self._gone:
                 return True
         return self._launcher_writing()
+
+    def _same_process_running(self) -> bool:
+        """The pid still names the process we launched or proved (not a zombie, not a reused pid)."""
+        try:
+            if psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.Error:
+            return False
+        ticks = self._handle.ticks if self._handle is not None else None
+        return ticks is None or ticks == start_ticks(self.pid)
 
     def _launcher_writing(self) -> bool:
         """The trainer is gone: wait (briefly, once) for its launcher to record the exit."""
@@ -192,16 +202,16 @@ class TrainerProcess:
 
     @property
     def stopped(self) -> bool:
+        if self._gone:
+            return False
         try:
             return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
         except psutil.Error:
             return False
 
-    def send(self, sig: int) -> None:
-        try:
-            os.kill(self.pid, sig)
-        except ProcessLookupError:
-            pass
+    def send(self, sig: int) -> bool:
+        """Only to the proven process (a pidfd where available); False when it is gone or unproven."""
+        return self._handle is not None and self._handle.send(sig)
 
     def wait_exit(self, timeout_s: float) -> bool:
         """True once the trainer has ended, False when it still runs after timeout_s."""

@@ -85,11 +85,14 @@ class Spare:
 
     def discard(self) -> None:
         pid = self.pid
-        if pid and self.alive():
+        if pid and self.alive():   # its launcher's record pins the process (never a reused pid)
+            from engine.process_identity import ProvenProcess
+
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                ticks = json.loads(self.status_path.read_text()).get("trainer_start_ticks")
+            except (OSError, ValueError):
+                ticks = None
+            ProvenProcess(pid, ticks).send(signal.SIGKILL)
         try:
             self.launcher.wait(timeout=10)
         except subprocess.TimeoutExpired:

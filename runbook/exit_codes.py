@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     WATCHER_FAILED = 12     # the watcher itself crashed (a bug, not the run): the trainer keeps running unsupervised;
                             # `status`: the run is unfinished and no watcher holds it. `runbook watch` re-attaches
     RUNNING = 13            # `status`: a watcher is supervising the run right now
+    SECOND_TRAINER = 15     # `watch`: a trainer of this run folder is alive and cannot be re-attached; no second one is started
     DRAFT_REFUSED = 14      # `playbooks draft`: the incident needs no new playbook (recovered, still open) or the draft exists
 
 

@@ -116,6 +116,7 @@ def deliver_leftover_notices(loaded) -> None:
 
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
     from engine.lock import RunLocked
+    from engine.process_identity import SecondTrainerRefused
     from engine.playbook_set import load_run_playbooks
     from engine.state import RunState
     from engine.supervisor import Supervisor
@@ -168,6 +169,9 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     except RunLocked as locked:
         err.print(f"error: {locked}", markup=False)
         return ExitCode.LOCKED
+    except SecondTrainerRefused as refused:
+        err.print(f"error: {refused}", markup=False)
+        return ExitCode.SECOND_TRAINER
     except Exception as error:  # noqa: BLE001 - one sentence for people, the traceback with --debug
         if debug:
             traceback.print_exc()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -152,24 +153,66 @@ def test_status_json_is_machine_readable(finished_run):
     assert data["state"] == "completed"
     assert data["progress"]["step"] == 100 and data["progress"]["total_steps"] == 100
     assert data["progress"]["loss"] == pytest.approx(4.5) and data["progress"]["final_val_loss"] == pytest.approx(4.533)
-    assert data["trainer"] == {"pid": 40003, "alive": False, "launches": 3}
+    assert {k: data["trainer"][k] for k in ("pid", "alive", "launches", "supervised")} == {
+        "pid": 40003, "alive": False, "launches": 3, "supervised": False}
     assert data["checkpoints"]["last_link_step"] == 100 and data["checkpoints"]["sealed_steps"] == [60, 80, 100]
     assert data["incidents"]["count"] == 2 and data["incidents"]["last"]["id"] == "incident-2"
     assert data["watcher"] == {"running": False, "pid": None}
 
 
-def test_status_of_a_live_run_without_its_watcher_says_so(finished_run):
+def _journal_launch(run_dir, pid, **extra):
+    entries = (run_dir / "journal.jsonl").read_text().splitlines()[:-1]   # drop "completed": still running
+    entries.append(json.dumps({"time": time.time(), "kind": "launch", "launch": 4, "pid": pid,
+                               "log": str(run_dir / "logs" / "trainer-003.log"), "resume_from": None, **extra}))
+    (run_dir / "journal.jsonl").write_text("\n".join(entries) + "\n")
+
+
+def test_status_of_a_live_run_without_its_watcher_says_unsupervised(finished_run):
+    """A real launcher (engine/launcher.py) records the trainer: pid, start time and launcher record agree."""
+    import psutil
+
+    from engine.run_folder import RunFolder
+    from engine.trainer_process import LAUNCHER
+
+    run_dir = finished_run.parent.parent / "runs" / "pretrain"
+    status_path = RunFolder(run_dir).exit_status(4)
+    status_path.parent.mkdir(parents=True, exist_ok=True)
+    launcher = subprocess.Popen([sys.executable, str(LAUNCHER), str(status_path), "--", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while "trainer_pid" not in (json.loads(status_path.read_text()) if status_path.exists() else {}):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        pid = json.loads(status_path.read_text())["trainer_pid"]
+        _journal_launch(run_dir, pid, started=psutil.Process(pid).create_time())
+        result = runner.invoke(app, ["status", str(finished_run)])
+        assert result.exit_code == 12, result.output   # ExitCode.WATCHER_FAILED: unfinished, nobody watching
+        assert f"trainer   alive, UNSUPERVISED (no watcher: `runbook watch` re-attaches to it), pid {pid}" in result.output
+        assert "no watcher holds the run folder" in result.output
+    finally:
+        launcher.kill()
+        subprocess.run(["pkill", "-f", str(status_path)])
+        launcher.wait()
+
+
+@pytest.mark.parametrize("forgery", ["no start time", "wrong start time", "no launcher record"])
+def test_status_never_calls_an_unproven_pid_this_runs_trainer(finished_run, forgery):
+    """A journal line naming an unrelated live process (hand edit, old format, reused pid): not "alive"."""
     run_dir = finished_run.parent.parent / "runs" / "pretrain"
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        entries = (run_dir / "journal.jsonl").read_text().splitlines()[:-1]   # drop "completed": still running
-        entries.append(json.dumps({"time": time.time(), "kind": "launch", "launch": 4, "pid": sleeper.pid,
-                                   "log": str(run_dir / "logs" / "trainer-003.log"), "resume_from": None}))
-        (run_dir / "journal.jsonl").write_text("\n".join(entries) + "\n")
+        import psutil
+
+        started = psutil.Process(sleeper.pid).create_time()
+        extra = {"no start time": {}, "wrong start time": {"started": started - 3600},
+                 "no launcher record": {"started": started}}[forgery]
+        _journal_launch(run_dir, sleeper.pid, **extra)
+        result = runner.invoke(app, ["status", str(finished_run), "--json"])
+        trainer = json.loads(result.output)["trainer"]
+        assert trainer["alive"] is False and trainer["proven"] is False, trainer
         result = runner.invoke(app, ["status", str(finished_run)])
-        assert result.exit_code == 12, result.output   # ExitCode.WATCHER_FAILED: unfinished, nobody watching
-        assert f"trainer   alive, pid {sleeper.pid}" in result.output
-        assert "no watcher holds the run folder" in result.output
+        assert f"trainer   alive" not in result.output
+        assert "not running" in result.output
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -50,19 +50,19 @@ def watcher_holding(run_dir: Path) -> int | None:
         os.close(fd)
 
 
-def process_alive(pid: int | None) -> bool:
+def trainer_identity(loaded, journal) -> dict:
+    """Whether the journal's trainer runs and is provably this run's (engine/process_identity.py):
+    a pid alone is not enough, another process may have it now."""
+    from engine.process_identity import Identity
+    from engine.trainer_process import read_exit_status
+
+    pid = journal.trainer_pid
     if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:   # a zombie (exited, not yet reaped by its dead watcher) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
+        return {"alive": False, "proven": False, "why": "no launch recorded"}
+    record = read_exit_status(loaded.folder.exit_status(journal.launches)) if journal.launches else {}
+    proof = Identity(pid, journal.trainer_started, record).proof()
+    return {"alive": proof.ours, "proven": proof.ours, "why": proof.reason,
+            "pid_taken_by_another_process": proof.alive and not proof.ours}
 
 
 def gather(loaded, now: float | None = None) -> dict:
@@ -128,8 +128,8 @@ def gather(loaded, now: float | None = None) -> dict:
         "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
                             "seconds_ago": round(now - last["time"], 1)} if last else None,
         "watcher": {"running": watcher_pid is not None, "pid": watcher_pid},
-        "trainer": {"pid": h.journal.trainer_pid, "alive": process_alive(h.journal.trainer_pid),
-                    "launches": h.journal.launches},
+        "trainer": {"pid": h.journal.trainer_pid, "launches": h.journal.launches,
+                    "supervised": watcher_pid is not None, **trainer_identity(loaded, h.journal)},
         "progress": progress,
         "heartbeat": heartbeat,
         "journal_tail": journal_tail_note(loaded, heartbeat, watcher_pid is not None),
@@ -218,8 +218,15 @@ def render(status: dict) -> list[str]:
         t = s["last_transition"]
         lines.append(f"          last change {duration(t['seconds_ago'])} ago: {t['from']} -> {t['to']} ({t['reason']})")
     lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}")
-    lines.append(f"trainer   {'alive' if trainer['alive'] else 'not running'}"
-                 f"{', pid ' + str(trainer['pid']) if trainer['pid'] else ''}; {trainer['launches']} launch(es)")
+    if trainer["alive"]:
+        how = (f"alive under watcher pid {watcher['pid']}" if trainer["supervised"]
+               else "alive, UNSUPERVISED (no watcher: `runbook watch` re-attaches to it)")
+    elif trainer.get("pid_taken_by_another_process"):
+        how = f"not running (pid {trainer['pid']} now belongs to another process: {trainer['why']})"
+    else:
+        how = "not running"
+    lines.append(f"trainer   {how}{', pid ' + str(trainer['pid']) if trainer['pid'] else ''}; "
+                 f"{trainer['launches']} launch(es)")
     p = s["progress"]
     if p:
         eta = duration(p["eta_seconds"]) if trainer["alive"] else "- (trainer not running)"
