@@ -7,19 +7,19 @@
 The run: the repo's tiny GPT and data, global batch 256 sequences of 64 tokens, 12 optimizer steps
 (196,608 tokens), a checkpoint every 2 steps, keep_last_k 3, the trainer under a 1160 MB
 address-space limit (RLIMIT_AS: runbook's trainer.memory_limit_mb; `ulimit -v` for the naive loop),
-hang floor 5 s (engine/faults.py `hang`). litgpt's preprocessed data cache is made once and copied
+hang floor 5 s (engine/watch/faults.py `hang`). litgpt's preprocessed data cache is made once and copied
 into every contender's run folder. Measured here with the cache present (VmPeak of the trainer):
 micro-batch 64 about 980 MB, 128 about 1060-1110 MB, 256 about 1270 MB.
 
 The schedule (the same for every contender that gets that far):
   1. OOM at start: the run config asks for micro_batch_size 256 under the 1160 MB limit.
-  2. SIGTERM to the trainer once checkpoint step 4 is saved       (engine/faults.py preemption injector)
-  3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/faults.py hang injector)
+  2. SIGTERM to the trainer once checkpoint step 4 is saved       (engine/watch/faults.py preemption injector)
+  3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/watch/faults.py hang injector)
   4. once checkpoint step 10 is saved: truncate it, flip a byte in the one before, SIGKILL
-                                                                   (engine/faults.py corrupt-checkpoint)
+                                                                   (engine/watch/faults.py corrupt-checkpoint)
   5. the disk fills up: out_dir is a 13 MB tmpfs (each checkpoint is 2 MB; litgpt deletes none).
      Needs root (mount); without it the disk fault is skipped and the table says so.
-  6. divergence/NaN: engine/faults.py `nan` (lr 10) as its own segment of the same run, because a
+  6. divergence/NaN: engine/watch/faults.py `nan` (lr 10) as its own segment of the same run, because a
      mid-run lr change cannot be injected into both contenders alike: runbook launches from the config
      it loaded at start (plus its own write-backs), so an edit of the file mid-run would reach the
      naive loop's next launch but not runbook's.
@@ -52,7 +52,7 @@ from benchmarks.chaos_contenders import (  # noqa: E402
     BATCH, BLOCK, GOOD_MB, MEMORY_LIMIT_MB, OOM_MB, SAVE_INTERVAL, SCHEDULE, TMPFS_MB, data_cache, run_naive,
     run_reference, run_runbook, settings,
 )
-from engine import faults  # noqa: E402
+from engine.watch import faults  # noqa: E402
 
 SECTION = "Chaos run"
 HANG_FLOOR_S = settings(GOOD_MB, 1)["watch"]["hang_floor_s"]
@@ -178,7 +178,7 @@ def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, 
 and the hung trainer SIGKILLed by hand after {args.patience:g} s without progress (each counted as a human action;
 the human's own reaction time is not counted).""")
     nan_text = (f"""
-**Divergence / NaN segment**: engine/faults.py `nan` (lr {faults.FAULTS['nan'].config['lr']:g} in the run config), otherwise
+**Divergence / NaN segment**: engine/watch/faults.py `nan` (lr {faults.FAULTS['nan'].config['lr']:g} in the run config), otherwise
 the same run, no other fault. It runs as its own segment: a mid-run lr change cannot be injected into both
 contenders alike (runbook launches from the config it loaded at start plus its own write-backs, so an edit of
 the file mid-run would reach the naive loop's next launch and not runbook's). The reference row is the run
@@ -203,8 +203,8 @@ roughly (the load average at each contender's start is in the table).
 
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
 ({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 3, the trainer under a
-{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/faults.py `hang`); litgpt's preprocessed data cache is made once
-and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/faults.py's
+{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/watch/faults.py `hang`); litgpt's preprocessed data cache is made once
+and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/watch/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
 (a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive
 loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's adapter

@@ -13,14 +13,14 @@ Methods on the same file, in interleaved rounds (every method once per round, in
                  reported seconds, so its start-up is not counted)
   python read    4 MB readinto calls and nothing else, in this process (a plain Python read)
   sha256sum      `sha256sum lit_model.pth` (wall time, process start-up included)
-  verify         engine.checkpoints.verify_checkpoint with no manifest: zip central directory + CRC32 of
+  verify         engine.checkpoints.store.verify_checkpoint with no manifest: zip central directory + CRC32 of
                  every member, the members split into one contiguous byte range per core (2 here), each
                  range read and checksummed by its own thread (what runbook does to a new checkpoint)
   verify, 1 thread  the same scan with workers=1: read a block, then CRC it (the engine before the
                  ranges; shown side by side to measure what the overlap buys)
   verify+sha     verify_checkpoint with a manifest present: the CRC ranges plus sha256 of the file in a
                  thread of its own (what every forced re-verification before a resume does)
-  seal           engine.checkpoints.seal_checkpoint: CRC32 + sha256 as above + writing the manifest
+  seal           engine.checkpoints.store.seal_checkpoint: CRC32 + sha256 as above + writing the manifest
 Cold: `sync; echo 3 > /proc/sys/vm/drop_caches` (root) before every timed read; warm: the file was
 just read. MB = 10^6 bytes; the file size is that of lit_model.pth.
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
-from engine import checkpoints as ckpts  # noqa: E402
+from engine.checkpoints import store as ckpts  # noqa: E402
 from engine.trainers.litgpt.layout import LitGPTLayout  # noqa: E402
 from engine.trainers.litgpt.pth_scan import scan_pth  # noqa: E402
 

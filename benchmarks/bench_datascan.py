@@ -7,7 +7,7 @@ places (invalid UTF-8, control characters, lines over the 100,000-token limit), 
 in the same process, asserts both find exactly the planted lines, prints seconds, MB/s and the
 ratio, and writes the section "Data scan" of docs/benchmarks.md (other sections are kept).
 
-The "seed loop" is `engine.datascan.scan_files_per_line`: the seed's `for line in f:
+The "seed loop" is `engine.datascan.scan.scan_files_per_line`: the seed's `for line in f:
 tok.encode(line)` with the same checks added (decode, a control-character regex), so both sides
 report the same findings; its cost is the per-line `encode`.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.datascan import DEFAULT_MAX_TOKENS, load_tokenizer, scan_files, scan_files_per_line  # noqa: E402
+from engine.datascan.scan import DEFAULT_MAX_TOKENS, load_tokenizer, scan_files, scan_files_per_line  # noqa: E402
 from runbook.default_data import ensure_default_assets  # noqa: E402
 from benchmarks.common import DOCS, write_section  # noqa: E402
 
@@ -141,7 +141,7 @@ Why it is faster: the seed encodes every line, one `tokenizer.encode` call per l
 works on 8 MB chunks with C-level bytes operations (UTF-8 decode, `translate`, `split`, `count`)
 and tokenizes, with `encode_batch`, only the lines whose byte length could exceed the limit: for
 a byte-level BPE tokenizer without a normalizer a line of n bytes has at most n tokens
-(`engine.datascan.token_bounds` checks the tokenizer spec; other tokenizers are tokenized in
+(`engine.datascan.scan.token_bounds` checks the tokenizer spec; other tokenizers are tokenized in
 full, in batches, and are not much faster than the seed).
 """
     if not args.no_write:

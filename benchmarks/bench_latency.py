@@ -5,7 +5,7 @@
     python benchmarks/bench_latency.py --quick         # the preemptions, SIGKILL and hang only; docs untouched
 
 Each class is one scratch run (runbook drill's: 40 optimizer steps of 16 x 64 tokens, a checkpoint
-every 10) with engine/faults.py's fault applied:
+every 10) with engine/watch/faults.py's fault applied:
   preemption-no-notice  the same with trainer.notice_signals: [] (litgpt's own behaviour: no save)
   preemption          SIGTERM to the trainer after its second checkpoint         (faults.FAULTS["preemption"])
                       (the trainer saves on the notice and exits 75; cold relaunch)
@@ -40,8 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
-from engine import faults  # noqa: E402
-from engine.merge import deep_merge  # noqa: E402
+from engine.watch import faults  # noqa: E402
+from engine.core.merge import deep_merge  # noqa: E402
 from engine.trainers import adapter_for  # noqa: E402
 
 SECTION = "Detection and recovery latency"
@@ -67,8 +67,8 @@ TWO_RANKS = {"trainer": {"devices": 2}}   # DDP over gloo on the CPU; rank 1 is 
 
 
 def _rank_pid(run: faults.DrillRun, rank: int) -> int | None:
-    """The pid in that rank's heartbeat of the newest launch (engine/ranks.py)."""
-    from engine.ranks import read_folder
+    """The pid in that rank's heartbeat of the newest launch (engine/process/ranks.py)."""
+    from engine.process.ranks import read_folder
 
     launches = sorted((run.run_dir / "launches").glob("launch-*"))
     beats, _ = read_folder(launches[-1] / "ranks") if launches else ({}, {})
@@ -243,7 +243,7 @@ Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: the traine
 (litgpt start-up: imports, data loader, model) stretch with the load; runbook's own figures much less.
 
 One scratch run per line (runbook drill's run: 40 optimizer steps of 16 x 64 tokens, a checkpoint every
-10 steps, poll interval 0.2 s) with engine/faults.py's fault; `sigkill` is the preemption injector with
+10 steps, poll interval 0.2 s) with engine/watch/faults.py's fault; `sigkill` is the preemption injector with
 SIGKILL. The exit time comes from a pidfd this benchmark holds on each trainer pid (exact, no polling);
 detected is the incident's `detected_at`; runbook s is `runbook_seconds` (detected -> trainer relaunched,
 every action included); trainer restart s is `trainer_restart_seconds` (relaunch -> first new progress

@@ -162,7 +162,7 @@ def main() -> int:
         "",
         f"Bounds stated for this: the watcher stays alive, uses under {CPU_BOUND} of a core, grows by under "
         f"{RSS_BOUND_MB} MB and catches up within 60 s in every phase (one observation reads at most 4 MB of log, "
-        "a line is kept cut to 64 KB: engine/observer.py LogTail). Result: "
+        "a line is kept cut to 64 KB: engine/observe/observer.py LogTail). Result: "
         f"**{'met' if met else 'NOT met'}** (worst CPU {worst_cpu:.3f}, worst RSS growth {worst_growth:+.0f} MB).",
     ])
     print(body)

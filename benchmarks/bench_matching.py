@@ -1,4 +1,4 @@
-"""Matching throughput: state observations per second through `engine.matcher.decide`.
+"""Matching throughput: state observations per second through `engine.language.matcher.decide`.
 
     python benchmarks/bench_matching.py            # full run (about a minute), updates docs/benchmarks.md
     python benchmarks/bench_matching.py --quick    # smaller figures, docs untouched
@@ -34,13 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.matcher import AttemptHistory, MatchMemory, decide  # noqa: E402
-from engine.observer import MetricTracker  # noqa: E402
-from engine.playbook import build_playbook  # noqa: E402
-from engine.playbook_loader import load_playbooks  # noqa: E402
-from engine.state import CheckpointStatus, DiskStatus, StateSnapshot, TrainerStatus  # noqa: E402
-from engine.trainers.litgpt import LitGPTAdapter  # noqa: E402
-from engine.config import RunConfig  # noqa: E402
+from engine.language.matcher import AttemptHistory, MatchMemory, decide  # noqa: E402
+from engine.observe.observer import MetricTracker  # noqa: E402
+from engine.language.playbook import build_playbook  # noqa: E402
+from engine.language.loader import load_playbooks  # noqa: E402
+from engine.core.state import CheckpointStatus, DiskStatus, StateSnapshot, TrainerStatus  # noqa: E402
+from engine.trainers.litgpt.adapter import LitGPTAdapter  # noqa: E402
+from engine.core.config import RunConfig  # noqa: E402
 from benchmarks.common import DOCS, write_section  # noqa: E402
 
 TAIL = 200
@@ -75,7 +75,7 @@ def litgpt_log(n_lines: int, seed: int = 0) -> list[str]:
 
 
 class LogReplayer:
-    """What engine.observer.Observer does per poll, minus the file and the disk syscall."""
+    """What engine.observe.observer.Observer does per poll, minus the file and the disk syscall."""
 
     def __init__(self):
         self.adapter = LitGPTAdapter()
@@ -198,7 +198,7 @@ def main() -> None:
     load = os.getloadavg()[0]  # CPU time still suffers when other processes share the cores
 
     config = RunConfig()
-    shipped = load_playbooks([ROOT / "engine" / "playbooks"])
+    shipped = load_playbooks([ROOT / "playbooks"])
     generated = generated_playbooks(200)
     snapshots = healthy_snapshots(2000)
     rows = []
@@ -231,9 +231,9 @@ def main() -> None:
         "Found with cProfile and removed from the hot path, with unchanged decisions (tests compare the "
         "fast paths with the plain ones): re-sorting the playbooks at every observation (now once per "
         "set), searching the 200-line tail again for every `scope: tail` clause (now each line once per "
-        "pattern set, `engine/tail_index.py`), jinja's per-call template context and attribute "
+        "pattern set, `engine/language/tail_index.py`), jinja's per-call template context and attribute "
         "checks for expressions (now plain closures making the same sandbox calls for the common "
-        "expression shapes, `engine/direct_eval.py`, a direct read of model fields, and one evaluation "
+        "expression shapes, `engine/expr/direct_eval.py`, a direct read of model fields, and one evaluation "
         "per observation of a condition several playbooks share), generator overhead in `all`/`any`, "
         "and two needless calls in the most common clause (`exit`). What is left is mostly one Python "
         "call per clause; the figure moves with the load of the machine (on this shared 2-vCPU machine "

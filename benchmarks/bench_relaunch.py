@@ -7,7 +7,7 @@ A scratch copy of the default run trains 40 steps with plain `litgpt pretrain` (
 then each sample is a fresh interpreter resuming from step 20 through runbook's entry path
 (benchmarks/relaunch_phases.py), timed phase by phase. cold = what every relaunch paid before
 trainer.warm_spare (interpreter, imports, then litgpt); warm = the same after the imports, which a warm
-spare (engine/warm_spare.py) has done before the relaunch. The medians per phase are reported.
+spare (engine/process/warm_spare.py) has done before the relaunch. The medians per phase are reported.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a warm spare's imports cost the relaunch they run beside: why engine/warm_spare.py starts the
+"""What a warm spare's imports cost the relaunch they run beside: why engine/process/warm_spare.py starts the
 next spare once its launch trains (after the first trained launch), and why the spare waits niced.
 
     python benchmarks/bench_spare_contention.py --repeats 4

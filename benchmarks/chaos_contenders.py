@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from benchmarks.chaos_report import Outcome  # noqa: E402
-from engine import faults  # noqa: E402
+from engine.watch import faults  # noqa: E402
 
 BLOCK = 64
 BATCH = 256
@@ -62,7 +62,7 @@ def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
     return out
 
 
-# --- the schedule, injected with engine/faults.py's own injectors -------------------------------
+# --- the schedule, injected with engine/watch/faults.py's own injectors -------------------------------
 
 
 class StepRun(faults.DrillRun):
@@ -86,7 +86,7 @@ class StepRun(faults.DrillRun):
         raise TimeoutError(f"no checkpoint at step {self.step} after {self.timeout:g} s")
 
 
-SCHEDULE = [  # (checkpoint step, label, injector from engine/faults.py)
+SCHEDULE = [  # (checkpoint step, label, injector from engine/watch/faults.py)
     (4, "SIGTERM", faults._signal_after_checkpoint(signal.SIGTERM, 1)),
     (6, "SIGSTOP hang", faults._signal_after_checkpoint(signal.SIGSTOP, 1)),
     (10, "truncate newest + flip a byte in the one before + SIGKILL", faults._corrupt_then_kill),
@@ -265,7 +265,7 @@ def runbook_timeline(run_dir: Path, started: float, records: list[dict], injecte
                            "runbook_s": r.get("runbook_seconds") or 0.0, "restart_s": r.get("trainer_restart_seconds") or 0.0,
                            "steps_lost": r.get("steps_lost") or 0} for r in records],
             "injected": [at for _label, at in injected],
-            # launches that were a warm spare (engine/spare_main.py's first line in the launch's log)
+            # launches that were a warm spare (engine/process/spare_main.py's first line in the launch's log)
             "warm_launches": [common.read_log(log).startswith("runbook: warm spare pid") for log in trainer_logs(run_dir)],
             "spare_import_cpu_s": sum(float(m.group(1)) for log in trainer_logs(run_dir)
                                       if (m := SPARE_CPU.search(common.read_log(log)[:300])))}

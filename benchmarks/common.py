@@ -78,7 +78,7 @@ def write_section(title: str, body: str, doc: Path = DOCS, first: bool = False) 
     """Replace the `## title` section of docs/benchmarks.md, keeping every other section byte for
     byte; a new section is appended (or, with first, put before the first `## ` section). The file
     is re-read right before writing: others edit it too."""
-    from engine.durable import atomic_write_text
+    from engine.core.durable import atomic_write_text
 
     heading = f"## {title}"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
@@ -110,7 +110,7 @@ def scratch_project(root: Path, **settings) -> Path:
     drill's make_scratch_project: a 40-step run, a checkpoint every 10 steps) plus `settings`
     (top-level keys, or sections as dicts). Returns its run config path."""
     from runbook.commands.drill_cmd import make_scratch_project
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
     from runbook.watch_command import prepare_data
 
     loaded = load_config(RUN_CONFIG)
@@ -121,7 +121,7 @@ def scratch_project(root: Path, **settings) -> Path:
 
 
 def load_run(config: Path):
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
 
     return load_config(config)
 
@@ -135,8 +135,8 @@ def data_hash(config: Path) -> str:
 def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
     """The litgpt config and environment runbook would launch with (its own adapter writes them),
     for running litgpt without runbook. resume="auto" turns it into `--resume auto`."""
-    from engine.durable import atomic_write_text
-    from engine.trainers.litgpt import LitGPTAdapter
+    from engine.core.durable import atomic_write_text
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
     from ruamel.yaml import YAML
 
     loaded = load_run(config)

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 

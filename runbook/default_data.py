@@ -11,7 +11,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from engine.durable import atomic_write_text
+from engine.core.durable import atomic_write_text
 
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
 

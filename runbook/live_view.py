@@ -21,7 +21,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from engine.state import RunState
+from engine.core.state import RunState
 from runbook.console import PlainReporter
 from runbook.report import duration, total_steps
 

@@ -31,7 +31,7 @@ def pending(loaded) -> int:
 
 def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """(delivered, still pending) after delivering for at most ``timeout_s`` (default: delivery_timeout_s)."""
-    from engine.lock import RunLock, RunLocked
+    from engine.core.lock import RunLock, RunLocked
     from runbook.slack import make_notifier
 
     before = pending(loaded)

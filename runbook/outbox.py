@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.durable import TMP_PREFIX, atomic_write
+from engine.core.durable import TMP_PREFIX, atomic_write
 
 log = logging.getLogger(__name__)
 

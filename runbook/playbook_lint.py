@@ -1,7 +1,7 @@
 """`runbook playbooks lint`: every problem of every playbook file as `file:line:col: key: reason`.
 
 Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, params, duplicate
-names, `inhibits`) come from the loader `runbook watch` uses (engine.playbook_loader), so lint can
+names, `inhibits`) come from the loader `runbook watch` uses (engine.language.loader), so lint can
 never accept what watch refuses. On top of that, lint evaluates every expression against two sample
 snapshots and reports runtime errors as warnings: an expression that errors fails closed in a real
 run (and logs an error at every observation).
@@ -15,15 +15,15 @@ from typing import Iterator
 
 from pydantic import ValidationError
 
-from engine.actions import REGISTRY
-from engine.clauses import walk
-from engine.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
-from engine.playbook import Playbook
-from engine.playbook_loader import playbook_files, set_problems, where
-from engine.playbook_set import read_set, shipped_files
-from engine.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
-from engine.config import RunConfig
-from engine.yaml_source import SourceError, load_yaml
+from engine.language.actions import REGISTRY
+from engine.language.clauses import walk
+from engine.expr.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
+from engine.language.playbook import Playbook
+from engine.language.loader import playbook_files, set_problems, where
+from engine.language.playbook_set import read_set, shipped_files
+from engine.core.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
+from engine.core.config import RunConfig
+from engine.core.yaml_source import SourceError, load_yaml
 
 _PROGRESS = "Epoch 1 | iter 480 step 120 | loss train: 3.200, val: 3.400 | iter time: 95.12 ms (step) remaining time: 0:01:10"
 

@@ -1,9 +1,9 @@
 """JSON Schema of the playbook format, for editors (yaml-language-server) and other tools.
 
 Built from the same pydantic models that validate playbooks, walking the two registries: each
-clause kind of engine.clauses.CLAUSE_TYPES gets its name and doc (editors show them on hover); an
+clause kind of engine.language.clauses.CLAUSE_TYPES gets its name and doc (editors show them on hover); an
 action is written `- <verb>: {params}`, which pydantic cannot see, so each verb of
-engine.actions.REGISTRY gets its own schema. Values that may be given in another spelling are
+engine.language.actions.REGISTRY gets its own schema. Values that may be given in another spelling are
 widened here too (a duration such as "5m"; a computed param written as "{{ ... }}").
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine.actions import REGISTRY
-from engine.clauses import CLAUSE_TYPES
-from engine.playbook import Limits, Persistence, Playbook
+from engine.language.actions import REGISTRY
+from engine.language.clauses import CLAUSE_TYPES
+from engine.language.playbook import Limits, Persistence, Playbook
 
 EXPRESSION = {"type": "string", "pattern": r"^\s*\{\{.*\}\}\s*$", "description": "a value computed by an expression"}
 DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$", "description": "a duration: 30s, 5m, 1h"}
@@ -26,7 +26,7 @@ _HOISTED = ("title", "description", "default")
 def duration_fields(model: type[BaseModel]) -> set[str]:
     """Numeric fields (by YAML key) whose validator also takes a duration such as "5m".
 
-    Found by asking the model itself (engine.playbook.parse_duration is called by a before-validator,
+    Found by asking the model itself (engine.language.playbook.parse_duration is called by a before-validator,
     which the JSON Schema pydantic writes cannot show), so a new action's durations are never missed.
     """
     found = set()

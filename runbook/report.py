@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import checkpoints as ckpts
-from engine.durable import atomic_write
-from engine.events import FinalValidation, Progress, Resumed, Validation
-from engine.journal import Journal, JournalState, rebuild
+from engine.checkpoints import store as ckpts
+from engine.core.durable import atomic_write
+from engine.observe.events import FinalValidation, Progress, Resumed, Validation
+from engine.records.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
 
 LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
@@ -136,7 +136,7 @@ def launch_starts(entries: list[dict], layout) -> dict[int, int]:
 
 def read_incident_records(run_dir: Path) -> tuple[list[dict], list[str]]:
     """Valid incident records (as JSON, for formatting), oldest first, and one sentence per record skipped."""
-    from engine.incidents import IncidentsUnreadable, IncidentStore
+    from engine.records.incident_store import IncidentsUnreadable, IncidentStore
 
     try:
         incidents, problems = IncidentStore(run_dir).read_all()

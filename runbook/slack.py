@@ -24,7 +24,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.webhook import WebhookClient
 
-from engine.notifier import Notifier, NullNotifier, SlackSettings
+from engine.core.notifier import Notifier, NullNotifier, SlackSettings
 from runbook.outbox import Outbox
 
 __all__ = ["Notifier", "NullNotifier", "SlackNotifier", "SlackSettings", "make_notifier"]
@@ -152,7 +152,7 @@ class SlackNotifier:
         self._enqueue("close", incident_id, body, [_section(body)], broadcast=escalate)
 
     def digest(self, title: str, text: str, fields: dict[str, str]) -> None:
-        """A periodic summary (engine/upkeep.py): a top-level message, in no incident's thread."""
+        """A periodic summary (engine/watch/upkeep.py): a top-level message, in no incident's thread."""
         blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": _clip(title, 150)}},
                                         _section(_esc(text))]
         items = [_mrkdwn(_clip(f"*{_esc(str(k))}*\n{_esc(str(v))}", 2000)) for k, v in fields.items()]

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -26,8 +26,8 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     (its adapter's check_environment), and settle `data_hash`. Returns the hash.
 
     With record_hash=False (drills) the config is only read, never written."""
-    from engine.config import compute_data_hash
-    from engine.preflight import preflight
+    from engine.core.config import compute_data_hash
+    from engine.trainers.preflight import preflight
     from engine.trainers import adapter_for
     from runbook.default_data import ensure_default_assets
 
@@ -55,7 +55,7 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
 
 def _settle_hash(loaded, data_hash: str, accept_data_change: bool, record_hash: bool) -> str:
     """Record the first data_hash; refuse a changed one where checkpoints exist, unless accepted."""
-    from engine import checkpoints as ckpts
+    from engine.checkpoints import store as ckpts
     from engine.trainers import adapter_for
 
     cfg = loaded.config
@@ -85,7 +85,7 @@ def check_trainer(loaded) -> None:
 
 def read_journal_state(loaded):
     """The run state the journal says; each bad line is one warning (file:line), then skipped."""
-    from engine.journal import Journal, JournalUnreadable, rebuild
+    from engine.records.journal import Journal, JournalUnreadable, rebuild
 
     journal = Journal(loaded.folder.journal)
     try:
@@ -115,12 +115,12 @@ def deliver_leftover_notices(loaded) -> None:
 
 
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
-    from engine.lock import RunLocked
-    from engine.process_identity import SecondTrainerRefused
-    from engine.playbook_set import load_run_playbooks
-    from engine.state import RunState
-    from engine.supervisor import Supervisor
-    from engine.config import load_config
+    from engine.core.lock import RunLocked
+    from engine.process.identity import SecondTrainerRefused
+    from engine.language.playbook_set import load_run_playbooks
+    from engine.core.state import RunState
+    from engine.watch.supervisor import Supervisor
+    from engine.trainers.run_config import load_config
     from runbook.console import PlainReporter
     from runbook.slack import make_notifier
 
@@ -135,7 +135,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         playbooks = load_run_playbooks(loaded)
         check_trainer(loaded)
         if not dry_run:   # trainer.warm_spare: the first launch's spare imports while the checks below run
-            from engine.startup import prestart_spare
+            from engine.watch.startup import prestart_spare
 
             prestart_spare(loaded)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runbook.default_data import ensure_default_assets
-from engine.yaml_source import round_trip_yaml, update_yaml_values
+from engine.core.yaml_source import round_trip_yaml, update_yaml_values
 
 REPO = Path(__file__).resolve().parent.parent
 RUNBOOK = str(Path(sys.executable).parent / "runbook")
@@ -118,7 +118,8 @@ def seed_data_cache(project: Project, shared_data: Path) -> None:
     seconds of every first launch; each project would build the same bytes under the same key (the key
     covers the text, tokenizer, block size and data arguments, not paths), so the copy is what the launch
     would have made. tests/test_data_cache.py and the README run build it the real way."""
-    from engine.config import compute_data_hash, load_config
+    from engine.core.config import compute_data_hash
+    from engine.trainers.run_config import load_config
     from engine.trainers.litgpt import data_cache
     from engine.trainers.litgpt.launch import place_cache, trainer_config
 
@@ -178,3 +179,16 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile("quick", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+# The fast tier (`pytest -m "not slow"`): every test that trains a real model, starts a real watcher or
+# scheduler, or lives in a group of such tests is marked slow here, so no file has to remember it.
+SLOW_GROUPS = {"runs", "cluster"}
+SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slurm", "slurm_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").parts[0]
+        if group in SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

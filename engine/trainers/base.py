@@ -11,28 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from engine.events import Event
+from engine.checkpoints.layout import CheckpointLayout  # noqa: F401 - part of the adapter's interface
+from engine.observe.events import Event
+from engine.process.launch_spec import LaunchSpec  # noqa: F401 - part of the adapter's interface
 
 if TYPE_CHECKING:
-    from engine.checkpoints import Checkpoint
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """Everything needed to start the trainer once: argv, environment, and what it was given."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    config_file: Path                 # the generated trainer config of this launch
-    resume_from: Path | None          # the checkpoint file passed to the trainer, if any
-    hyperparameters: dict = field(default_factory=dict)
-    memory_limit_bytes: int | None = None   # RLIMIT_AS for the trainer process
-    notice_signal: str | None = None        # the trainer saves and exits on it (None: it cannot)
-    quit_signal: str = "SIGTERM"            # ends the trainer without a save (a recovery's stop)
-    warm_spare_dir: Path | None = None      # where a warm spare for the next launch waits (engine/warm_spare.py)
-    warm_imports: tuple[str, ...] = ()      # the modules such a spare imports ahead of time
-    training_marker: str = ""               # a log line starting so shows the trainer trains (the spare starts then)
+    from engine.checkpoints.store import Checkpoint
 
 
 @dataclass(frozen=True)
@@ -42,36 +26,6 @@ class ResumePlan:
     file: Path
     detail: str
     note: str | None = None
-
-
-class CheckpointLayout(Protocol):
-    """How one trainer lays its checkpoints out in out_dir."""
-
-    final_name: str | None                 # the folder the last save of a finished run goes to
-    checkpoint_files: frozenset[str]       # every file the trainer's save may put in a checkpoint folder
-    required_files: tuple[str, ...]        # files besides the resume file a complete checkpoint has
-
-    def step_of(self, folder_name: str) -> int | None:
-        """The step a direct child of out_dir holds, or None when the name is not a step checkpoint's."""
-
-    def folder_name(self, step: int) -> str:
-        """The folder name the trainer gives the checkpoint of `step`."""
-
-    def resume_file(self, folder: Path) -> Path:
-        """The file inside a checkpoint folder that the trainer resumes from."""
-
-    def step_in_path(self, path: str) -> int | None:
-        """The step a resume path names (a checkpoint's file, or a rewritten copy of it)."""
-
-    def scan(self, folder: Path, want_sha256: bool) -> tuple[str | None, dict[str, str]]:
-        """Check the trainer's own format without loading it: (one-line problem or None, and the
-        sha256 of each file it read whole when want_sha256, so sealing does not read it twice)."""
-
-    def looks_whole(self, folder: Path) -> bool:
-        """Cheap: does the resume file look completely written (for spotting interrupted saves)?"""
-
-    def announced_saves(self, log_text: bytes, out_dir: Path) -> set[str]:
-        """PURE. Folder names of out_dir whose save the trainer's log text announces."""
 
 
 class TrainerAdapter(Protocol):
@@ -84,7 +38,7 @@ class TrainerAdapter(Protocol):
     def check_environment(self, loaded) -> list[str]:
         """What this machine or the run's files lack for the trainer to start (a device, a tokenizer
         file, a config key the trainer refuses), one sentence each naming the fix and, for a config
-        value, its file:line; [] when nothing. The trainer's part of the preflight (engine/preflight.py),
+        value, its file:line; [] when nothing. The trainer's part of the preflight (engine/trainers/preflight.py),
         asked by `runbook check` and by `runbook watch` before any launch, once the data is in place."""
 
     def data_fingerprint(self, loaded) -> str | None:

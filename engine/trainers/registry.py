@@ -12,7 +12,7 @@ from typing import Callable
 
 from engine.trainers.base import TrainerAdapter
 
-DEFAULT_TRAINER_KIND = "litgpt"
+from engine.core.config import DEFAULT_TRAINER_KIND  # noqa: F401 - kept importable here
 PYTHON_PREFIX = "python:"
 
 _registered: dict[str, str | Callable[[], TrainerAdapter]] = {"litgpt": "engine.trainers.litgpt.adapter:LitGPTAdapter"}

@@ -2,7 +2,7 @@
 
 It finds in seconds what would otherwise fail minutes into a run: the config, the playbooks, the
 trainer's install, the data folders, the tokenizer, the trainer's own config parser, the devices
-and out_dir's room (engine/preflight.py and the trainer adapter's check_environment).
+and out_dir's room (engine/trainers/preflight.py and the trainer adapter's check_environment).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.console import Console
 
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -23,9 +23,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 def run_check(config_path: Path) -> ExitCode:
     import time
 
-    from engine.config import load_config
-    from engine.playbook_set import load_run_playbooks
-    from engine.preflight import preflight
+    from engine.trainers.run_config import load_config
+    from engine.language.playbook_set import load_run_playbooks
+    from engine.trainers.preflight import preflight
     from engine.trainers import adapter_for
 
     started = time.monotonic()

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -21,7 +21,7 @@ def fail(code: ExitCode, message: str) -> None:
 
 def load_started_run(config: Path):
     """The LoadedConfig of a run that has a journal; exit 3 with one sentence otherwise."""
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
 
     try:
         loaded = load_config(config)

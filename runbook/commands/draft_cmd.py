@@ -1,7 +1,7 @@
 """`runbook playbooks draft incident-N [CONFIG] [--runs RUN_DIR ...]`: a playbook drafted from an
 escalated incident, written to `playbooks/drafts/` (not active until moved to `playbooks/`), then
 checked: lint, its generated tests, and which past decisions it would change (a replay of every
-record with and without it). The drafting is engine/drafting.py; this module reads and writes.
+record with and without it). The drafting is engine/language/drafting.py; this module reads and writes.
 
 Exit: 0 drafted and every check passed, 1 it would change a past decision other than its own
 incident's, 8 lint or a generated test failed (the file is written, for review), 9 no such incident
@@ -20,7 +20,7 @@ from rich.text import Text
 from runbook.commands.incidents_cmd import RecordProblem, err, open_store, out, read_all, read_record, report
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 DRAFTS = Path("playbooks") / "drafts"
 
@@ -30,8 +30,8 @@ def _say(text: str, style: str | None = None) -> None:
 
 
 def _other_runs(run_dirs: list[Path]) -> list[dict]:
-    """The records of other run folders (bounded reads: engine/failure_ledger_read.py), each marked with its run."""
-    from engine.failure_ledger_read import read_records
+    """The records of other run folders (bounded reads: engine/records/failure_ledger_read.py), each marked with its run."""
+    from engine.records.failure_ledger_read import read_records
 
     records = []
     for run_dir in run_dirs:
@@ -47,8 +47,8 @@ def _other_runs(run_dirs: list[Path]) -> list[dict]:
 
 def _handled_today(record: dict, today, config, records: list[dict]) -> str | None:
     """The playbook that would recover this incident today (one was added since it escalated), if any."""
-    from engine.replay import RecordError, recorded_config, replay
-    from engine.signature import UNKNOWN_CLASSES
+    from engine.language.replay import RecordError, recorded_config, replay
+    from engine.records.signature import UNKNOWN_CLASSES
 
     try:
         now = replay(record, today, recorded_config(record, config)[0], earlier=records).now
@@ -66,10 +66,10 @@ def draft(
     force: bool = typer.Option(False, "--force", help="replace an earlier draft of the same name"),
 ) -> None:
     """Draft a playbook from an escalated incident into playbooks/drafts/, and check it (lint, tests, replay)."""
-    from engine.drafting import NotDraftable, draft_playbook, why_not_draftable
-    from engine.drafting_checks import as_yaml, changed_decisions, others_tests_with, with_pinned_actions
-    from engine.durable import atomic_write_text
-    from engine.playbook_set import load_set
+    from engine.language.drafting import NotDraftable, draft_playbook, why_not_draftable
+    from engine.language.drafting_checks import as_yaml, changed_decisions, others_tests_with, with_pinned_actions
+    from engine.core.durable import atomic_write_text
+    from engine.language.playbook_set import load_set
     from runbook.playbook_lint import lint_paths
 
     config = chosen_config(config, config_opt)

@@ -26,9 +26,9 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
 
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
     """
-    from engine.merge import deep_merge
-    from engine.scratch_runs import own_trainer_config
-    from engine.yaml_source import round_trip_yaml
+    from engine.core.merge import deep_merge
+    from engine.watch.scratch_runs import own_trainer_config
+    from engine.core.yaml_source import round_trip_yaml
 
     yaml = round_trip_yaml()
     tree = yaml.load(loaded.path.read_text())
@@ -49,7 +49,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     config.parent.mkdir(parents=True)
     with open(config, "w") as fh:
         yaml.dump(tree, fh)
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
     from engine.trainers import adapter_for
 
     scratch = load_config(config)   # the run's tokenized data, linked: a drill never re-tokenizes a dataset
@@ -64,9 +64,9 @@ def drill(
     timeout: float = typer.Option(600.0, help="give up after this many seconds"),
 ) -> None:
     """Run the seed's "break it on purpose" exercise on a scratch copy and report what runbook did."""
-    from engine.faults import FAULTS, DrillRun
+    from engine.watch.faults import FAULTS, DrillRun
     from engine.trainers import adapter_for
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
     from runbook.watch_command import prepare_data
 
     if fault_name not in FAULTS:
@@ -107,8 +107,8 @@ def drill(
 
 
 def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float) -> dict:
-    from engine.incidents import IncidentStore
-    from engine.checkpoints import final_exists
+    from engine.records.incident_store import IncidentStore
+    from engine.checkpoints.store import final_exists
     from engine.trainers import adapter_for
 
     incidents = [i.to_json() for i in IncidentStore(scratch.run_dir).read_all()[0]]

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -37,8 +37,8 @@ class RecordProblem(Exception):
 # --- reading records (shared with `runbook replay`) ----------------------------------------------
 def open_store(config: Path):
     """(LoadedConfig, IncidentStore) for a run config; SourceError -> RecordProblem(BAD_CONFIG)."""
-    from engine.incidents import IncidentStore
-    from engine.config import load_config
+    from engine.records.incident_store import IncidentStore
+    from engine.trainers.run_config import load_config
 
     try:
         loaded = load_config(config)
@@ -49,7 +49,7 @@ def open_store(config: Path):
 
 
 def _ids(store) -> list[str]:
-    from engine.incidents import IncidentsUnreadable
+    from engine.records.incident_store import IncidentsUnreadable
 
     try:
         return store.ids()
@@ -59,7 +59,7 @@ def _ids(store) -> list[str]:
 
 def read_record(store, incident_id: str) -> dict:
     """The record as JSON for formatting; exit 9 with one sentence when it cannot be used."""
-    from engine.incidents import BadIncidentRecord
+    from engine.records.incident_store import BadIncidentRecord
 
     known = ", ".join(_ids(store)) or "none"
     try:

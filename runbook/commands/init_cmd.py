@@ -52,8 +52,8 @@ def init(
     force: bool = typer.Option(False, "--force", help="overwrite an existing run config"),
 ) -> None:
     """Start from your litgpt pretrain config: write a run config that uses it as the run's base."""
-    from engine.config import load_config
-    from engine.yaml_source import SourceError
+    from engine.trainers.run_config import load_config
+    from engine.core.yaml_source import SourceError
 
     if not from_litgpt.is_file():
         err.print(f"error: --from-litgpt: no file {from_litgpt}", markup=False)

@@ -24,7 +24,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _default_run_dir(config: Path) -> Path:
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
 
     return load_config(config).run_dir   # a SourceError is runbook.cli's: one sentence, exit 3
 
@@ -76,9 +76,9 @@ def ledger(
     as_json: bool = typer.Option(False, "--json", help="print the JSON instead of the Markdown"),
 ) -> None:
     """The failure ledger across runs: per failure class and signature, what failures cost."""
-    from engine.durable import atomic_write_text
-    from engine.failure_ledger import build_ledger, to_json, to_markdown
-    from engine.failure_ledger_read import ledger_entries, run_folders
+    from engine.core.durable import atomic_write_text
+    from engine.records.failure_ledger import build_ledger, to_json, to_markdown
+    from engine.records.failure_ledger_read import ledger_entries, run_folders
 
     roots = list(run_dirs) if run_dirs else [_default_run_dir(config)]
     folders, problems = run_folders(roots)

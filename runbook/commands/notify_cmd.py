@@ -17,7 +17,7 @@ from rich.console import Console
 
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -31,7 +31,7 @@ def notify(
         None, "--timeout", min=0, help="seconds to keep trying (default: notifications.slack.delivery_timeout_s)"),
 ) -> None:
     """Count the Slack notices still waiting in the run's outbox; --flush delivers them, in order and in their threads."""
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
     from runbook.notices import NoticesRefused, deliver_pending, outbox_dir
     from runbook.outbox import pending_summary
     from runbook.report import duration

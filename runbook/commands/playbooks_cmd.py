@@ -10,9 +10,9 @@ import typer
 from pydantic import ValidationError
 
 from runbook.exit_codes import ExitCode
-from engine.durable import atomic_write_text
-from engine.bounded_read import read_text_file, shown
-from engine.yaml_source import SourceError
+from engine.core.durable import atomic_write_text
+from engine.core.bounded_read import read_text_file, shown
+from engine.core.yaml_source import SourceError
 
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
 DEFAULT_PLAYBOOKS = Path("playbooks")
@@ -31,7 +31,8 @@ def _exit(code: ExitCode, *lines: str) -> None:
 def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
     """(RunConfig, project paths, include shipped): explicit paths are exactly the set; else the run
     config's set (shipped + playbooks.paths); else the shipped set + ./playbooks when it exists."""
-    from engine.config import RunConfig, load_config
+    from engine.core.config import RunConfig
+    from engine.trainers.run_config import load_config
 
     if config_path is None:
         if paths:
@@ -47,7 +48,7 @@ def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
 
 
 def _load(paths: list[Path], code: ExitCode, include_shipped: bool = False):
-    from engine.playbook_set import load_set
+    from engine.language.playbook_set import load_set
 
     try:
         return load_set(paths, include_shipped)[0]
@@ -77,7 +78,7 @@ def lint(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -
 @playbooks_app.command("test")
 def run_tests(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -> None:
     """Run the `tests:` of every playbook. Exit 0 only when all pass."""
-    from engine.playbook_testing import run_playbook_tests
+    from engine.language.playbook_testing import run_playbook_tests
 
     _, paths, shipped = _setup(paths, config)
     playbooks = _load(paths, ExitCode.INVALID, shipped)
@@ -103,7 +104,7 @@ def run_tests(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONF
 
 def _read_state(path: Path):
     """A StateSnapshot from a snapshot file or an incident record; the record's config too, if any."""
-    from engine.state import StateSnapshot
+    from engine.core.state import StateSnapshot
 
     try:
         data = json.loads(read_text_file(path))
@@ -138,9 +139,9 @@ def explain(
     playbooks: Optional[list[Path]] = typer.Option(None, "--playbooks", help="playbook files or folders"),
 ) -> None:
     """Clause by clause: does NAME match this state, expected vs actual. Exit 0 on match, 1 on no match."""
-    from engine.clauses import MatchContext
-    from engine.planner import plan
-    from engine.config import RunConfig
+    from engine.language.clauses import MatchContext
+    from engine.language.planner import plan
+    from engine.core.config import RunConfig
 
     run_config, paths, shipped = _setup(playbooks, config)
     snapshot, record_config = _read_state(state)
@@ -193,8 +194,8 @@ def explain(
 @playbooks_app.command("list")
 def list_playbooks(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -> None:
     """Every playbook in use, highest priority first, with its origin: shipped, or the project file."""
-    from engine.matcher import ordered
-    from engine.playbook_set import load_set, origin
+    from engine.language.matcher import ordered
+    from engine.language.playbook_set import load_set, origin
 
     _, paths, shipped = _setup(paths, config)
     try:

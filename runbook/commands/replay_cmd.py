@@ -20,7 +20,7 @@ from runbook.commands.incidents_cmd import (
 )
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.yaml_source import SourceError
+from engine.core.yaml_source import SourceError
 
 
 def replay(
@@ -54,7 +54,7 @@ def replay(
     except RecordProblem as problem:
         raise typer.Exit(int(report(problem)))
     try:
-        from engine.playbook_set import load_set
+        from engine.language.playbook_set import load_set
 
         # --playbooks names exactly the set to replay with; without it, the run's own (shipped + project).
         playbook_paths = [p.resolve() for p in playbooks] if playbooks else loaded.playbook_paths
@@ -99,7 +99,7 @@ def replay(
 
 def _replay_one(record: dict, playbooks, loaded, everything: list[dict], config_now: bool):
     """A ReplayResult, or one sentence saying why this record cannot be replayed."""
-    from engine.replay import RecordError, recorded_config, replay as replay_record
+    from engine.language.replay import RecordError, recorded_config, replay as replay_record
 
     config, note = (loaded.config, None) if config_now else recorded_config(record, loaded.config)
     try:

@@ -62,7 +62,7 @@ def checkpoint_step(record: dict, layout) -> int | None:
 
 def source_checkpoint(record: dict, out_dir: Path, layout):
     """The run's own verified checkpoint folder for the recorded step; None for "from scratch"."""
-    from engine.checkpoints import Checkpoint, verify_checkpoint
+    from engine.checkpoints.store import Checkpoint, verify_checkpoint
 
     step = checkpoint_step(record, layout)
     if step is None:
@@ -85,7 +85,7 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
     run_dir and run_log inside the replay folder (relative: they resolve against it)."""
     from pydantic import ValidationError
 
-    from engine.config import RunConfig
+    from engine.core.config import RunConfig
 
     tree = loaded.config.model_dump(mode="json")
     after = record.get("config_after") if isinstance(record.get("config_after"), dict) else {}
@@ -114,12 +114,12 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
 def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt.datetime | None = None,
                        shipped: bool | None = None) -> Path:
     """Make the replay folder (config + checkpoint copy); return its run config path."""
-    from engine import checkpoints as ckpts
-    from engine.incidents import ID_PATTERN
+    from engine.checkpoints import store as ckpts
+    from engine.records.incident_store import ID_PATTERN
     from engine.trainers import adapter_for
-    from engine.durable import atomic_write_text
-    from engine.scratch_runs import own_trainer_config
-    from engine.yaml_source import round_trip_yaml
+    from engine.core.durable import atomic_write_text
+    from engine.watch.scratch_runs import own_trainer_config
+    from engine.core.yaml_source import round_trip_yaml
 
     incident_id = str(record.get("id"))
     if not ID_PATTERN.match(incident_id):

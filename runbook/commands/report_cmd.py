@@ -109,7 +109,7 @@ def render_markdown(loaded, history, png_name: str) -> str:
 
 def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
     """The report and its picture, and the journal lines and records that had to be skipped."""
-    from engine.durable import atomic_write_text
+    from engine.core.durable import atomic_write_text
     from runbook.report import plot_history, read_history
 
     history = read_history(loaded)
@@ -130,7 +130,7 @@ def report(
     """Write a Markdown report of the run: loss curve across restarts, incidents, lost compute, goodput."""
     from runbook.commands.common import load_started_run
 
-    from engine.journal import JournalUnreadable
+    from engine.records.journal import JournalUnreadable
     from runbook.exit_codes import ExitCode
 
     loaded = load_started_run(chosen_config(config, config_opt))

@@ -38,7 +38,7 @@ def scan_data(
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Scan training text for bad lines: invalid UTF-8, control characters, lines over a token limit."""
-    from engine.datascan import DataScanError, load_tokenizer, scan_files
+    from engine.datascan.scan import DataScanError, load_tokenizer, scan_files
     from runbook.commands.common import fail
 
     configs = [p for p in paths or [] if p.suffix in (".yaml", ".yml")]   # never training text
@@ -72,7 +72,7 @@ def scan_data(
 
 def _load_config(path: Path, needed: bool):
     from runbook.commands.common import fail
-    from engine.config import load_config
+    from engine.trainers.run_config import load_config
 
     if not path.is_file():
         if needed:
@@ -82,7 +82,7 @@ def _load_config(path: Path, needed: bool):
 
 
 def _expand(paths: list[Path]) -> list[Path]:
-    from engine.datascan import DataScanError, text_files
+    from engine.datascan.scan import DataScanError, text_files
 
     files: list[Path] = []
     for path in paths:
@@ -98,7 +98,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 
 
 def _configured_train_files(loaded) -> list[Path]:
-    from engine.datascan import DataScanError, text_files
+    from engine.datascan.scan import DataScanError, text_files
 
     train_dir = _configured_dir(loaded, "train_dir")
     if not train_dir.is_dir():
@@ -110,8 +110,8 @@ def _configured_train_files(loaded) -> list[Path]:
 
 def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int | None) -> dict:
     """Clean every folder that has bad lines; repoint the config at the ones it trains on; rescan."""
-    from engine.datascan import fix_folder, scan_files, text_files
-    from engine.config import compute_data_hash
+    from engine.datascan.scan import fix_folder, scan_files, text_files
+    from engine.core.config import compute_data_hash
 
     folders = sorted({Path(os.path.abspath(f)).parent for f in files if report.bad_lines_of(f)})
     configured = {key: _configured_dir(loaded, key) for key in ("train_dir", "val_dir")} if loaded else {}
@@ -158,7 +158,7 @@ def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
 
 
 def _print_report(report) -> None:
-    from engine.datascan import KINDS
+    from engine.datascan.scan import KINDS
 
     cwd = Path.cwd()
 

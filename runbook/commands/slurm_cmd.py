@@ -53,12 +53,12 @@ def submit(
     """Submit `runbook watch CONFIG` as a batch job (--requeue, SIGTERM slurm.signal_lead_s before the time
     limit, output appended in run_dir/slurm/). Options after CONFIG (after `--` for ones like -c) go to sbatch.
     Prints the job id. Refuses (exit 5) while a job of this run is still pending or running."""
-    from engine.config import load_config
-    from engine.durable import atomic_write_text
-    from engine.slurm import job_script, live_job_refusal, parse_job_id, submit_argv
-    from engine.slurm_commands import query_jobs, run_command
-    from engine.slurm_records import Submission, recorded_job_ids, slurm_dir, write_submission
-    from engine.yaml_source import SourceError
+    from engine.trainers.run_config import load_config
+    from engine.core.durable import atomic_write_text
+    from engine.cluster.slurm import job_script, live_job_refusal, parse_job_id, submit_argv
+    from engine.cluster.slurm_commands import query_jobs, run_command
+    from engine.cluster.slurm_records import Submission, recorded_job_ids, slurm_dir, write_submission
+    from engine.core.yaml_source import SourceError
 
     options = [a for a in ctx.args if a != "--"]
     if config is not None and str(config).startswith("-"):   # `submit --time=60`: an sbatch option, not a config

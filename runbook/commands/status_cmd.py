@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from engine.run_folder import RunFolder
+from engine.core.run_folder import RunFolder
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import STATUS_CODES, ExitCode
 
@@ -51,10 +51,10 @@ def watcher_holding(run_dir: Path) -> int | None:
 
 
 def trainer_identity(loaded, journal) -> dict:
-    """Whether the journal's trainer runs and is provably this run's (engine/process_identity.py):
+    """Whether the journal's trainer runs and is provably this run's (engine/process/identity.py):
     a pid alone is not enough, another process may have it now."""
-    from engine.process_identity import Identity
-    from engine.trainer_process import read_exit_status
+    from engine.process.identity import Identity
+    from engine.process.trainer_process import read_exit_status
 
     pid = journal.trainer_pid
     if not pid:
@@ -67,7 +67,7 @@ def trainer_identity(loaded, journal) -> dict:
 
 def gather(loaded, now: float | None = None) -> dict:
     """Everything `status` shows, as plain data (the --json output)."""
-    from engine.observer import disk_status
+    from engine.observe.observer import disk_status
     from runbook.report import read_history
 
     now = time.time() if now is None else now
@@ -150,9 +150,9 @@ def gather(loaded, now: float | None = None) -> dict:
 
 
 def slurm_status(run_dir: Path) -> dict | None:
-    """The SLURM job and every allocation the run used (run_dir/slurm/, engine/slurm_records.py); None
+    """The SLURM job and every allocation the run used (run_dir/slurm/, engine/cluster/slurm_records.py); None
     for a run that never met SLURM."""
-    from engine.slurm_records import read_allocations, read_submission
+    from engine.cluster.slurm_records import read_allocations, read_submission
 
     submission = read_submission(run_dir)
     allocations, problems = read_allocations(run_dir)
@@ -182,7 +182,7 @@ def render_slurm(slurm: dict) -> list[str]:
 
 def journal_tail_note(loaded, heartbeat: dict | None, watching: bool) -> str | None:
     """Why the journal on disk may lack its newest entries (a watcher keeps them in memory while its
-    run folder's disk is full, engine/journal.py), or None."""
+    run folder's disk is full, engine/records/journal.py), or None."""
     held = (heartbeat or {}).get("held_in_memory") or {}
     if held:
         return ("the watcher's last heartbeat says it held " + ", ".join(f"{n} {k}" for k, n in held.items())
@@ -286,7 +286,7 @@ def status(
     Exits 0 completed, 4 escalated, 7 stopped, 12 unfinished with no watcher, 13 running."""
     from runbook.commands.common import load_started_run
 
-    from engine.journal import JournalUnreadable
+    from engine.records.journal import JournalUnreadable
 
     loaded = load_started_run(chosen_config(config, config_opt))
     try:

@@ -21,13 +21,13 @@ def verify(
     config: Optional[Path] = config_option("run config: its out_dir, or with OUT_DIR its trainer's layout"),
 ) -> None:
     """Verify each checkpoint: the trainer's own check (litgpt: zip CRCs), side files, and the sha256 manifest when sealed."""
-    from engine import checkpoints as ckpts
+    from engine.checkpoints import store as ckpts
     from engine.trainers import DEFAULT_TRAINER_KIND, adapter_for
 
     out_dir = target if target is not None and target.is_dir() else None   # a folder is OUT_DIR, a file a config
     kind = DEFAULT_TRAINER_KIND   # OUT_DIR alone reads no run config: the default trainer's layout
     if out_dir is None or config is not None:
-        from engine.config import load_config
+        from engine.trainers.run_config import load_config
 
         loaded = load_config(chosen_config(None if out_dir else target, config))
         out_dir, kind = out_dir or loaded.out_dir, loaded.config.trainer.kind

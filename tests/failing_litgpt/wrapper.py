@@ -37,7 +37,7 @@ def fail(kind: str, step: int) -> None:
 
 
 def main(command: list[str]) -> int:
-    from engine.events import Progress
+    from engine.observe.events import Progress
     from engine.trainers.litgpt.log_lines import parse_line
 
     markers = Path(os.environ["RUNBOOK_TEST_FAIL_ONCE_DIR"])

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from engine.events import CheckpointSaving, Event, Progress, Resumed
+from engine.observe.events import CheckpointSaving, Event, Progress, Resumed
 from engine.trainers.base import LaunchSpec, ResumePlan
 
 TRAINER = Path(__file__).with_name("trainer.py")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.events import Event
+from engine.observe.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
 from engine.trainers.litgpt import data_cache, data_moves, launch, log_lines, preflight, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
+from engine.trainers.litgpt import user_config
 
 
 class LitGPTAdapter:
@@ -28,14 +29,13 @@ class LitGPTAdapter:
     def data_fingerprint(self, loaded) -> str | None:
         if loaded.config.data.kind != "data-module":
             return None
-        from engine.trainers.litgpt import user_config
 
         return user_config.data_module_hash(loaded)
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)
 
-    def spare_spec(self, loaded) -> LaunchSpec | None:   # a warm spare's shape before the first launch (engine/startup.py)
+    def spare_spec(self, loaded) -> LaunchSpec | None:   # a warm spare's shape before the first launch (engine/watch/startup.py)
         return launch.spare_spec(loaded)
 
     def trainer_config(self, loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from engine.crash_points import crash_point
+from engine.core.crash_points import crash_point
 
 TEXT_FILES = "litgpt.data.TextFiles"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "generation_config.json")

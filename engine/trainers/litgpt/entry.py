@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import sys
 
+from engine.trainers.litgpt import notice_save
+
 
 def prepare_ranks() -> None:
     """The multi-rank hook. engine/trainers/litgpt/ranks.py, when present, defines `prepare()`: it runs
@@ -37,8 +39,6 @@ def prepare_ranks() -> None:
 
 
 def main(argv: list[str]) -> int:
-    from engine.trainers.litgpt import notice_save
-
     notice_save.install_handlers()
     if not argv or argv[0] != "pretrain":
         print("usage: python -m engine.trainers.litgpt.entry pretrain --config FILE [litgpt options]", file=sys.stderr)

@@ -16,10 +16,13 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from engine.durable import atomic_write_text
-from engine.merge import deep_merge
+from engine.core.durable import atomic_write_text
+from engine.core.merge import deep_merge
 from engine.trainers.base import LaunchSpec
 from engine.trainers.litgpt import data_cache, notice_save
+from engine.checkpoints.partial_saves import trainer_tmp_dir
+from engine.trainers.litgpt.nodes import group_argv
+from engine.trainers.litgpt.user_config import launch_config
 
 
 # Device nodes a CUDA (or ROCm) torch needs: NVIDIA's, WSL2's GPU paravirtualisation, AMD's.
@@ -39,7 +42,6 @@ def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
 def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
     cfg = loaded.config
     if cfg.trainer.litgpt_config:   # the user's own litgpt YAML is the base (runbook init --from-litgpt)
-        from engine.trainers.litgpt.user_config import launch_config
 
         return launch_config(loaded, resume_from)
     model = cfg.model
@@ -127,7 +129,6 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     notice = cfg.trainer.notice_signals
     argv = entry_argv(sys.executable, config_file)
     if cfg.trainer.num_nodes > 1:   # one torchrun agent per node, started by the node group (nodes.py)
-        from engine.trainers.litgpt.nodes import group_argv
 
         argv = group_argv(sys.executable, cfg.trainer.num_nodes, cfg.trainer.devices) + argv
     if cache is not None and not data_cache.is_complete(cache):   # built by the trainer process first
@@ -160,13 +161,12 @@ def launch_env(loaded) -> dict[str, str]:
         device = "cuda" if cuda_available() else "cpu"
     # Lightning's save writes a mkstemp() file in TMPDIR, then renames it onto lit_model.pth: this
     # folder shares the checkpoints' filesystem (an atomic rename) and is ours alone by name.
-    from engine.partial_saves import trainer_tmp_dir
 
     tmp_dir = trainer_tmp_dir(loaded.out_dir)
     tmp_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     # One experiment-tracker run across every relaunch (the seed's WANDB_RESUME=allow); the id is the
-    # run folder's, added to every trainer's environment by engine/trainer_env.py.
+    # run folder's, added to every trainer's environment by engine/process/trainer_env.py.
     env.update({"PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_dir), "WANDB_RESUME": "allow"})
     if device == "cpu":
         env["TORCHDYNAMO_DISABLE"] = "1"
@@ -178,7 +178,7 @@ def launch_env(loaded) -> dict[str, str]:
 
 def spare_spec(loaded) -> LaunchSpec | None:
     """What a launch of this run will look like before its files exist, for a warm spare started while
-    the watcher is still starting up (engine/startup.py): prepare_launch's interpreter, environment and
+    the watcher is still starting up (engine/watch/startup.py): prepare_launch's interpreter, environment and
     process settings (a spare that differs is only discarded: warm_spare.unusable says why)."""
     cfg = loaded.config
     notice = cfg.trainer.notice_signals
@@ -193,7 +193,7 @@ def spare_spec(loaded) -> LaunchSpec | None:
 
 
 ENTRY_MODULE = "engine.trainers.litgpt.entry"
-# What a warm spare (trainer.warm_spare, engine/warm_spare.py) imports ahead: most of a start's seconds.
+# What a warm spare (trainer.warm_spare, engine/process/warm_spare.py) imports ahead: most of a start's seconds.
 WARM_IMPORTS = ("torch", "lightning", "litgpt.pretrain", "jsonargparse", "litgpt.data", "litdata",
                 "engine.trainers.litgpt.notice_save")
 

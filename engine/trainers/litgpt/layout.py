@@ -2,7 +2,7 @@
 ``step_count``) plus side files, and ``out_dir/final/`` at the end of a run.
 
 ``--resume auto`` takes the highest ``out_dir.rglob("step-*/*.pth")``: it recurses and checks
-nothing, which is why the engine's temporaries never have that shape (engine/checkpoints.py).
+nothing, which is why the engine's temporaries never have that shape (engine/checkpoints/store.py).
 
 The save order the announcement check relies on: litgpt 0.5.13 ``pretrain.save_checkpoint`` makes
 the folder, prints ``Saving checkpoint to '<out_dir>/step-XXXXXXXX/lit_model.pth'`` (or ``final/``),

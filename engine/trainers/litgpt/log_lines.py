@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from engine.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation
+from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation
 
 # At most 15 digits: a longer step or iter is a garbled line, and would overflow float arithmetic later.
 PROGRESS = re.compile(

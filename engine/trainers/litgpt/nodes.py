@@ -6,7 +6,7 @@ reaped by this node group, the trainer process the watcher launches (issue 15).
 Here every agent runs on this host (127.0.0.1): the tests' 2 "nodes", and the shape a SLURM job
 gives with `srun` starting one agent per node (docs/nodes.md). Measured with torch 2.13 (FINDINGS.md):
 - torchrun starts each worker in a session of its own: signalling an agent's process group misses
-  its workers, so a stop kills every rank by its heartbeat's pid (engine/ranks.py) as well.
+  its workers, so a stop kills every rank by its heartbeat's pid (engine/process/ranks.py) as well.
 - A leftover agent on the same port and rendezvous id breaks the next launch: every launch gets a
   free port and a fresh rendezvous id.
 - A SIGKILLed agent orphans its worker and the surviving agent waits ~300 s in its exit barrier:
@@ -15,7 +15,7 @@ gives with `srun` starting one agent per node (docs/nodes.md). Measured with tor
   writes to the trainer log; node n's goes to `<ranks folder>/node-<n>.log`.
 
 Each agent runs its worker under `engine.trainers.litgpt.ranks --record-exit`, which records the
-rank's exit; this process records each agent's (engine/nodes.py). Signals: SIGTERM/SIGINT/SIGHUP (a
+rank's exit; this process records each agent's (engine/process/nodes.py). Signals: SIGTERM/SIGINT/SIGHUP (a
 notice) go to every agent, which forwards them to its workers (they save on it, notice_save.py);
 SIGUSR1 goes to every rank directly (torchrun does not handle it and would die of it); SIGUSR2
 (runbook's stop without a save) kills every agent and rank. The exit is rank 0's (128+N for a
@@ -33,8 +33,8 @@ import time
 import uuid
 from pathlib import Path
 
-from engine.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
-from engine.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
+from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
+from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
 
 GROUP_MODULE = "engine.trainers.litgpt.nodes"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -15,7 +15,7 @@ every step since the last scheduled save); Megatron-LM's --exit-signal-handler i
   into a staging folder `notice-save-NNNNNNNN.staging` beside TMPDIR's other temporaries (the
   checkpoints' filesystem; never named `step-*`, which `--resume auto` would pick), every file fsynced,
   then one rename onto out_dir/step-NNNNNNNN. A kill before the rename leaves only the staging folder,
-  which no resume reads and the next launch clears (engine/partial_saves.py: TMPDIR is runbook's).
+  which no resume reads and the next launch clears (engine/checkpoints/partial_saves.py: TMPDIR is runbook's).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-from engine.crash_points import crash_point
-from engine.durable import fsync_dir, fsync_tree
+from engine.core.crash_points import crash_point
+from engine.core.durable import fsync_dir, fsync_tree
 
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
-NOTICE_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped on a notice, to be resumed; engine/playbooks/preemption.yaml
+NOTICE_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped on a notice, to be resumed; playbooks/preemption.yaml
 STAGING_SUFFIX = ".staging"
 
 
@@ -144,7 +144,7 @@ def save_agreed_step(loop: dict, step: int) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     fabric.barrier()
-    # litgpt's announcement, naming the folder the save ends in (engine/partial_saves.py reads it).
+    # litgpt's announcement, naming the folder the save ends in (engine/checkpoints/partial_saves.py reads it).
     fabric.print(f"Saving checkpoint to {str(final / 'lit_model.pth')!r}")
     fabric.save(staging / "lit_model.pth", state)
     if fabric.global_rank == 0:

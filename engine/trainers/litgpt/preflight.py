@@ -15,9 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine.preflight import data_folder_problem, room_problem
-from engine.preflight import where as where_written
+from engine.trainers.preflight import data_folder_problem, room_problem
+from engine.trainers.preflight import where as where_written
 from engine.trainers.litgpt import launch
+from engine.trainers.litgpt import user_config
 
 PARSE_TIMEOUT_S = 180   # importing litgpt takes ~4 s alone, much longer on a machine busy training
 TEXT_FILES = "litgpt.data.TextFiles"
@@ -195,7 +196,6 @@ def data_module_problem(loaded) -> str | None:
     """What is wrong with a data module runbook passes through: LitData's local data_path must hold the
     optimized splits it reads (`<data_path>/<split>/index.json`). Other modules are checked by litgpt's
     parser (their arguments) and by their own code at the first launch."""
-    from engine.trainers.litgpt import user_config
 
     module = user_config.data_module(loaded)
     if module.get("class_path") != "litgpt.data.LitData":

@@ -21,7 +21,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engine.file_hash import sha256_file
+from engine.core.file_hash import sha256_file
 
 # 1 MB reads: big enough for memory-speed checksums, small enough that the kernel's readahead of the
 # next blocks overlaps the checksum (measured cold, 100 MB: 0.88 x dd with 1 MB, 0.70 with 4 MB).

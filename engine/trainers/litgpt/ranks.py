@@ -11,7 +11,7 @@ importing litgpt.pretrain and before litgpt builds its Fabric).
 - TORCH_DISTRIBUTED_DEBUG=DETAIL is lowered to INFO on a CPU: with gloo it kills every rank (SIGSEGV).
 - RUNBOOK_COLLECTIVE_TIMEOUT_S sets the process group's collective timeout (gloo's default is 30
   minutes: a rank waiting for a stopped one would block that long).
-- With RUNBOOK_RANKS_DIR set (engine/ranks.py, by the watcher), every rank writes its heartbeat
+- With RUNBOOK_RANKS_DIR set (engine/process/ranks.py, by the watcher), every rank writes its heartbeat
   there from inside litgpt's loop: at the top of each micro-batch (phase "work") and as it enters
   the backward, whose gradient all-reduce waits for the other ranks (phase "sync"). Its own work
   per micro-batch, the straggler measure, runs from the top of the micro-batch to the moment its
@@ -33,8 +33,8 @@ from collections import deque
 from datetime import timedelta
 from pathlib import Path
 
-from engine.nodes import NODE_ENV
-from engine.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
+from engine.process.nodes import NODE_ENV
+from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
 
 COLLECTIVE_TIMEOUT_ENV = "RUNBOOK_COLLECTIVE_TIMEOUT_S"
 WORK_WINDOW = 10          # micro-batches in a rank's work-time median
@@ -207,7 +207,7 @@ def _die_with_parent() -> None:   # in the rank, between fork and exec: a killed
 def record_exit_main(argv: list[str]) -> int:
     """Parent of one rank: start it, wait, write rank-<n>.exit.json, exit as it did (128+N for signal N,
     so Lightning's observer in rank 0 sees the failure). Signals that reach this process are the
-    rank's too (its process group's), so they are only noted, as engine/launcher.py does."""
+    rank's too (its process group's), so they are only noted, as engine/process/launcher.py does."""
     folder, command = Path(argv[1]), argv[3:]
     for sig in NOTED_SIGNALS:
         signal.signal(sig, lambda *_: None)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from engine.checkpoints import OWN_TMP_PREFIX, own_tmp_prefix
-from engine.durable import atomic_write
+from engine.checkpoints.store import OWN_TMP_PREFIX, own_tmp_prefix
+from engine.core.durable import atomic_write
 
 
 def _load(pth: Path) -> dict:

@@ -16,9 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.durable import atomic_write_text
-from engine.merge import deep_merge
-from engine.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml
+from engine.core.durable import atomic_write_text
+from engine.core.merge import deep_merge
+from engine.core.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml
+from engine.core.config import RunConfig
 
 TEXT_FILES = "litgpt.data.TextFiles"
 # runbook key -> where litgpt keeps it.
@@ -216,7 +217,6 @@ def detach(tree: dict, loaded, dest: Path) -> dict:
     places), the scratch out_dir (default: the run config's) and every local data path made absolute.
     A recovery in the scratch run then writes into the copy, never into the user's YAML. Returns
     `tree` pointed at the copy."""
-    from engine.config import RunConfig
 
     yaml = round_trip_yaml()
     source = loaded.resolve(loaded.config.trainer.litgpt_config)

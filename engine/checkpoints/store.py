@@ -1,0 +1,290 @@
+"""The checkpoint ledger of an ``out_dir``: find, verify, seal, link, quarantine, prune.
+
+Trainer-neutral: a trainer's ``CheckpointLayout`` (engine/trainers/base.py) says which direct
+children of out_dir are checkpoints, which file in one is resumed from, which files a complete one
+has and how to check the trainer's own format; this module adds a sha256 manifest, the ``last``
+link, quarantine and pruning. It looks only at direct children and never leaves temporaries a
+trainer could take for a checkpoint: every temp name runbook makes in an out_dir starts with
+``own_tmp_prefix(out_dir)`` = ``tmp-runbook-<token of that out_dir>-`` (temp files end in ``.part``),
+so a leftover of ours is told apart from anybody else's ``tmp*`` (partial_saves.py).
+
+Pure planning functions: ``newest_verified``, ``plan_prune``. Everything else touches files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.core.durable import atomic_write, fsync_dir
+from engine.core.file_hash import sha256_file
+
+from engine.checkpoints.layout import CheckpointLayout
+
+MANIFEST_NAME = "runbook-manifest.json"
+QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
+LAST_LINK_NAME = "last"
+OWN_TMP_PREFIX = "tmp-runbook-"  # + a token per out_dir: see own_tmp_prefix
+
+
+def own_tmp_prefix(out_dir: Path) -> str:
+    """``tmp-runbook-<token>-``: the token is fixed by out_dir's real path, so a leftover of ours is
+    recognised after a watcher restart and another tool's (or another out_dir's) ``tmp-runbook-*`` is not."""
+    token = hashlib.sha256(os.path.realpath(out_dir).encode()).hexdigest()[:10]
+    return f"{OWN_TMP_PREFIX}{token}-"
+
+
+def foreign_files(folder: Path, layout: CheckpointLayout) -> list[str]:
+    """Names in a checkpoint folder that neither the trainer's save nor runbook writes (sorted)."""
+    known = layout.checkpoint_files | {MANIFEST_NAME}
+    prefix = own_tmp_prefix(Path(folder).parent)
+    return sorted(e.name for e in _scandir(Path(folder))
+                  if not (e.name in known and e.is_file(follow_symlinks=False)) and not e.name.startswith(prefix))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path  # the checkpoint's folder, directly in out_dir
+    step: int   # optimizer step, from the folder name
+    layout: CheckpointLayout = field(compare=False, repr=False)   # the trainer's, which wrote it
+
+    @property
+    def resume_file(self) -> Path:
+        """The file the trainer resumes from."""
+        return self.layout.resume_file(self.path)
+
+    def size_bytes(self) -> int:
+        # os.walk does not follow symlinked dirs; lstat counts a link as itself.
+        return sum(os.lstat(os.path.join(root, n)).st_size for root, _d, files in os.walk(self.path) for n in files)
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    reason: str | None  # one line when not ok
+
+
+def _scandir(path: Path) -> list[os.DirEntry]:
+    try:
+        return list(os.scandir(path))
+    except FileNotFoundError:
+        return []
+
+
+def list_checkpoints(out_dir: Path, layout: CheckpointLayout) -> list[Checkpoint]:
+    """Direct children the layout names step checkpoints, oldest first; ``[]`` if out_dir is missing."""
+    out_dir = Path(out_dir)
+    found = [
+        Checkpoint(path=out_dir / e.name, step=step, layout=layout)
+        for e in _scandir(out_dir)
+        if (step := layout.step_of(e.name)) is not None and e.is_dir(follow_symlinks=False)
+    ]
+    return sorted(found, key=lambda c: (c.step, c.path.name))
+
+
+# --- verification without unpickling ---------------------------------------------------------
+
+
+def _manifest_files(ckpt: Checkpoint) -> list[str]:
+    """Regular files of the folder, minus the manifest and our temporaries."""
+    prefix = own_tmp_prefix(ckpt.path.parent)
+    return sorted(
+        e.name
+        for e in os.scandir(ckpt.path)
+        if e.is_file(follow_symlinks=False) and e.name != MANIFEST_NAME and not e.name.startswith(prefix)
+    )
+
+
+def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[Verification, dict]:
+    """verify_checkpoint, optionally also returning {name: {"size", "sha256"}} for sealing."""
+    resume_file = ckpt.resume_file
+    if require_side_files is None:
+        require_side_files = ckpt.layout.required_files
+    if not resume_file.is_file():
+        return Verification(False, f"{resume_file.name} is missing"), {}
+    if resume_file.stat().st_size == 0:
+        return Verification(False, f"{resume_file.name} is empty (0 bytes)"), {}
+    if missing := [n for n in require_side_files if not (ckpt.path / n).is_file()]:
+        return Verification(False, f"missing side file(s): {', '.join(missing)}"), {}
+
+    manifest = None
+    if (ckpt.path / MANIFEST_NAME).exists():
+        try:
+            manifest = json.loads((ckpt.path / MANIFEST_NAME).read_text())["files"]
+            if not isinstance(manifest, dict) or not all(isinstance(v, dict) for v in manifest.values()):
+                raise ValueError("'files' is not an object of objects")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return Verification(False, f"{MANIFEST_NAME} is unreadable: {type(e).__name__}: {e}"), {}
+
+    need_sha = want_digests or (manifest is not None and resume_file.name in manifest)
+    problem, read_whole = ckpt.layout.scan(ckpt.path, want_sha256=need_sha)
+    if problem:
+        return Verification(False, problem), {}
+
+    def sha(name: str) -> str:
+        return read_whole[name] if name in read_whole else sha256_file(ckpt.path / name)
+
+    digests = {}
+    if want_digests:
+        digests = {n: {"size": (ckpt.path / n).stat().st_size, "sha256": sha(n)} for n in _manifest_files(ckpt)}
+    for name, expected in sorted((manifest or {}).items()):
+        p = ckpt.path / name
+        if not p.is_file():
+            return Verification(False, f"{name} is listed in {MANIFEST_NAME} but missing"), {}
+        if (size := p.stat().st_size) != expected.get("size"):
+            return Verification(False, f"{name} size {size} != {expected.get('size')} in {MANIFEST_NAME}"), {}
+        actual_sha = digests[name]["sha256"] if name in digests else sha(name)
+        if actual_sha != expected.get("sha256"):
+            return Verification(False, f"{name} sha256 differs from {MANIFEST_NAME} (modified after sealing)"), {}
+    return Verification(True, None), digests
+
+
+def verify_checkpoint(ckpt: Checkpoint, require_side_files=None) -> Verification:
+    """Without loading it: the resume file present and non-empty, the layout's required files
+    present (or require_side_files), the layout's own check of its format (litgpt: every zip
+    member's CRC) and, if a manifest exists, every listed file's size and sha256 as recorded."""
+    return _verify(ckpt, require_side_files, want_digests=False)[0]
+
+
+def _write_manifest_entries(ckpt: Checkpoint, files: dict) -> Path:
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    data = json.dumps({"format": 1, "step": ckpt.step, "created_utc": created, "files": files}, indent=1)
+    dst = ckpt.path / MANIFEST_NAME
+    atomic_write(dst, lambda f: f.write(data.encode() + b"\n"), prefix=own_tmp_prefix(ckpt.path.parent))
+    return dst
+
+
+def write_manifest(ckpt: Checkpoint) -> Path:
+    """Record size and sha256 of every regular file in the folder. Call only after verify passes;
+    seal_checkpoint does both with one read of the resume file."""
+    files = {n: {"size": (ckpt.path / n).stat().st_size, "sha256": sha256_file(ckpt.path / n)}
+             for n in _manifest_files(ckpt)}
+    return _write_manifest_entries(ckpt, files)
+
+
+def seal_checkpoint(ckpt: Checkpoint, require_side_files=None) -> Verification:
+    """Verify, and only if that passes write the manifest from the hashes of the same read. An
+    existing manifest is checked first and rewritten only if it still holds."""
+    result, digests = _verify(ckpt, require_side_files, want_digests=True)
+    if result.ok:
+        _write_manifest_entries(ckpt, digests)
+    return result
+
+
+def has_manifest(ckpt: Checkpoint) -> bool:
+    return (ckpt.path / MANIFEST_NAME).is_file()
+
+
+def newest_verified(checkpoints: list[Checkpoint], verified_steps: set[int]) -> Checkpoint | None:
+    """PURE. The highest-step checkpoint whose step is in verified_steps."""
+    return max((c for c in checkpoints if c.step in verified_steps), key=lambda c: c.step, default=None)
+
+
+# --- the `last` link, quarantine, leftovers, pruning ------------------------------------------
+
+
+def update_last_link(out_dir: Path, ckpt: Checkpoint) -> None:
+    """Point ``out_dir/last`` at ckpt's folder: relative (out_dir may be moved or mounted
+    elsewhere), made at a temp name and renamed over the old link, so it never is absent."""
+    out_dir = Path(out_dir)
+    if not ckpt.path.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {ckpt.path} does not exist")
+    target = os.path.relpath(os.path.abspath(ckpt.path), os.path.abspath(out_dir))
+    tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, out_dir / LAST_LINK_NAME)  # fails if `last` is a real directory
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(out_dir)
+
+
+def last_link_target(out_dir: Path) -> Path | None:
+    """The absolute folder ``out_dir/last`` names (it may no longer exist), or None."""
+    link = Path(out_dir) / LAST_LINK_NAME
+    if not link.is_symlink():
+        return None
+    return Path(os.path.normpath(os.path.join(os.path.abspath(out_dir), os.readlink(link))))
+
+
+def quarantine(ckpt: Checkpoint, quarantine_dir: Path, reason: str) -> Path:
+    """Move ckpt's folder to ``quarantine_dir/<name>-<UTC timestamp>`` with QUARANTINE_REASON.txt.
+
+    quarantine_dir must lie outside out_dir (ValueError otherwise): a trainer searching out_dir
+    recursively (litgpt's ``--resume auto``) would resume from a quarantined folder. Never deletes (across
+    filesystems the move is copy, then remove the source). If ``out_dir/last`` pointed here it now
+    dangles: the CALLER re-points it, e.g. ``update_last_link(out_dir, newest_verified(...))``.
+    """
+    out_dir = ckpt.path.parent
+    if Path(quarantine_dir).resolve().is_relative_to(out_dir.resolve()):
+        raise ValueError(f"quarantine_dir {quarantine_dir} is inside out_dir {out_dir}: the trainer could resume from it")
+    quarantine_dir = Path(quarantine_dir)
+    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest, n = quarantine_dir / f"{ckpt.path.name}-{stamp}", 1
+    while dest.exists():
+        dest, n = quarantine_dir / f"{ckpt.path.name}-{stamp}-{n}", n + 1
+    shutil.move(str(ckpt.path), str(dest))  # a plain rename on the same filesystem
+    origin = os.path.abspath(ckpt.path)
+    (dest / QUARANTINE_REASON_NAME).write_text(
+        f"{reason.strip()}\noriginal_path: {origin}\nstep: {ckpt.step}\nquarantined_utc: {stamp}\n")
+    return dest
+
+
+def plan_prune(
+    checkpoints: list[Checkpoint], keep_last_k: int, best_step: int | None, protected_steps: set[int]
+) -> list[Checkpoint]:
+    """PURE. What to delete so only best + newest keep_last_k + protected remain, oldest first."""
+    if keep_last_k < 0:
+        raise ValueError("keep_last_k must be >= 0")
+    by_step = sorted(checkpoints, key=lambda c: c.step)
+    keep = {c.step for c in by_step[max(0, len(by_step) - keep_last_k) :]} | set(protected_steps)
+    if best_step is not None:
+        keep.add(best_step)
+    return [c for c in by_step if c.step not in keep]
+
+
+def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[str] | set[str],
+                layout: CheckpointLayout) -> int:
+    """Delete the doomed folders; return bytes freed. Refuses all (ValueError, nothing deleted) if
+    any is not a direct step checkpoint child of out_dir, was not announced by this run's trainer
+    (see partial_saves.read_announced), holds a file the trainer and runbook do not write, is the
+    newest checkpoint with a manifest (the last verified one), or is where ``out_dir/last`` points."""
+    out_dir = Path(out_dir)
+    root, last = out_dir.resolve(), last_link_target(out_dir)
+    sealed = [c for c in list_checkpoints(out_dir, layout) if has_manifest(c)]
+    newest_sealed = sealed[-1].path.resolve() if sealed else None
+    for c in doomed:
+        p = Path(c.path)
+        if p.is_symlink() or p.resolve().parent != root or layout.step_of(p.name) is None:
+            raise ValueError(f"refusing to delete {p}: not a checkpoint folder directly inside {out_dir}")
+        if p.name not in announced:
+            raise ValueError(f"refusing to delete {p}: this run's trainer never announced saving it")
+        if foreign := foreign_files(p, layout):
+            raise ValueError(f"refusing to delete {p}: it holds file(s) runbook did not write: {', '.join(foreign)}")
+        if p.resolve() == newest_sealed:
+            raise ValueError(f"refusing to delete {p}: it is the newest checkpoint with a manifest")
+        if last is not None and last.resolve() == p.resolve():
+            raise ValueError(f"refusing to delete {p}: {LAST_LINK_NAME} points at it")
+    freed = 0
+    for c in doomed:
+        if c.path.exists():
+            freed += c.size_bytes()
+            # Rename first so a trainer's search of out_dir never sees a half-deleted folder.
+            trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"
+            os.rename(c.path, trash)
+            shutil.rmtree(trash)
+    return freed
+
+
+def final_exists(out_dir: Path, layout: CheckpointLayout) -> bool:
+    """Has the trainer saved its final checkpoint (the end of a finished run)?"""
+    return layout.final_name is not None and layout.resume_file(Path(out_dir) / layout.final_name).is_file()

@@ -1,0 +1,1 @@
+"""The bottom floor: the run config and every settings model, YAML with file:line errors, bounded reads, durable writes, the run folder's paths, the run lock, the live-state snapshot types, the notifier protocol."""

@@ -1,0 +1,64 @@
+"""Reading a user's file (config, playbook, state snapshot) without hanging or a traceback.
+
+A path named on the command line can be a FIFO (opening it blocks), a device (/dev/zero never
+ends), a folder, a symlink loop, unreadable, or not text at all. Each becomes one sentence in a
+SourceError; only a regular file is opened, and at most `limit` bytes of it are read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from engine.core.errors import SourceError
+
+MAX_FILE_BYTES = 4 * 1024 * 1024   # a run config or playbook is a few KB; a snapshot or record well under this
+MAX_PATH_CHARS = 4096
+
+
+def shown(path: Path | str) -> str:
+    """The path as printable text, whatever bytes it holds (a terminal may not take surrogates)."""
+    text = str(path)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a regular file, or a SourceError that says in one sentence why not."""
+
+    name = shown(path)
+    if len(str(path)) > MAX_PATH_CHARS:
+        raise SourceError([f"{name}: path longer than {MAX_PATH_CHARS} characters"])
+    if "\x00" in str(path):
+        raise SourceError([f"{name}: a path cannot contain a NUL byte"])
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise SourceError([f"{name}: file not found"]) from None
+    except OSError as err:  # ELOOP, ENAMETOOLONG, EACCES on a parent folder, ...
+        raise SourceError([f"{name}: cannot read: {err.strerror or err}"]) from None
+    except ValueError as err:  # a path the OS cannot take (surrogates)
+        raise SourceError([f"{name}: not a usable path: {err}"]) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise SourceError([f"{name}: is a folder, not a file"])
+    if not stat.S_ISREG(info.st_mode):
+        raise SourceError([f"{name}: not a regular file (a pipe, socket or device cannot be read as a file)"])
+    if info.st_size > limit:
+        raise SourceError([f"{name}: {info.st_size:,} bytes, more than the {limit:,} a file here may have"])
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise SourceError([f"{name}: cannot read: {err.strerror or err}"]) from None
+    if len(data) > limit:
+        raise SourceError([f"{name}: more than the {limit:,} bytes a file here may have"])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise SourceError([f"{name}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x})"]) from None
+    if "\x00" in text:
+        raise SourceError([f"{name}:{text[: text.index(chr(0))].count(chr(10)) + 1}: contains a NUL byte; not a text file"])
+    return text

@@ -1,0 +1,377 @@
+"""The run config (`configs/run_config.yaml`): schema, loading with file:line errors, write-back.
+
+Relative paths resolve against the *project folder*: the folder that holds the config's folder
+(`configs/run_config.yaml` -> the folder above `configs/`). Never against the current directory, so
+`runbook watch` behaves the same wherever it is started from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+
+from engine.core.durable import atomic_write_text
+from engine.core.settings import MetricsSettings
+from engine.core.settings import CloudNoticeSettings
+from engine.core.notifier import SlackSettings
+from engine.core.run_folder import RunFolder
+from engine.core.settings import SlurmSettings
+from engine.core.settings import UpkeepSettings
+from engine.core.yaml_source import (
+    SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
+)
+
+# Folders no run owns: runbook deletes and moves files in out_dir and run_dir (macOS names included).
+SYSTEM_FOLDERS = ("/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt",
+                  "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var",
+                  "/var/tmp", "/Users", "/Volumes", "/System", "/Library", "/private", "/private/tmp")
+
+
+DEFAULT_TRAINER_KIND = "litgpt"   # engine/trainers/registry.py registers it
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # `lr: .inf` is a typo, not a value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _usable_paths(cls, value: Any) -> Any:
+        # Path.resolve() raises on a NUL byte; refuse it here, with file:line, like any bad value.
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Path) and ("\x00" in str(item) or len(str(item)) > 4096):
+                raise ValueError("not a usable path (a NUL byte, or longer than 4096 characters)")
+        return value
+
+
+class ModelShape(Strict):
+    """The GPT the trainer builds (litgpt `model_config`)."""
+
+    name: str = "runbook-tiny"
+    block_size: int = Field(64, gt=0)
+    n_layer: int = Field(2, gt=0)
+    n_head: int = Field(2, gt=0)
+    n_embd: int = Field(64, gt=0)
+    vocab_size: int = Field(512, gt=0)
+    intermediate_size: int = Field(172, gt=0)
+
+
+class DataSettings(Strict):
+    # text-files: runbook owns the data (folders of .txt: hashed, scanned, tokenized into its cache).
+    # data-module: the trainer's own data module as the user's litgpt config names it (LitData, a custom
+    # class); runbook passes it through unchanged, fingerprints its arguments and files, scans nothing.
+    kind: Literal["text-files", "data-module"] = Field(
+        "text-files", description="text-files (train_dir/val_dir of .txt) or data-module (the litgpt config's own "
+        "data module, set by trainer.litgpt_config)")
+    train_dir: Path = Path("data/stdlib/train")
+    val_dir: Path = Path("data/stdlib/val")
+    tokenizer_dir: Path = Path("data/tokenizer")
+    # Make the embedded default corpus and tokenizer when the folders are empty (first run).
+    make_default: bool = True
+
+
+class TrainerSettings(Strict):
+    kind: str = Field(DEFAULT_TRAINER_KIND, description=f"a registered trainer ({DEFAULT_TRAINER_KIND}) or python:<module>:<adapter class>")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: str = "32-true"
+    lr_warmup_steps: int = Field(10, ge=0)
+    min_lr: float = Field(1e-4, ge=0)
+    eval_interval: int = Field(20, gt=0, description="optimizer steps between validations")
+    eval_iters: int = Field(4, gt=0)
+    num_workers: int = Field(0, ge=0)
+    devices: int = Field(1, gt=0, description="GPUs on this node used by the trainer")
+    num_nodes: int = Field(1, gt=0, description="nodes, one torchrun agent each (c10d rendezvous); devices is per node (docs/nodes.md)")
+    memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
+    extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
+    preflight_parse: bool = Field(True, description="before a launch, have the trainer's own parser read the generated "
+                                  "config and size a checkpoint (litgpt: a subprocess, ~5 s of imports; `runbook check` "
+                                  "always does it)")
+    litgpt_config: Path | None = Field(None, description="your litgpt pretrain YAML as the run's base (`runbook init --from-litgpt`): "
+                                       "its hyperparameters, data and tokenizer are read from it and changes are written back to it")
+    notice_signals: list[str] = Field(["SIGTERM", "SIGUSR1"], description="signals on which the trainer finishes its optimizer "
+                                      "step, saves a checkpoint and exits 75 (litgpt); the watcher sends the first on its own "
+                                      "SIGTERM; [] = die at once, as litgpt does by itself")
+    warm_spare: bool = Field(False, description="keep a spare trainer interpreter with torch and litgpt imported, "
+                             "which becomes the next launch (a relaunch skips the imports); costs an idle process")
+
+    @field_validator("notice_signals")
+    @classmethod
+    def _notice_signals(cls, names: list[str]) -> list[str]:
+        allowed = ("SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP")   # SIGUSR2 is runbook's stop without a save
+        wrong = [n for n in names if n not in allowed]
+        if wrong:
+            raise ValueError(f"notice_signals {wrong} not allowed; choose among {list(allowed)}")
+        return names
+
+    @field_validator("kind")
+    @classmethod
+    def _known_trainer(cls, kind: str, info: ValidationInfo) -> str:
+        seam = (info.context or {}).get("seam")
+        if seam is not None:
+            seam.check_kind(kind)   # a ValueError says why there is no such trainer (with file:line, below)
+        return kind
+
+
+class PlaybookSettings(Strict):
+    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")],
+                              description="the project's playbooks: added to the shipped set, or replacing a shipped one by name")
+    shipped: bool = Field(True, description="also use the playbooks shipped with runbook (playbooks/)")
+
+
+class WatchSettings(Strict):
+    poll_interval_s: float = Field(0.2, gt=0)
+    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout (and the timeout before the first progress line)")
+    hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
+    hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
+    grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
+    max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
+    quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
+    cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
+                                               description="poll AWS/GCP Spot interruption notices (engine/cluster/notice_poller.py)")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus endpoint (docs/metrics.md)")
+
+
+class NotificationSettings(Strict):
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+
+
+class RunConfig(Strict):
+    # The seed's preventive config, all honoured.
+    micro_batch_size: int = Field(4, gt=0)
+    batch_size: int = Field(16, gt=0, description="global (effective) batch in sequences")
+    lr: float = Field(3e-3, gt=0)
+    save_interval: int = Field(20, gt=0, description="optimizer steps between checkpoints")
+    keep_last_k: int = Field(3, gt=0)
+    seed: int = 1337
+    data_hash: str = Field("", description="sha256 of the training data; filled in by runbook when empty")
+    max_tokens: int = Field(102_400, gt=0, description="run length in tokens")
+    out_dir: Path = Path("checkpoints/pretrain")
+    run_log: Path = Path("docs/run-log.md")
+    run_log_template: Path | None = Field(None, description="Jinja2 template of one run-log entry (default: built in)")
+    run_dir: Path = Field(Path("runs/pretrain"), description="journal, incidents, trainer logs, quarantine")
+
+    model: ModelShape = Field(default_factory=ModelShape)
+    data: DataSettings = Field(default_factory=DataSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    playbooks: PlaybookSettings = Field(default_factory=PlaybookSettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+    upkeep: UpkeepSettings = Field(default_factory=UpkeepSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="`runbook slurm submit` and the watcher inside a SLURM job")
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> "RunConfig":
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of micro_batch_size ({self.micro_batch_size})"
+            )
+        per_step = self.batch_size * self.model.block_size
+        if self.max_tokens < per_step:
+            raise ValueError(f"max_tokens ({self.max_tokens}) is less than one optimizer step "
+                             f"(batch_size x model.block_size = {per_step} tokens): the run would plan 0 steps")
+        return self
+
+
+class TrainerConfigSeam(Protocol):
+    """What the trainer side adds to a run config (engine/trainers/run_config.py provides it): the
+    config itself knows no trainer, so this floor imports none."""
+
+    def check_kind(self, kind: str) -> None:
+        """Raise ValueError when no adapter has this trainer.kind."""
+
+    def overlay(self, values: dict, config_path: Path) -> dict:
+        """The values with what a trainer's own config file owns laid over them."""
+
+    def write_owned(self, loaded: "LoadedConfig", updates: dict) -> dict:
+        """Write the updates a trainer's own config file owns there; return the rest."""
+
+    def source_line(self, loaded: "LoadedConfig", loc: tuple) -> str | None:
+        """`file:line:col` where a trainer's own config file sets this key, or None."""
+
+    def write_data_dirs(self, loaded: "LoadedConfig", values: dict) -> bool:
+        """Write data folders where a trainer's own config keeps them; False when the run config does."""
+
+
+class LoadedConfig:
+    """A validated RunConfig plus where it came from, with every path made absolute."""
+
+    def __init__(self, path: Path, config: RunConfig, seam: TrainerConfigSeam | None = None):
+        self.path = path.resolve()
+        self.project_dir = self.path.parent.parent
+        self.config = config
+        self.seam = seam
+
+    def resolve(self, p: Path) -> Path:
+        return p if p.is_absolute() else (self.project_dir / p).resolve()
+
+    @property
+    def out_dir(self) -> Path:
+        return self.resolve(self.config.out_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.resolve(self.config.run_dir)
+
+    @property
+    def run_log(self) -> Path:
+        return self.resolve(self.config.run_log)
+
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.run_dir)
+
+    @property
+    def quarantine_dir(self) -> Path:
+        q = self.config.watch.quarantine_dir
+        return self.resolve(q) if q else self.run_dir / "quarantine"
+
+    @property
+    def playbook_paths(self) -> list[Path]:
+        # The project's own playbooks/ folder is optional (the shipped set suffices); any other path must exist.
+        return [self.resolve(p) for p in self.config.playbooks.paths
+                if p != Path("playbooks") or self.resolve(p).exists()]
+
+    def data_path(self, name: str) -> Path:
+        return self.resolve(getattr(self.config.data, name))
+
+    def reload(self) -> "LoadedConfig":
+        return load_config(self.path, self.seam)
+
+    def save_copy(self, dest: Path) -> None:
+        """Write the config this process is using to `dest`: the user's file (comments kept) while it
+        still says the same, else the in-memory values, marked as such (the file was edited since)."""
+        try:
+            on_disk = load_config(self.path, self.seam).config
+        except (SourceError, OSError):
+            on_disk = None
+        if on_disk == self.config:
+            shutil.copy2(self.path, dest)
+            return
+        buffer = io.StringIO()
+        round_trip_yaml().dump(self.config.model_dump(mode="json"), buffer)
+        header = (f"# The config this launch used. {self.path} was edited after runbook loaded it and\n"
+                  "# says something else; runbook reads it again only when it writes a change back.\n")
+        atomic_write_text(dest, header + buffer.getvalue())
+
+    def write_back(self, updates: dict[str, Any]) -> "LoadedConfig":
+        """Persist changed hyperparameters into the user's file (comments and order kept); with
+        trainer.litgpt_config, the keys that file owns go there (one source of truth)."""
+        RunConfig.model_validate({**self.config.model_dump(), **updates})  # refuse invalid values first
+        if self.seam is not None:
+            updates = self.seam.write_owned(self, updates)
+        if updates:
+            update_yaml_values(self.path, updates)
+        return self.reload()
+
+    def write_data_dirs(self, values: dict[str, str]) -> "LoadedConfig":
+        """Set data.<key> (train_dir, val_dir) where the user keeps it: the run config, or the litgpt
+        YAML that owns the data paths (trainer.litgpt_config); comments and order kept."""
+        RunConfig.model_validate({**self.config.model_dump(), "data": {**self.config.data.model_dump(), **values}})
+        if self.seam is not None and self.seam.write_data_dirs(self, values):
+            return self.reload()
+        yaml = round_trip_yaml()
+        tree = yaml.load(self.path.read_text(encoding="utf-8"))
+        if tree.get("data") is None:
+            tree["data"] = {}
+        for key, value in values.items():
+            tree["data"][key] = value
+        buffer = io.StringIO()
+        yaml.dump(tree, buffer)
+        atomic_write_text(self.path, buffer.getvalue())
+        return self.reload()
+
+
+def run_folder_problem(key: str, folder: Path, other_key: str, other: Path | None, config_file: Path, project_dir: Path,
+                       data_dirs: list[tuple[str, Path]], home: Path, system_folders: set[Path]) -> str | None:
+    """PURE. Why ``folder`` (out_dir or run_dir; every path absolute and resolved) cannot be a folder
+    this run owns, as one sentence, or None. runbook deletes and moves files in both, so neither may
+    be, hold or sit inside anything else of the user's. With ``other`` (the other of the two), also
+    refused: being it or lying inside it (the inner one of a nested pair is the one named)."""
+    def within(a: Path, b: Path) -> bool:
+        return a == b or b in a.parents
+
+    if folder == home:
+        reason = "is your home folder"
+    elif folder in system_folders:
+        reason = "is a system folder"
+    elif folder == project_dir:
+        reason = "is the project folder (the one holding configs/)"
+    elif within(config_file, folder):
+        reason = f"holds the run config {config_file}"
+    elif same := next((name for name, d in data_dirs if d == folder), None):
+        reason = f"is {same}"
+    elif holder := next(((name, d) for name, d in data_dirs if within(d, folder)), None):
+        reason = f"holds {holder[0]} ({holder[1]})"
+    elif inside := next(((name, d) for name, d in data_dirs if within(folder, d)), None):
+        reason = f"is inside {inside[0]} ({inside[1]})"
+    elif other is not None and folder == other:
+        reason = f"is also {other_key}"
+    elif other is not None and within(folder, other):
+        reason = f"is inside {other_key} ({other})"
+    else:
+        return None
+    return (f"{key}: {folder} {reason}, and runbook deletes and moves files in {key}, so it must be a folder "
+            f"of this run's own (e.g. {RunConfig.model_fields[key].default})")
+
+
+def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
+    real = lambda p: Path(os.path.realpath(p))  # noqa: E731 - symlinks and `..` resolved alike
+    system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS} | {real(tempfile.gettempdir())}
+    # Data folders as resolved and as written: a linked-in data folder is protected under both names.
+    data = [(f"data.{n}", real(loaded.data_path(n))) for n in ("train_dir", "val_dir", "tokenizer_dir")]
+    data += [(f"data.{n}", Path(os.path.normpath(loaded.project_dir / getattr(loaded.config.data, n))))
+             for n in ("train_dir", "val_dir", "tokenizer_dir")]
+    folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
+    args = (real(path), real(loaded.project_dir), data, real(Path.home()), system)
+    # Each folder on its own first, then the pair: one sentence, about the folder that is wrong.
+    checks = [(k, o, None) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
+    checks += [(k, o, folders[o]) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
+    problems = []
+    for key, other_key, other in checks:
+        if problem := run_folder_problem(key, folders[key], other_key, other, *args):
+            where = locate(tree, (key,))
+            problems.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
+            break
+    return problems
+
+
+def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConfig:
+    """The run config at `path`, validated, with file:line errors. Callers load it through
+    engine.trainers.run_config.load_config, which passes the trainers' seam (kind check, overlays)."""
+    path = Path(path)
+    tree = load_yaml(path)
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise SourceError([f"{path}:1:1: the run config must be a mapping of keys to values"])
+    values = plain(tree)
+    if seam is not None:
+        values = seam.overlay(values, path)
+    try:
+        config = RunConfig.model_validate(values, context={"seam": seam})
+    except ValidationError as err:
+        raise SourceError(describe_validation_error(path, tree, err)) from None
+    loaded = LoadedConfig(path, config, seam)
+    if problems := _run_folder_problems(path, tree, loaded):
+        raise SourceError(problems)
+    return loaded
+
+
+def compute_data_hash(train_dir: Path, val_dir: Path) -> str:
+    """sha256 over the names and bytes of every .txt file the trainer reads, in a fixed order."""
+    digest = hashlib.sha256()
+    for base, files in (("train", sorted(train_dir.glob("*.txt"))), ("val", sorted(val_dir.glob("*.txt")))):
+        for path in files:
+            digest.update(f"{base}/{path.name}\0".encode())
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+            digest.update(b"\0")
+    return "sha256:" + digest.hexdigest()

@@ -1,0 +1,115 @@
+"""The settings models of the watcher's features, as sections of the run config.
+
+They live here, on the bottom floor, so that the run config (engine/core/config.py) imports no
+feature module; each feature imports its own model from here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+# --- notice_poller (engine/cluster/notice_poller.py) ---
+class CloudNoticeSettings(BaseModel):
+    """`watch.cloud_notices:` in the run config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(False, description="poll the clouds' interruption notices and save before the signal")
+    providers: list[Literal["aws", "gcp"]] = Field(["aws", "gcp"], description="which metadata services to poll: aws, gcp")
+    interval_s: float = Field(5.0, gt=0, description="seconds between polls (AWS advises 5)")
+    timeout_s: float = Field(1.0, gt=0, description="per request; off the cloud the endpoint does not answer")
+    aws_base_url: str = Field("http://169.254.169.254", description="the EC2 instance metadata service")
+    gcp_base_url: str = Field("http://metadata.google.internal", description="the GCE metadata server")
+
+
+
+# --- slurm (engine/cluster/slurm.py) ---
+REQUEUE_CAUSES = ("time-limit", "preemption", "signal")
+
+
+_TIME_OPTION = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^UNLIMITED$|^INFINITE$", re.IGNORECASE)
+
+
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:=@%+/-]+$")
+
+
+class SlurmSettings(BaseModel):
+    """`slurm:` in the run config: what `runbook slurm submit` writes and what the watcher does in a job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str | None = Field(None, description="sbatch --partition (default: the cluster's default)")
+    time: str | None = Field(None, description="sbatch --time, e.g. 24:00:00 or 2-00:00:00 (default: the partition's)")
+    job_name: str | None = Field(None, description="sbatch --job-name (default: runbook-<run folder name>)")
+    signal_lead_s: int = Field(300, gt=0, le=65535, description="SIGTERM to the watcher this long before the time "
+                               "limit (sbatch --signal=B:TERM@N); must exceed watch.grace_period_s")
+    requeue_on: list[Literal["time-limit", "preemption", "signal"]] = Field(
+        list(REQUEUE_CAUSES), description="notices after whose save the watcher requeues its own job "
+        "(scontrol requeue): time-limit, preemption, signal (an unexplained SIGTERM, e.g. scancel --signal)")
+    sbatch_options: list[str] = Field(default_factory=list, description="more #SBATCH lines, e.g. --gpus-per-node=4")
+    command_timeout_s: float = Field(20.0, gt=0, le=600, description="bound on each scontrol/sacct/sbatch call")
+
+    @field_validator("partition", "job_name")
+    @classmethod
+    def _one_word(cls, value: str | None) -> str | None:
+        if value is not None and not _SAFE_WORD.match(value):
+            raise ValueError(f"{value!r}: one word of letters, digits and _.,:=@%+/- (it goes into a job script)")
+        return value
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None and not _TIME_OPTION.match(value):
+            raise ValueError(f"{value!r} is not a SLURM time (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED)")
+        return value
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _options(cls, value: list[str]) -> list[str]:
+        for option in value:
+            if not option.startswith("-") or "\n" in option or "\x00" in option:
+                raise ValueError(f"{option!r}: an sbatch option starts with '-' and is one line")
+        return value
+
+
+
+# --- upkeep (engine/watch/upkeep.py) ---
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class UpkeepSettings(BaseModel):
+    """`upkeep:` in the run config. An interval of null switches that job off."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    heartbeat_interval_s: float | None = Field(30.0, gt=0, description="write <run_dir>/heartbeat.json (time, step, free disk)")
+    retention_interval_s: float | None = Field(60.0, gt=0, description="prune checkpoints to keep_last_k + best")
+    log_gzip_interval_s: float | None = Field(600.0, gt=0, description="gzip finished trainer logs in <run_dir>/logs")
+    digest_enabled: bool = Field(False, description="post a daily digest through the Slack notifier")
+    digest_time: str = Field("09:00", description="local time of the daily digest, HH:MM")
+
+    @field_validator("digest_time")
+    @classmethod
+    def _hhmm(cls, value: str) -> str:
+        if not _HHMM.match(value):
+            raise ValueError(f"digest_time must be HH:MM (24 h), got {value!r}")
+        return value
+
+
+
+# --- metrics (engine/watch/metrics.py) ---
+class MetricsSettings(BaseModel):
+    """`watch.metrics:` in the run config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    port: int | None = Field(None, ge=0, le=65535, strict=True,
+                             description="serve Prometheus metrics on this port (0: any free port, written to "
+                                         "<run_dir>/metrics-address); none: no endpoint")
+    host: str = Field("127.0.0.1", min_length=1, description="address to listen on (0.0.0.0: every interface)")
+
+

@@ -1,0 +1,139 @@
+"""The typed live-state snapshot: everything the matcher may look at, at one instant.
+
+A snapshot is plain data (JSON-serialisable), so an incident can store the exact state that fired
+it and `replay`/`explain` can re-evaluate it later without a running trainer.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    INCIDENT = "incident"
+    RECOVERING = "recovering"
+    COMPLETED = "completed"
+    ESCALATED = "escalated"
+    STOPPED = "stopped"          # the watcher was asked to stop; the run can be resumed later
+
+
+TERMINAL_STATES = {RunState.COMPLETED, RunState.ESCALATED, RunState.STOPPED}
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RankStatus(Frozen):
+    """One rank, from its own heartbeat (written inside the trainer) and its process seen from outside."""
+
+    rank: int
+    node: int | None = None             # the node (launcher agent) it runs on, with several nodes (engine/process/nodes.py)
+    pid: int | None = None
+    alive: bool = False
+    stopped: bool = False               # process state T
+    exit_code: int | None = None        # None: still running, or nobody could record it
+    signal: str | None = None
+    ended_at: float | None = None
+    step: int | None = None             # optimizer steps this rank has finished
+    iter_num: int | None = None         # micro-batches this rank has started
+    phase: str | None = None            # "work" (data + forward) or "sync" (backward with the gradient all-reduce)
+    seconds_since_heartbeat: float | None = None
+    work_seconds: float | None = None   # median of the rank's own work per micro-batch (no collective wait)
+
+
+class NodeStatus(Frozen):
+    """One node's launcher agent (torchrun), with several nodes: its process and how it ended."""
+
+    node: int
+    pid: int | None = None
+    alive: bool = False
+    exit_code: int | None = None        # Popen's convention: negative for a signal
+    signal: str | None = None
+    requested: bool = False             # ended by runbook's own stop, not by a fault
+    notice: str | None = None           # a signal its agent said it got from outside ("SIGTERM": that node preempted)
+    ranks: list[int] = Field(default_factory=list)
+
+
+class RanksStatus(Frozen):
+    """Every rank of a multi-rank trainer; empty (world_size 1) for one process. Lists hold rank numbers."""
+
+    world_size: int = 1
+    ranks: list[RankStatus] = Field(default_factory=list)
+    exited: list[int] = Field(default_factory=list)      # ranks whose process is gone
+    failed: list[int] = Field(default_factory=list)      # ended with a non-zero code or a signal
+    first_failed: int | None = None     # the rank that failed first: the cause, the others followed it
+    first_failed_signal: str | None = None   # the signal that ended it, if one did
+    stopped: list[int] = Field(default_factory=list)     # in state T (SIGSTOP, a freezer, a debugger)
+    stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
+    straggler: int | None = None        # a rank whose work per micro-batch is over k x the other ranks' median
+    straggler_ratio: float | None = None
+    nodes: list[NodeStatus] = Field(default_factory=list)   # empty on one node
+    dead_nodes: list[int] = Field(default_factory=list)     # agents killed by a fault signal (SIGKILL, ...), ranks with them
+    noticed_nodes: list[int] = Field(default_factory=list)  # agents told to stop from outside (a SIGTERM to one node's launcher)
+
+
+class TrainerStatus(Frozen):
+    pid: int | None = None
+    alive: bool = False
+    exit_code: int | None = None        # negative: killed by that signal number (Popen convention)
+    signal: str | None = None           # "SIGTERM" when exit_code == -15 or 128+15
+    launches: int = 0
+    seconds_running: float = 0.0
+    stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
+    ranks: RanksStatus = Field(default_factory=RanksStatus)
+
+
+class Metrics(Frozen):
+    step: int | None = None             # optimizer steps
+    iter_num: int | None = None         # micro-batches
+    tokens: int | None = None
+    loss: float | None = None
+    val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    loss_median: float | None = None    # rolling median of recent train losses
+    loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
+    # Last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1); lowered
+    # to s by a val loss at step s that is non-finite or > 1.5 x the best val loss (checkpoint s is bad).
+    last_healthy_step: int | None = None
+    loss_history: list[float] = Field(default_factory=list)
+    tokens_per_sec: float | None = None
+    baseline_tokens_per_sec: float | None = None
+    grad_norm: float | None = None
+    lr: float | None = None
+
+
+class DiskStatus(Frozen):
+    free_bytes: int = 0
+    total_bytes: int = 0
+
+    @property
+    def free_percent(self) -> float:
+        return 100.0 * self.free_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+class CheckpointStatus(Frozen):
+    count: int = 0
+    newest_step: int | None = None
+    newest_verified_step: int | None = None
+    last_size_bytes: int = 0
+    corrupt_steps: list[int] = Field(default_factory=list)
+
+
+class StateSnapshot(Frozen):
+    observation: int = 0
+    time: float = 0.0
+    run_state: RunState = RunState.RUNNING
+    trainer: TrainerStatus = Field(default_factory=TrainerStatus)
+    metrics: Metrics = Field(default_factory=Metrics)
+    seconds_since_progress: float = 0.0
+    hang_timeout_s: float = 120.0       # derived from this run's own progress gaps (see observer.py)
+    new_lines: list[str] = Field(default_factory=list)
+    tail: list[str] = Field(default_factory=list)
+    disk: DiskStatus = Field(default_factory=DiskStatus)
+    checkpoints: CheckpointStatus = Field(default_factory=CheckpointStatus)

@@ -1,0 +1,168 @@
+"""YAML loading that remembers where each value came from, so errors can say file:line.
+
+ruamel.yaml's round-trip loader keeps line/column for every mapping key and sequence item; pydantic
+reports an error location as a tuple of keys. `locate` walks one with the other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.scalarbool import ScalarBoolean
+from ruamel.yaml.error import MarkedYAMLError
+
+from engine.core.bounded_read import read_text_file, shown
+from engine.core.errors import SourceError  # noqa: F401 - raised here and importable from here
+from engine.core.durable import atomic_write_text
+
+
+def round_trip_yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    return yaml
+
+
+MAX_DEPTH = 64            # nesting of mappings/sequences in a config or playbook
+MAX_VALUES = 100_000      # values after aliases are expanded (a "billion laughs" file has 10^9)
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse `path` with positions kept; a syntax error becomes a SourceError with file:line:col.
+
+    Bounded: the file is read by read_text_file (regular files only, size capped), nesting is
+    checked on the parser's events before anything recursive runs, and aliases may not expand the
+    document beyond MAX_VALUES values (pydantic and `plain` would walk every copy).
+    """
+    text = read_text_file(path)
+    yaml = round_trip_yaml()
+    try:
+        _check_depth(yaml, text, path)
+        tree = yaml.load(text)
+    except MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{shown(path)}:{mark.line + 1}:{mark.column + 1}" if mark else shown(path)
+        raise SourceError([f"{where}: invalid YAML: {err.problem or err.context}"]) from None
+    except SourceError:
+        raise
+    except (RecursionError, MemoryError):
+        raise SourceError([f"{shown(path)}: YAML too deeply nested or too large"]) from None
+    except ValueError as err:  # ruamel's constructors raise plain ValueErrors too (a bad timestamp, ...)
+        raise SourceError([f"{shown(path)}: invalid YAML: {err}"]) from None
+    _check_expansion(tree, path)
+    return tree
+
+
+def _check_depth(yaml: YAML, text: str, path: Path) -> None:
+    depth = 0
+    for event in yaml.parse(text):
+        name = type(event).__name__
+        if name in ("MappingStartEvent", "SequenceStartEvent"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise SourceError([f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: nested more than {MAX_DEPTH} levels deep"])
+        elif name in ("MappingEndEvent", "SequenceEndEvent"):
+            depth -= 1
+
+
+def _check_expansion(tree: Any, path: Path) -> None:
+    """Count the values of the document as pydantic would see them, each shared node once per use."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:  # depth is bounded by _check_depth, so recursion is safe here
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is None:
+            children = node.values() if isinstance(node, dict) else node
+            known = sizes[id(node)] = 1 + sum(size(child) for child in children)
+        return known
+
+    if size(tree) > MAX_VALUES:
+        line = 1
+        if isinstance(tree, CommentedMap):  # name the first top-level key whose value is too big
+            big = next((k for k, v in tree.items() if size(v) > MAX_VALUES // 10), None)
+            line = tree.lc.key(big)[0] + 1 if big is not None else 1
+        raise SourceError([f"{shown(path)}:{line}:1: aliases expand to more than {MAX_VALUES:,} values; "
+                           "write the values out instead"])
+
+
+def locate(node: Any, loc: tuple) -> tuple[int, int] | None:
+    """1-based (line, col) of the deepest part of `loc` found in the ruamel tree."""
+    found = None
+    for key in loc:
+        if isinstance(node, CommentedMap) and key in node:
+            line, col = node.lc.key(key)
+            found = (line + 1, col + 1)
+            node = node[key]
+        elif isinstance(node, CommentedSeq) and isinstance(key, int) and 0 <= key < len(node):
+            line, col = node.lc.item(key)
+            found = (line + 1, col + 1)
+            node = node[key]
+        elif isinstance(node, (CommentedMap, CommentedSeq)) and found is None and hasattr(node, "lc"):
+            found = (node.lc.line + 1, node.lc.col + 1)
+    if found is None and hasattr(node, "lc") and getattr(node.lc, "line", None) is not None:
+        found = (node.lc.line + 1, node.lc.col + 1)
+    return found
+
+
+def describe_validation_error(path: Path, tree: Any, err: ValidationError, prefix: tuple = ()) -> list[str]:
+    """One `file:line:col: key: reason` line per pydantic error."""
+    lines = []
+    for item in err.errors():
+        loc = tuple(part for part in item["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+        # pydantic puts the union member / tag name into loc; keep only parts that exist in the file
+        where = locate(tree, prefix + loc)
+        key = ".".join(str(part) for part in loc) or "(top level)"
+        position = f"{path}:{where[0]}:{where[1]}" if where else str(path)
+        reason = item["msg"]
+        if item["type"] == "extra_forbidden":
+            reason = "unknown key"
+        lines.append(f"{position}: {key}: {reason}")
+    return lines
+
+
+def plain(node: Any) -> Any:
+    """ruamel's tree -> plain Python data: dicts, lists, str, int, float, bool, None (and dates, bytes).
+
+    The round-trip loader hands back its own subclasses (ScalarFloat for `0.1`, HexInt for `0x1F`,
+    DoubleQuotedScalarString, ScalarBoolean and ScalarInt behind an anchor, TimeStamp). pydantic keeps
+    them as they are in `Any` fields (`trainer.extra`), and a safe YAML or JSON writer refuses them,
+    so the whole tree is converted here, once, where a user's file is loaded.
+    """
+    if isinstance(node, dict):
+        return {str(k): plain(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [plain(v) for v in node]
+    if node is None or type(node) in (str, int, float, bool, bytes, dt.date, dt.datetime):
+        return node
+    if isinstance(node, ScalarBoolean):      # an int subclass: test it before int
+        return bool(node)
+    if isinstance(node, dt.datetime):        # TimeStamp; before date, its base
+        return dt.datetime.combine(node.date(), node.time(), node.tzinfo)
+    if isinstance(node, dt.date):
+        return dt.date(node.year, node.month, node.day)
+    for kind in (bool, int, float, str, bytes):
+        if isinstance(node, kind):
+            return kind(node)
+    if isinstance(node, TaggedScalar):       # `!custom value`: the value, as written
+        return str(node.value)
+    return node
+
+
+def update_yaml_values(path: Path, updates: dict[str, Any]) -> None:
+    """Set top-level keys in a YAML file, keeping comments, order and quoting."""
+    yaml = round_trip_yaml()
+    tree = yaml.load(path.read_text(encoding="utf-8"))
+    for key, value in updates.items():
+        tree[key] = value
+    buffer = io.StringIO()
+    yaml.dump(tree, buffer)
+    atomic_write_text(path, buffer.getvalue())

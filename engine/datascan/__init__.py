@@ -1,0 +1,1 @@
+"""Finding and cleaning bad lines in training text with the run's tokenizer."""

@@ -1,0 +1,201 @@
+"""The one expression language of playbooks: Jinja2 expressions in an immutable sandbox.
+
+Compiled once at load time. A condition must evaluate to a real bool; any error fails closed
+(the condition is false) and is reported to the caller, never raised into the watch loop.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2.parser import Parser
+from jinja2.utils import consume
+
+from engine.expr.direct_eval import direct_evaluator
+from engine.expr.sandbox import (
+    MAX_OUTPUT, MAX_SOURCE, Sandbox, SandboxLimit, budget, budget_iter, budget_range, bound, check_format,
+    check_tree, guarded_join, safe_concat, safe_mod,
+)
+
+
+# optimized=False: nothing of a user's text is evaluated at compile time (lint must not run it).
+_ENV = Sandbox(undefined=StrictUndefined, optimized=False)
+for _name in ("lipsum", "cycler", "joiner", "namespace"):  # unbounded output or state across loop iterations
+    del _ENV.globals[_name]
+for _name in ("center", "indent", "wordwrap", "random", "pprint", "urlize"):  # output size set by an argument
+    del _ENV.filters[_name]
+_ENV.filters["join"] = guarded_join(_ENV.filters["join"])
+_ENV.filters["format"] = lambda value, *args, **kwargs: check_format(str(value)) or safe_mod(str(value), kwargs or args)
+_ENV.globals.update(
+    {
+        "isnan": lambda x: x is not None and math.isnan(x),
+        "isinf": lambda x: x is not None and math.isinf(x),
+        "isfinite": lambda x: x is not None and math.isfinite(x),
+        "median": lambda xs: statistics.median(xs) if xs else None,
+        "min": min,
+        "max": max,
+        "abs": abs,
+        "round": round,
+        "int": int,
+        "float": float,
+        "len": len,
+        "range": budget_range,
+        "__budget_iter": budget_iter,
+        "__concat": safe_concat,
+    }
+)
+
+
+_GLOBALS = dict(_ENV.globals)  # flattened once; see Expression.evaluate
+
+
+class ExpressionError(ValueError):
+    pass
+
+
+def _check(tree: nodes.Node, source: str) -> None:
+    """Refuse private names, macros/includes and deep nesting up front, so lint reports them at load."""
+    reason = check_tree(tree)
+    if reason:
+        raise ExpressionError(f"'{_short(source)}': {reason}")
+
+
+def _short(source: str) -> str:
+    return source if len(source) <= 200 else source[:200] + "..."
+
+
+@dataclass(frozen=True)
+class Expression:
+    source: str
+    _template: Any
+    _direct: Any = None   # the same computation without jinja's per-call set-up (engine/expr/direct_eval.py)
+
+    def evaluate(self, **context: Any) -> Any:
+        try:
+            if self._direct is not None:
+                return self._direct(context)  # no loops or calls: only the operator checks apply
+            # What jinja2's TemplateExpression.__call__ does, except that it merges the template's
+            # ChainMap of globals into every call's context, which costs more than most expressions.
+            with budget():
+                jinja_context = self._template.new_context({**_GLOBALS, **context}, shared=True)
+                consume(self._template.root_render_func(jinja_context))
+                return jinja_context.vars["result"]
+        except (SandboxLimit, MemoryError, RecursionError) as err:
+            raise ExpressionError(f"'{_short(self.source)}': {_limit_reason(err)}") from None
+
+
+LIMIT_MARK = "exceeds the sandbox's limits"
+
+
+def _limit_reason(err: BaseException) -> str:
+    if isinstance(err, SandboxLimit):
+        return f"{LIMIT_MARK}: {err}"
+    return f"{LIMIT_MARK}: " + ("too deeply nested" if isinstance(err, RecursionError) else "out of memory")
+
+
+def _parse(make: Any, source: str) -> Any:
+    """Parse with the sandbox's size rules; every failure is an ExpressionError naming the source."""
+    if len(source) > MAX_SOURCE:
+        raise ExpressionError(f"'{_short(source)}': longer than {MAX_SOURCE:,} characters")
+    try:
+        tree = make()
+        _check(tree, source)
+        return tree
+    except TemplateSyntaxError as err:
+        raise ExpressionError(f"'{_short(source)}': {err.message}") from None
+    except (RecursionError, MemoryError, SandboxLimit) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err)}") from None
+
+
+def _build_template(tree: nodes.Template, source: str) -> Any:
+    try:
+        return _ENV.from_string(bound(tree))
+    except TemplateSyntaxError as err:
+        raise ExpressionError(f"'{_short(source)}': {err.message}") from None
+    except (RecursionError, MemoryError, SandboxLimit, SyntaxError) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err) if not isinstance(err, SyntaxError) else 'too complex'}") from None
+
+
+def compile_expression(source: str) -> Expression:
+    if not isinstance(source, str) or not source.strip():
+        raise ExpressionError("an expression must be a non-empty string")
+    text = strip_braces(source)
+    expr = _parse(lambda: _parse_expression(text), text)
+    template = _build_template(nodes.Template([nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)], lineno=1), text)
+    direct = direct_evaluator(_parse_expression(text), _ENV, _GLOBALS)
+    return Expression(text, template, direct)
+
+
+def _parse_expression(text: str) -> nodes.Expr:
+    parser = Parser(_ENV, text, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:  # what jinja's compile_expression checks
+        raise TemplateSyntaxError("chunk after expression", parser.stream.current.lineno, None, None)
+    return expr
+
+
+def strip_braces(source: str) -> str:
+    text = source.strip()
+    if is_expression(text):
+        text = text[2:-2].strip()
+    return text
+
+
+def is_expression(value: Any) -> bool:
+    """A parameter value written as "{{ ... }}" is computed; anything else is a literal.
+
+    "{{ a }} of {{ b }}" starts and ends with braces but is text with two expressions in it.
+    """
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    inner = text[2:-2]
+    return text.startswith("{{") and text.endswith("}}") and "{{" not in inner and "}}" not in inner and "{%" not in inner
+
+
+def is_template(value: Any) -> bool:
+    """A string with "{{ }}" inside longer text is rendered to text (a message, a note, a reason)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value) and not is_expression(value)
+
+
+_TEMPLATE_CACHE: dict[str, Any] = {}
+
+
+def compile_template(source: str):
+    if source not in _TEMPLATE_CACHE:
+        tree = _parse(lambda: _ENV.parse(source), source)
+        _TEMPLATE_CACHE[source] = _build_template(tree, source)
+    return _TEMPLATE_CACHE[source]
+
+
+def render_template(source: str, context: dict) -> str:
+    """The rendered text, at most MAX_OUTPUT characters, within the sandbox's budget."""
+    template = compile_template(source)
+    parts, size = [], 0
+    try:
+        with budget():
+            for part in template.generate(**context):
+                size += len(part)
+                if size > MAX_OUTPUT:
+                    raise SandboxLimit(f"renders more than {MAX_OUTPUT:,} characters")
+                parts.append(part)
+    except (SandboxLimit, MemoryError, RecursionError) as err:
+        raise ExpressionError(f"'{_short(source)}': {_limit_reason(err)}") from None
+    return "".join(parts)
+
+
+def evaluate_condition(expr: Expression, context: dict) -> tuple[bool, str | None]:
+    """(value, error). Fails closed: an error or a non-bool gives False with the reason."""
+    try:
+        value = expr.evaluate(**context)
+    except ExpressionError as err:
+        return False, str(err)
+    except Exception as err:  # noqa: BLE001 - any failure of a user's expression fails closed
+        return False, f"{expr.source}: {type(err).__name__}: {err}"
+    if not isinstance(value, bool):
+        return False, f"{expr.source}: must yield true/false, got {type(value).__name__} {value!r}"
+    return value, None

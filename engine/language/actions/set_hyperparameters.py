@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pydantic import Field
+
+from engine.language.actions.base import ActionDef, ActionResult, Params
+
+
+class SetHyperparametersParams(Params):
+    micro_batch_size: int | None = Field(None, gt=0)
+    batch_size: int | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0)
+    save_interval: int | None = Field(None, gt=0)
+
+    def updates(self) -> dict:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+def describe(p: SetHyperparametersParams, state) -> str:
+    changes = ", ".join(f"{k}={v}" for k, v in p.updates().items()) or "nothing"
+    return f"write {changes} into the run config (comments kept) for the next launch"
+
+
+def apply(p: SetHyperparametersParams, rt) -> ActionResult:
+    updates = p.updates()
+    if not updates:
+        return ActionResult(True, "no change")
+    return ActionResult(True, rt.update_config(updates), {"updates": updates})
+
+
+ACTION = ActionDef(
+    "set_hyperparameters", SetHyperparametersParams,
+    "Change hyperparameters for the next launch and write them back into the run config. Values may be "
+    "expressions, e.g. \"{{ config.micro_batch_size // 2 }}\".",
+    describe, apply, example={"set_hyperparameters": {"lr": "{{ config.lr / 2 }}"}},
+)

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from engine.language.types import Duration
+from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
+from engine.expr.expressions import compile_expression
+
+
+class WaitForParams(Params):
+    condition: str = Field(description="expression over `state` and `config`, re-checked on every observation")
+    timeout: Duration = Field(600.0, gt=0, le=86400, description="give up (the action fails) after this long")
+
+    @field_validator("condition")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        compile_expression(value)
+        return value
+
+
+
+def describe(p: WaitForParams, state) -> str:
+    return f"keep observing until {p.condition} (at most {p.timeout:g} s)"
+
+
+def apply(p: WaitForParams, rt) -> ActionResult:
+    held, waited = rt.wait_for(compile_expression(p.condition), p.timeout)
+    if not held:
+        raise ActionFailed(f"{p.condition} still false after {waited:.1f} s")
+    return ActionResult(True, f"{p.condition} held after {waited:.1f} s")
+
+
+ACTION = ActionDef(
+    "wait_for", WaitForParams,
+    "Keep observing the run (the incident stays open) until a condition holds, e.g. throughput is back. "
+    "It gives up early (as a failure) when the trainer exits or stops making progress, so other playbooks can act.",
+    describe, apply,
+    example={"wait_for": {"condition": "state.metrics.tokens_per_sec > 0.8 * state.metrics.baseline_tokens_per_sec",
+                          "timeout": "10m"}},
+)

@@ -1,0 +1,74 @@
+"""Which playbooks a run uses: the set shipped inside runbook's package, then the project's own.
+
+A project playbook with the same `name` as a shipped one replaces it (a team tunes `oom` without
+copying the other twelve); any other name adds to the set. Shipped playbooks live in the repository's
+playbooks/ folder; a wheel carries them as package data (engine/shipped_playbooks/, mapped in
+pyproject.toml), so an installed runbook finds them wherever it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.language.playbook import Playbook
+from engine.language.loader import playbook_files, read_playbook_files, set_problems
+from engine.core.yaml_source import SourceError
+
+def _shipped_dir() -> Path:
+    installed = Path(__file__).resolve().parents[1] / "shipped_playbooks"   # a wheel's package data
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "playbooks"   # a checkout
+
+
+SHIPPED_DIR = _shipped_dir()
+
+
+def shipped_files() -> list[Path]:
+    return playbook_files([SHIPPED_DIR])
+
+
+def origin(playbook: Playbook) -> str:
+    """'shipped' or the project file the playbook comes from."""
+    source = playbook.source_file
+    return "shipped" if source is not None and Path(source).resolve().parent == SHIPPED_DIR else str(source)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    project: Playbook
+    shipped: Playbook
+
+    def note(self) -> str:
+        return f"{self.project.source_file}: playbook '{self.project.name}' replaces the shipped one of the same name"
+
+
+def merge(shipped: list[Playbook], project: list[Playbook]) -> tuple[list[Playbook], list[Replacement]]:
+    """PURE. The shipped playbooks no project playbook names, then the project's; and what was replaced."""
+    by_name = {p.name: p for p in project}
+    replaced = [Replacement(by_name[s.name], s) for s in shipped if s.name in by_name]
+    return [s for s in shipped if s.name not in by_name] + project, replaced
+
+
+def read_set(project_paths: list[Path], include_shipped: bool) -> tuple[list[Playbook], list[str], list[Replacement]]:
+    """(playbooks, file:line errors, replacements) of shipped + project files; lint reports from this.
+    In runbook's own repository the project's playbooks/ is the shipped folder itself: read once."""
+    if include_shipped:
+        project_paths = [p for p in project_paths if Path(p).resolve() != SHIPPED_DIR]
+    project, errors = read_playbook_files(playbook_files(project_paths))
+    shipped, shipped_errors = read_playbook_files(shipped_files()) if include_shipped else ([], [])
+    playbooks, replaced = merge(shipped, project)
+    return playbooks, shipped_errors + errors, replaced
+
+
+def load_set(project_paths: list[Path], include_shipped: bool = True) -> tuple[list[Playbook], list[Replacement]]:
+    """Every playbook a run uses; all problems of all files reported together (SourceError)."""
+    playbooks, errors, replaced = read_set(project_paths, include_shipped)
+    errors += [problem.message() for problem in set_problems(playbooks)]
+    if errors:
+        raise SourceError(errors)
+    return playbooks, replaced
+
+
+def load_run_playbooks(loaded) -> list[Playbook]:
+    """The playbooks of a run config: shipped (unless playbooks.shipped is false) + playbooks.paths."""
+    return load_set(loaded.playbook_paths, loaded.config.playbooks.shipped)[0]

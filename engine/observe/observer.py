@@ -1,0 +1,247 @@
+"""Turns what can be seen from outside (log lines, checkpoint folder, disk, the process) into snapshots."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation
+from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+
+WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
+BASELINE_SAMPLES = 20
+HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling median counts as healthy
+BEST_MEDIAN_WINDOW = 3       # logged losses in the rolling median whose minimum is the spike baseline
+
+
+MAX_LINE_BYTES = 64 * 1024          # a longer line is cut to this (a progress or error line is far shorter)
+MAX_READ_BYTES = 4 * 1024 * 1024    # per observation: a flood is read over several ticks, never at once
+
+
+class LogTail:
+    """Reads complete new lines from a growing file (a partial last line waits for its newline).
+
+    Bounded whatever the trainer prints: one observation reads at most MAX_READ_BYTES (a flood is
+    caught up over the next ticks), and a line longer than MAX_LINE_BYTES is kept cut to that length
+    (the rest of it is skipped up to its newline), so a 100 MB line costs neither memory nor time."""
+
+    def __init__(self, path: Path, offset: int = 0):
+        self.path = path
+        self.offset = offset
+        self._partial = b""
+        self._cut = 0          # bytes dropped from the current over-long line
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(MAX_READ_BYTES)
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        *complete, rest = data.split(b"\n")
+        lines = []
+        for piece in complete:
+            lines.append(self._finish(self._partial + piece))
+            self._partial, self._cut = b"", 0
+        self._partial += rest
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._cut += len(self._partial) - MAX_LINE_BYTES
+            self._partial = self._partial[:MAX_LINE_BYTES]
+        return lines
+
+    def _finish(self, raw: bytes) -> str:
+        cut = self._cut + max(0, len(raw) - MAX_LINE_BYTES)
+        text = raw[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r")
+        return f"{text} [... {cut} bytes cut]" if cut else text
+
+
+@dataclass
+class MetricTracker:
+    tokens_per_iter: int
+    loss_window: int = 20
+    losses: deque = field(default_factory=lambda: deque(maxlen=20))
+    iter_times: deque = field(default_factory=lambda: deque(maxlen=10))
+    baseline_samples: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SAMPLES))
+    baseline: float | None = None
+    best_median: float | None = None
+    last_healthy_step: int | None = None
+    val_condemned_step: int | None = None   # this launch's weights failed validation from this step on
+    progress_since_launch: int = 0
+    step: int | None = None
+    iter_num: int | None = None
+    loss: float | None = None
+    val_loss: float | None = None
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    final_val_loss: float | None = None
+    last_progress_time: float | None = None
+    longest_gap_s: float | None = None     # between two progress lines of any launch (covers eval + save)
+    save_started: float | None = None
+    save_seconds: deque = field(default_factory=lambda: deque(maxlen=10))
+    step_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
+    progress_lines_since_launch_at: float | None = None
+    saving: list[str] = field(default_factory=list)
+
+    def new_launch(self, tokens_per_iter: int) -> None:
+        """A relaunch keeps what describes the run (throughput baseline, longest progress gap, the
+        spike baseline and the last healthy step) and forgets what describes the old process."""
+        self.tokens_per_iter = tokens_per_iter
+        self.progress_since_launch = 0
+        self.iter_times.clear()
+        self.baseline_samples.clear()  # a new process warms up again; the baseline itself is kept
+        # longest_gap_s is kept: a relaunch's first save is as slow as the last launch's, and a
+        # timeout learnt from its few save-free gaps would call that save a hang.
+        self.last_progress_time = None
+        self.save_started = None
+        # The recent losses go (they may be the spike just rolled back, and would match again at
+        # once); the best median stays, so a run resumed from a checkpoint saved mid-divergence is
+        # still measured against the healthy loss, not against its own diverged level.
+        self.losses.clear()
+        self.val_condemned_step = None   # a relaunch starts from other (checkpointed) weights
+
+    def on_event(self, event, now: float) -> None:
+        if isinstance(event, Progress):
+            if self.progress_since_launch == 0 and self.last_healthy_step is not None:
+                # Resumed at event.step - 1: after a rollback, nothing later than that is known healthy.
+                self.last_healthy_step = min(self.last_healthy_step, event.step - 1)
+            self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
+            self.losses.append(event.loss)
+            self._update_best_median()
+            healthy = self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median)
+            # After a failed validation a train loss that looks fine again (a collapsed model sits near
+            # ln(vocab)) vouches for nothing more in this launch.
+            if healthy and self.val_condemned_step is None:
+                self.last_healthy_step = event.step
+            self.progress_since_launch += 1
+            if self.last_progress_time is not None:
+                gap = now - self.last_progress_time
+                self.longest_gap_s = gap if self.longest_gap_s is None else max(self.longest_gap_s, gap)
+                if self.save_started is None:
+                    self.step_seconds.append(gap)
+            if self.save_started is not None:  # the save (and eval) ended when progress resumed
+                self.save_seconds.append(now - self.save_started)
+                self.save_started = None
+            self.last_progress_time = now
+            if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
+                self.iter_times.append(max(event.iter_time_ms, 1e-3))
+            if self.progress_since_launch > WARMUP_PROGRESS_LINES:
+                # The baseline is the best sustained speed this run has shown (the highest rolling
+                # median so far): a start on a busy machine must not make later slowness look normal.
+                self.baseline_samples.append(self.throughput())
+                if len(self.baseline_samples) == BASELINE_SAMPLES:
+                    sustained = statistics.median(self.baseline_samples)
+                    self.baseline = sustained if self.baseline is None else max(self.baseline, sustained)
+        elif isinstance(event, Validation):
+            self.val_loss = event.val_loss
+            # litgpt validates the weights after update `step`, the ones checkpoint `step` holds: an
+            # unhealthy val loss condemns that checkpoint, even where the train loss still looked fine.
+            if self.step is not None and not self._val_healthy(event.val_loss):
+                self.last_healthy_step = self.step if self.last_healthy_step is None else min(self.last_healthy_step, self.step)
+                if self.val_condemned_step is None:
+                    self.val_condemned_step = self.step
+            if math.isfinite(event.val_loss) and (self.best_val_loss is None or event.val_loss < self.best_val_loss):
+                self.best_val_loss, self.best_val_step = event.val_loss, self.step
+        elif isinstance(event, CheckpointSaving):
+            self.saving.append(event.path)
+            self.save_started = now
+        elif isinstance(event, FinalValidation):
+            self.final_val_loss = event.val_loss
+
+    def _val_healthy(self, val_loss: float) -> bool:
+        if not math.isfinite(val_loss):
+            return False
+        return self.best_val_loss is None or val_loss <= HEALTHY_RATIO * self.best_val_loss
+
+    def _update_best_median(self) -> None:
+        recent = [x for x in list(self.losses)[-BEST_MEDIAN_WINDOW:] if math.isfinite(x)]
+        if len(recent) == BEST_MEDIAN_WINDOW:
+            median = statistics.median(recent)
+            self.best_median = median if self.best_median is None else min(self.best_median, median)
+
+    def throughput(self) -> float | None:
+        """Tokens/s over the recent iterations: total tokens / total wall time, so a process that is
+        stopped now and then shows up (a median of iteration times would hide it)."""
+        if not self.iter_times:
+            return None
+        return self.tokens_per_iter * len(self.iter_times) / (sum(self.iter_times) / 1000)
+
+    def metrics(self) -> Metrics:
+        finite = [x for x in self.losses if math.isfinite(x)]
+        tps = self.throughput()
+        tokens = self.iter_num * self.tokens_per_iter if self.iter_num is not None else None
+        return Metrics(
+            step=self.step, iter_num=self.iter_num, tokens=tokens, loss=self.loss, val_loss=self.val_loss,
+            best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
+            loss_median=statistics.median(finite) if finite else None, loss_best_median=self.best_median,
+            last_healthy_step=self.last_healthy_step,
+            loss_history=list(self.losses),
+            tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,
+        )
+
+
+class Observer:
+    def __init__(self, adapter, out_dir: Path, tokens_per_iter: int, tail_lines: int = 200):
+        self.adapter = adapter
+        self.out_dir = out_dir
+        self.tracker = MetricTracker(tokens_per_iter)
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.log: LogTail | None = None
+        self.observation = 0
+        self.launched_at = time.time()
+
+    def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
+        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
+        self.tracker.new_launch(tokens_per_iter)
+        self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
+        self.log = LogTail(log_path)
+        self.launched_at = time.time()
+        if replay_existing:
+            for line in self.log.read():
+                self._consume(line, self.launched_at)
+
+    def _consume(self, line: str, now: float) -> None:
+        self.tail.append(line)
+        event = self.adapter.parse_line(line)
+        if event is not None:
+            self.tracker.on_event(event, now)
+
+    def read_lines(self, now: float) -> list[str]:
+        lines = self.log.read() if self.log else []
+        for line in lines:
+            self._consume(line, now)
+        return lines
+
+    def hang_timeout(self, watch) -> float:
+        """The run's own measure of "too long without progress": the longest gap seen (in any launch)
+        x a safety factor, clamped to [floor, ceiling]; the ceiling until this launch has printed its
+        first progress line, since start-up (imports, data, model, resume) is not a progress gap."""
+        gap = self.tracker.longest_gap_s
+        if gap is None or self.tracker.progress_since_launch == 0:
+            return watch.hang_timeout_s
+        return min(watch.hang_timeout_s, max(watch.hang_floor_s, watch.hang_safety_factor * gap))
+
+    def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
+                 new_lines: list[str], watch) -> StateSnapshot:
+        self.observation += 1
+        last = self.tracker.last_progress_time
+        since = now - last if last else now - self.launched_at
+        return StateSnapshot(
+            observation=self.observation, time=now, run_state=run_state, trainer=trainer,
+            metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
+            new_lines=new_lines,
+            tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
+        )
+
+
+def disk_status(path: Path) -> DiskStatus:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    return DiskStatus(free_bytes=usage.free, total_bytes=usage.total)

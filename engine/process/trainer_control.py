@@ -1,0 +1,161 @@
+"""The run's trainer and its settings: launch it (through its adapter), stop it, report on it, and
+change the run config or environment that the next launch gets. Everything it does is journaled."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from engine.core.durable import atomic_write_text
+from engine.records.journal import Journal
+from engine.checkpoints.partial_saves import clear_trainer_tmp
+from engine.process.identity import SecondTrainerRefused, live_trainers_of
+from engine.process.ranks import RANKS_DIR_ENV, RankWatch
+from engine.core.state import TrainerStatus
+from engine.process.trainer_env import trainer_environment
+from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
+from engine.core.write_trouble import WriteTrouble, passing
+
+LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly
+
+
+class TrainerControl:
+    def __init__(self, loaded, adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None):
+        self.loaded = loaded              # the run config in force; a recovery may rewrite it
+        self.adapter = adapter
+        self.journal = journal
+        self.data_hash = data_hash
+        self.process: TrainerProcess | None = None
+        self.launches = 0
+        self.extra_env: dict[str, str] = {}
+        self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
+        self.trouble = trouble or WriteTrouble()
+        self.ranks = RankWatch(None)      # the ranks of the current launch (engine/process/ranks.py)
+
+    @property
+    def folder(self):
+        return self.loaded.folder
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive
+
+    @property
+    def tokens_per_iter(self) -> int:
+        """Tokens of one logged iteration, all ranks together (each of trainer.devices ranks takes a micro-batch)."""
+        cfg = self.loaded.config
+        return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
+
+    def launch(self, resume_file: Path | None) -> TrainerProcess:
+        self.refuse_second_trainer()
+        self.launches += 1
+        folder = self.folder
+        launch_dir = folder.launch_dir(self.launches)
+        launch_dir.mkdir(parents=True, exist_ok=True)
+        self._copy_config(launch_dir / "run_config.yaml")  # the hyperparameters of this launch
+        clear_trainer_tmp(self.loaded.out_dir)
+        self._stop_leftover_ranks()
+        spec = self._prepare(launch_dir, resume_file)
+        spec.env.update(self.extra_env)
+        self.ranks = RankWatch(launch_dir / "ranks")
+        spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
+        spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
+        log_path = folder.trainer_log(self.launches)
+        self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches))
+        self._write_pid(self.process.pid)
+        self.journal.append("launch", launch=self.launches, pid=self.process.pid, log=str(log_path),
+                            exit_status=str(self.process.status_path), started=self.process.started_at,
+                            resume_from=str(resume_file) if resume_file else None, argv=spec.argv)
+        return self.process
+
+    def refuse_second_trainer(self) -> None:
+        """One trainer per run folder, whatever happened before (an escalation left one running, a
+        watcher crashed, the journal lost a launch): any live trainer of this run_dir other than the one
+        this watcher controls stops the launch."""
+        if self.process is not None and self.process.alive:
+            raise SecondTrainerRefused(f"trainer pid {self.process.pid} of this run is still running: "
+                                       "it must end before a relaunch")
+        others = live_trainers_of(self.folder.root)
+        if others:
+            pid, status = others[0]
+            raise SecondTrainerRefused(
+                f"a trainer of this run folder is already running (pid {pid}, recorded in {status}); runbook "
+                f"will not start a second one into {self.loaded.out_dir}. Stop it (kill {pid}) or let it finish, "
+                "then run `runbook watch` again")
+
+    # --- a full run folder (engine/core/write_trouble.py) -----------------------------------------------
+    def _copy_config(self, dest: Path) -> None:
+        """A record for people, not needed to launch: a full disk skips it (said once), never half a copy."""
+        try:
+            self.loaded.save_copy(dest)
+        except OSError as error:
+            if not passing(error):
+                raise
+            dest.unlink(missing_ok=True)
+            self.trouble.failed("launch copies", error, "launching without this launch's run_config.yaml copy")
+
+    def _prepare(self, launch_dir: Path, resume_file: Path | None):
+        """The trainer's own launch files are needed: wait a while for space, then fail the launch cleanly."""
+        deadline = time.monotonic() + LAUNCH_SPACE_WAIT_S
+        while True:
+            try:
+                return self.adapter.prepare_launch(self.loaded, launch_dir, resume_file, self.data_hash)
+            except OSError as error:
+                if not passing(error) or time.monotonic() >= deadline:
+                    raise
+                self.trouble.failed(f"the launch files in {launch_dir}", error,
+                                    f"waiting up to {LAUNCH_SPACE_WAIT_S:g} s for space before launching the trainer")
+                time.sleep(0.5)
+
+    def _write_pid(self, pid: int) -> None:
+        try:
+            atomic_write_text(self.folder.trainer_pid, f"{pid}\n")
+        except OSError as error:
+            if not passing(error):
+                raise
+            self.folder.trainer_pid.unlink(missing_ok=True)   # a stale pid is worse than none: someone may signal it
+            self.trouble.failed("trainer.pid", error, f"removed the old one; the journal has pid {pid}")
+
+    def attach(self, pid: int, log: Path, started: float | None, launch: int) -> TrainerProcess:
+        """The trainer an earlier watcher launched, alive or not (its launcher recorded how it ended)."""
+        self.process = TrainerProcess.attach(pid, log, started, self.folder.exit_status(launch))
+        self.ranks = RankWatch(self.folder.launch_dir(launch) / "ranks")
+        return self.process
+
+    def stop(self, reason: str) -> str:
+        if self.process is None:
+            return "no trainer"
+        text = self.process.stop(self.loaded.config.watch.grace_period_s)
+        self.journal.append("trainer_stopped", pid=self.process.pid, reason=reason, detail=text)
+        return text + self._stop_leftover_ranks()
+
+    def _stop_leftover_ranks(self) -> str:
+        """Ranks that outlived rank 0 (a stopped one, an orphan) hold ports and memory: stop them too."""
+        stopped = self.ranks.stop_leftovers(self.loaded.config.watch.grace_period_s)
+        if not stopped:
+            return ""
+        self.journal.append("ranks_stopped", ranks=stopped)
+        return "; stopped the ranks left over: " + ", ".join(stopped)
+
+    def status(self) -> TrainerStatus:
+        t = self.process
+        if t is None:
+            code, sig = self.past_exit
+            return TrainerStatus(launches=self.launches, exit_code=code, signal=sig)
+        alive = t.alive
+        code = None if alive else t.poll()
+        ended = read_exit_status(t.status_path).get("ended") if code is not None else None
+        return TrainerStatus(
+            pid=t.pid, alive=alive, exit_code=code, signal=signal_name(code), launches=self.launches,
+            seconds_running=time.time() - t.started_at, stopped=alive and t.stopped,
+            ranks=self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None),
+        )
+
+    def write_config(self, updates: dict) -> None:
+        self.loaded = self.loaded.write_back(updates)
+        self.journal.append("config_changed", updates=updates)
+
+    def set_env(self, variables: dict) -> None:
+        self.extra_env.update(variables)
+        self.journal.append("env", vars=variables)

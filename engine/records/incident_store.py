@@ -1,0 +1,108 @@
+"""Incident records: numbered per project, never reused, each written atomically as one JSON file,
+and read back by one reader that checks every field (engine/records/incident_checks.py) and types it
+(engine/records/incident.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from engine.core.durable import atomic_write_text
+from engine.records.incident import Incident
+from engine.records.incident_checks import ID_PATTERN, problem
+
+
+class IncidentsUnreadable(OSError):
+    """The incidents folder exists but cannot be listed (not a folder, no permission)."""
+
+
+class BadIncidentRecord(ValueError):
+    """One record cannot be used; the message is one sentence naming the file and why."""
+
+    def __init__(self, path: Path, reason: str, missing: bool = False):
+        super().__init__(f"{path} {reason}")
+        self.path, self.reason, self.missing = path, reason, missing
+
+
+class IncidentStore:
+    """`<run_dir>/incidents/incident-N.json`; N comes from a project-wide counter so ids never repeat,
+    even across run folders or after one is deleted."""
+
+    def __init__(self, run_dir: Path, counter_file: Path | None = None):   # readers never allocate ids
+        self.dir = run_dir / "incidents"
+        self.counter_file = counter_file
+
+    def next_id(self) -> str:
+        assert self.counter_file is not None, "a reader's store cannot allocate ids"
+        self.counter_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.counter_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 32, 0).decode().strip()
+            number = int(raw) + 1 if raw.isdigit() else 1
+            existing = [int(m.group(1)) for p in self.dir.glob("incident-*.json") if (m := ID_PATTERN.match(p.stem))]
+            number = max([number, *(n + 1 for n in existing)])
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{number}\n".encode(), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return f"incident-{number}"
+
+    def path(self, incident_id: str) -> Path:
+        return self.dir / f"{incident_id}.json"
+
+    def write(self, incident: Incident) -> Path:
+        path = self.path(incident.id)
+        atomic_write_text(path, json.dumps(incident.to_json(), indent=2, sort_keys=False, default=str) + "\n")
+        return path
+
+    def read(self, incident_id: str) -> Incident:
+        """The record, checked and typed; BadIncidentRecord (one sentence) when it cannot be used."""
+        path = self.path(incident_id)
+        if not ID_PATTERN.match(incident_id):
+            raise BadIncidentRecord(path, "is not named incident-N", missing=True)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BadIncidentRecord(path, "does not exist", missing=True) from None
+        except (OSError, ValueError, RecursionError) as error:
+            raise BadIncidentRecord(path, f"is not a readable incident record (perhaps half-written: "
+                                          f"{type(error).__name__}: {str(error)[:120]})") from None
+        if not isinstance(raw, dict) or raw.get("id") != incident_id:
+            raise BadIncidentRecord(path, f"is not an incident record (expected a JSON object with \"id\": \"{incident_id}\")")
+        reason = problem(raw)
+        if reason is None:
+            try:
+                return Incident.model_validate(raw)
+            except ValidationError as error:
+                first = error.errors()[0]
+                reason = f"'{'.'.join(str(x) for x in first['loc'])}': {first['msg']}"
+        raise BadIncidentRecord(path, f"is not a valid incident record: {reason}")
+
+    def read_all(self) -> tuple[list[Incident], list[str]]:
+        """Every usable record, oldest first, and one sentence per record skipped (file and reason).
+        IncidentsUnreadable when the folder itself cannot be listed."""
+        incidents, problems = [], []
+        for incident_id in self.ids():
+            try:
+                incidents.append(self.read(incident_id))
+            except BadIncidentRecord as bad:
+                problems.append(f"{bad}; skipped it")
+        return incidents, problems
+
+    def ids(self) -> list[str]:
+        try:
+            names = os.listdir(self.dir)   # glob() would answer "none" for a folder it cannot read
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise IncidentsUnreadable(f"cannot list the incident records in {self.dir}: "
+                                      f"{error.strerror or error}") from None
+        found = [(int(m.group(1)), name[:-5]) for name in names
+                 if name.endswith(".json") and (m := ID_PATTERN.match(name[:-5]))]
+        return [name for _, name in sorted(found)]

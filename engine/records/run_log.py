@@ -1,0 +1,73 @@
+"""docs/run-log.md grows by itself: one entry per incident, appended from an editable Jinja2 template.
+
+Earlier entries and a human's own notes are never rewritten: we only ever append, in one write,
+fsynced, so a crash cannot leave half an entry followed by more text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.expr.expressions import render_template
+from engine.records.run_log_entry import entry_view
+
+from engine.core.write_trouble import append_whole
+
+# `entry` is engine/records/run_log_entry.py's view (honest words, only what ran); `incident` is the raw
+# record, for a user's own template written before the view existed.
+DEFAULT_TEMPLATE = """
+### {{ entry.id }} — {{ entry.playbook }} ({{ entry.headline }}) <a id="{{ entry.anchor }}"></a>
+{% if entry.repeat_of %}
+- **Again:** {{ entry.repeat_words }} (`{{ entry.signature }}`), {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}
+- **Outcome:** {{ entry.outcome }}
+- **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.cost %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.record_link %}
+- **Record:** [{{ entry.id }}]({{ entry.record_link }}){% endif %}
+{%- else %}
+- **Seen:** {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}: {{ entry.seen }}. {{ entry.symptom }}{% if entry.evidence %}
+- **Evidence:** `{{ entry.evidence | replace("`", "'") }}`{% endif %}{% if entry.signature %}
+- **Signature:** `{{ entry.signature }}`: `{{ entry.signature_text | replace("`", "'") }}`{% endif %}
+- **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.config_changes %}; config changed: {% for key, change in entry.config_changes.items() %}{{ key }} {{ change[0] }} -> {{ change[1] }}{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}
+- **Outcome:** {{ entry.outcome }}{% if entry.cost %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.notes %}
+- **Notes:** {{ entry.notes | join("; ") }}{% endif %}{% if entry.lesson %}
+- **Lesson:** {{ entry.lesson }}{% endif %}{% if entry.playbook_link or entry.record_link %}
+- **Files:** {% if entry.playbook_link %}playbook [{{ entry.playbook }}]({{ entry.playbook_link }}){% endif %}{% if entry.playbook_link and entry.record_link %} · {% endif %}{% if entry.record_link %}record [{{ entry.id }}]({{ entry.record_link }}){% endif %}{% endif %}
+{%- endif %}
+"""
+
+HEADER = """# Run log
+
+Every incident runbook handled, appended automatically (one entry each). Add your own notes
+anywhere: runbook only ever appends.
+"""
+
+
+
+def render_entry(incident: dict, template_path: Path | None = None, run_log: Path | None = None) -> str:
+    """The entry's text. The template is the user's (run_log_template): it renders in the playbooks'
+    sandbox, under the same budgets, so a hostile one fails with a sentence instead of hanging.
+    `run_log`: where the entry goes, so its links to the playbook and the record are relative to it."""
+    source = template_path.read_text(encoding="utf-8") if template_path else DEFAULT_TEMPLATE
+    return render_template(source, {"incident": incident, "entry": entry_view(incident, run_log)})
+
+
+def entry_marker(incident_id: str) -> str:
+    """An HTML comment before each entry (invisible in the rendered page): a watcher restarted after
+    appending but before journaling it finds the entry there and does not append it twice."""
+    return f"<!-- runbook:{incident_id} -->"
+
+
+def append_entry(run_log: Path, incident: dict, template_path: Path | None = None) -> bool:
+    """Append the incident's entry once; False when the run log already has it."""
+    marker = entry_marker(str(incident.get("id")))
+    if run_log.is_file() and marker.encode() in run_log.read_bytes():
+        return False
+    text = "\n" + marker + render_entry(incident, template_path, run_log)  # render first: a template error writes nothing
+    run_log.parent.mkdir(parents=True, exist_ok=True)
+    if not run_log.exists() or run_log.stat().st_size == 0:
+        text = HEADER + text
+    elif not run_log.read_bytes().endswith(b"\n"):
+        text = "\n" + text
+    append_whole(run_log, text.encode("utf-8"))   # a full disk: all of the entry or none of it (engine/core/write_trouble.py)
+    return True

@@ -1,0 +1,63 @@
+"""Loading a run config with its trainer's side: the kind must name an adapter, and a trainer's own
+config file (litgpt's YAML, `trainer.litgpt_config`) owns the values it holds. engine/core/config.py
+knows no trainer; this seam gives it what it needs, so every caller loads through here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.core.config import LoadedConfig
+from engine.core.config import load_config as load_without_trainer
+from engine.core.yaml_source import SourceError
+from engine.trainers.registry import adapter_factory
+
+
+class TrainerSeam:
+    def check_kind(self, kind: str) -> None:
+        adapter_factory(kind)   # UnknownTrainer (a ValueError) says why there is no such trainer
+
+    def overlay(self, values: dict, config_path: Path) -> dict:
+        trainer = values.get("trainer")
+        if not (isinstance(trainer, dict) and trainer.get("litgpt_config")):
+            return values
+        from engine.trainers.litgpt import user_config   # litgpt's side, only for configs that name a litgpt file
+
+        litgpt_path = Path(trainer["litgpt_config"])
+        litgpt_path = litgpt_path if litgpt_path.is_absolute() else config_path.resolve().parent.parent / litgpt_path
+        if not litgpt_path.is_file():
+            raise SourceError([f"{config_path}: trainer.litgpt_config: no file {litgpt_path}"])
+        return user_config.overlay(values, litgpt_path, config_path)
+
+    def write_owned(self, loaded: LoadedConfig, updates: dict) -> dict:
+        if not loaded.config.trainer.litgpt_config:
+            return updates
+        from engine.trainers.litgpt import user_config
+
+        owned = {k: v for k, v in updates.items() if k in user_config.OWNED}
+        if owned:
+            user_config.write_values(loaded.resolve(loaded.config.trainer.litgpt_config), owned)
+        return {k: v for k, v in updates.items() if k not in owned}
+
+    def source_line(self, loaded: LoadedConfig, loc: tuple) -> str | None:
+        if not loaded.config.trainer.litgpt_config:
+            return None
+        from engine.trainers.litgpt import user_config
+
+        source = user_config.source_of(loaded, loc)
+        return user_config.line_of(*source) if source else None
+
+    def write_data_dirs(self, loaded: LoadedConfig, values: dict) -> bool:
+        if not loaded.config.trainer.litgpt_config:
+            return False
+        from engine.trainers.litgpt import user_config
+
+        user_config.write_data_values(loaded.resolve(loaded.config.trainer.litgpt_config), values)
+        return True
+
+
+SEAM = TrainerSeam()
+
+
+def load_config(path: Path) -> LoadedConfig:
+    """The run config at `path`: validated with file:line errors, with its trainer's overlay."""
+    return load_without_trainer(path, SEAM)

@@ -1,0 +1,55 @@
+"""`runbook watch --dry-run`: the same observation, matching and planning, and no effect at all."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from engine.language.matcher import MatchMemory, decide
+from engine.language.planner import plan
+from engine.core.state import RunState
+from engine.process.trainer_process import signal_name
+
+
+def observe_without_acting(sup) -> RunState:
+    """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
+    recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
+    past = sup.journal.replay()
+    sup.history = past.history
+    control = sup.control
+    control.launches = past.launches
+    attached = (control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+                if past.trainer_pid else None)
+    if attached is not None and not attached.alive:
+        if attached.exit_known:   # what its launcher recorded, though no watcher saw it
+            control.past_exit = (attached.poll(), signal_name(attached.poll()))
+        control.process = attached = None
+    if past.trainer_log:
+        sup.observer.follow(Path(past.trainer_log), control.tokens_per_iter, replay_existing=True)
+    if attached is None:
+        if control.past_exit == (None, None):
+            control.past_exit = (past.last_exit_code, past.last_exit_signal)
+        sup.events("dry_run", text="no live trainer: judging the run folder as it is now")
+        snapshot = sup.observe()
+        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, MatchMemory(), sup.history)
+        if outcome.decision is None:
+            sup.events("dry_run", text="no playbook matches the current state")
+        else:
+            _show_plan(sup, outcome.decision, snapshot)
+        return RunState.STOPPED
+    sup.state = RunState.RUNNING
+    sup.events("dry_run", text=f"watching trainer pid {attached.pid} without acting")
+    sup.install_signal_handlers()
+    while attached.alive and not sup.stop_requested:
+        snapshot = sup.observe()
+        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, sup.memory, sup.history)
+        sup.memory = outcome.memory
+        if outcome.decision is not None and outcome.decision.kind != "wait":
+            _show_plan(sup, outcome.decision, snapshot)
+        time.sleep(sup.loaded.config.watch.poll_interval_s)
+    return RunState.STOPPED
+
+
+def _show_plan(sup, decision, snapshot) -> None:
+    steps = plan(decision.playbook, snapshot, sup.loaded.config, sup.attempt(decision.playbook))
+    sup.events("dry_run_plan", decision=decision, steps=steps)

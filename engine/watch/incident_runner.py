@@ -1,0 +1,273 @@
+"""How an incident runs: opened from a decision with its plan (computed once, stored, and the plan that
+runs), carried out step by step, closed, and reported to the run log and the notifier.
+
+Every write is ordered so that a watcher killed at any point finishes the same incident exactly
+once after a restart: the record is saved before the journal says an action is done, and the
+journal is the truth a restarted watcher continues from (engine/records/journal.py). `crash_point` marks
+each boundary for the crash tests (engine/core/crash_points.py).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.core.crash_points import crash_point
+from engine.records.incident import Incident
+from engine.records.incident_store import IncidentStore
+from engine.records.journal import Journal
+from engine.language.planner import PlannedStep, plan
+from engine.watch.runtime import EngineRuntime, RuntimeParts
+from engine.core.state import RunState
+from engine.language.actions import REGISTRY
+from engine.language.actions.base import ActionFailed
+from engine.language.matcher import Decision
+from engine.language.playbook import unclaimed_failure_playbook
+from engine.records.incident import ActionRecord
+from engine.records.run_log import append_entry
+from engine.records.signature import first_with
+from engine.records.signature import repeat_phrase
+
+
+
+@dataclass
+class IncidentServices:
+    """The collaborators an incident needs besides the runtime's parts."""
+
+    journal: Journal
+    store: IncidentStore
+    transition: Callable[[RunState, str], None]
+    append_run_log: Callable[[dict], None]
+    tokens_per_step: Callable[[], int]
+
+
+class IncidentRunner:
+    def __init__(self, services: IncidentServices, parts: RuntimeParts):
+        self.services = services
+        self.parts = parts
+        self.escalation: str | None = None
+        self.awaiting_progress: Incident | None = None   # recovered, waiting for the first new progress
+
+    # --- opening -------------------------------------------------------------------------------
+    def handle(self, decision, snapshot, attempt: int, config) -> Incident:
+        """Open an incident for the decision and run its plan to the end."""
+        playbook = decision.playbook
+        steps = plan(playbook, snapshot, config, attempt)
+        self.flush_awaiting("the trainer failed again before making progress")
+        s = self.services
+        incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
+                                 [step.to_dict() for step in steps], config.model_dump(mode="json"))
+        incident.same_as = self._first_same(incident)
+        self._save(incident)
+        crash_point("incident-saved")
+        s.journal.append("incident_opened", incident=incident.id, playbook=playbook.name, decision=decision.kind,
+                         snapshot=incident.snapshot)
+        crash_point("incident-opened")
+        s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
+        self.parts.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
+                                            {"step": str(snapshot.metrics.step), "decision": decision.reason,
+                                             **signature_fields(incident)})
+        self.parts.events("incident_opened", record=incident.to_json())
+        if decision.kind == "escalate":
+            self.escalation = decision.reason
+            self._close(incident, EngineRuntime(incident, self.parts), "escalated")
+            return incident
+        self._run(incident, steps)
+        return incident
+
+    def _first_same(self, incident: Incident) -> str | None:
+        """The run's first earlier incident with this failure's signature (records that cannot be read are passed over)."""
+
+        if incident.signature is None:
+            return None
+        try:
+            earlier = [i.to_json() for i in self.services.store.read_all()[0] if i.id != incident.id]
+        except OSError:
+            return None
+        return first_with(incident.signature.id, earlier)
+
+    def continue_open(self, opened: dict, done: list[int], playbooks) -> Incident:
+        """A watcher died mid-recovery: finish the same incident, from its stored plan."""
+        s = self.services
+        incident = s.store.read(opened["incident"])
+        incident.note("the watcher restarted during this recovery and continued it")
+        # An action whose result reached the record but not the journal ran already: not again.
+        skip = set(done) | {a.index for a in incident.actions}
+        if incident.plan:
+            steps = [PlannedStep.from_dict(d) for d in incident.plan]
+        else:   # opened but its record not yet saved with a plan: plan again from the stored snapshot
+            playbook = next((p for p in playbooks if p.name == incident.playbook), None)
+            if playbook is None:
+                self.escalation = f"playbook '{incident.playbook}' of the open {incident.id} no longer exists"
+                self._close(incident, EngineRuntime(incident, self.parts), "escalated")
+                return incident
+            steps = plan(playbook, incident.state, self.parts.control.loaded.config, incident.attempt)
+        self._run(incident, steps, skip=skip)
+        return incident
+
+    def adopt_unjournaled(self, known: list[str]) -> dict | None:
+        """A watcher killed between saving a new record and journaling its opening left an open record
+        the journal does not know: journal it now, so it is continued rather than opened twice."""
+        s = self.services
+        for incident_id in reversed(s.store.ids()):
+            if incident_id in known:
+                return None
+            incident = s.store.read(incident_id)
+            if incident.outcome == "open":
+                return s.journal.append("incident_opened", incident=incident.id, playbook=incident.playbook,
+                                        decision=incident.decision, snapshot=incident.snapshot, adopted=True)
+        return None
+
+    def report_unreported(self, incident_ids: list[str]) -> None:
+        """Closed incidents a killed watcher had not yet reported (run log, notifier): report them now."""
+        for incident_id in incident_ids:
+            self._report(self.services.store.read(incident_id))
+
+    def escalate_unclaimed(self, snapshot, config) -> Incident:
+        code = snapshot.trainer.exit_code
+        fallback = unclaimed_failure_playbook(code)
+        decision = Decision("escalate", fallback, f"trainer exited with {code} and no playbook matched")
+        return self.handle(decision, snapshot, 1, config)
+
+    # --- running -------------------------------------------------------------------------------
+    def _run(self, incident: Incident, steps: list[PlannedStep], skip: set[int] = frozenset()) -> None:
+        s = self.services
+        s.transition(RunState.RECOVERING, incident.id)
+        runtime = EngineRuntime(incident, self.parts)
+        aborted = None
+        for step in steps:
+            if step.index in skip:
+                continue
+            crash_point(f"before-action-{step.index}")
+            result = self._run_step(step, runtime)
+            incident.actions.append(result)
+            crash_point(f"after-action-{step.index}")
+            self._save(incident)
+            crash_point(f"saved-action-{step.index}")
+            s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
+            crash_point(f"journaled-action-{step.index}")
+            self.parts.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
+            self.parts.events("action", record=incident.to_json(), result=result.model_dump())
+            if runtime.escalated_reason:
+                break
+            if not result.ok and step.on_failure != "continue":
+                aborted = step.on_failure
+                if aborted == "escalate":
+                    runtime.escalate(f"{step.verb} failed: {result.summary}")
+                break
+        if runtime.escalated_reason:
+            self.escalation = runtime.escalated_reason
+            outcome = "escalated"
+        elif aborted:
+            outcome = "failed"
+            self.escalation = f"{incident.id}: recovery aborted at a failed action"
+        else:
+            outcome = "recovered"
+        self._close(incident, runtime, outcome)
+
+    def _run_step(self, step: PlannedStep, runtime: EngineRuntime):
+        import time
+
+
+        started = time.time()
+        base = {"index": step.index, "verb": step.verb, "description": step.description}
+        if step.skipped:
+            return ActionRecord(**base, ok=True, skipped=True, summary=f"skipped ({step.skipped})")
+        if step.error:
+            return ActionRecord(**base, ok=False, summary=f"could not plan: {step.error}")
+        try:
+            result = REGISTRY[step.verb].apply(step.params, runtime)
+            ok, summary = result.ok, result.summary
+        except ActionFailed as err:
+            ok, summary = False, str(err)
+        except Exception as err:  # noqa: BLE001 - a failing action is recorded, never crashes the watcher
+            ok, summary = False, f"{type(err).__name__}: {err}"
+            self.parts.events("action_traceback", text=traceback.format_exc())
+        return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
+
+    # --- closing and reporting -----------------------------------------------------------------
+    def _close(self, incident: Incident, runtime: EngineRuntime, outcome: str) -> None:
+        s = self.services
+        incident.close(outcome, self.parts.control.loaded.config.model_dump(mode="json"), s.tokens_per_step(),
+                       self.escalation)
+        self._save(incident)
+        crash_point("incident-closing")
+        s.journal.append("incident_closed", incident=incident.id, outcome=outcome, awaits_report=True)
+        crash_point("incident-closed")
+        if outcome == "recovered":
+            s.transition(RunState.RUNNING, f"{incident.id} recovered")
+        else:
+            s.transition(RunState.ESCALATED, self.escalation or outcome)
+        if outcome == "recovered" and runtime.resumed:
+            self.awaiting_progress = incident   # reported once the trainer makes progress again
+        else:
+            self._report(incident)
+
+    def check_progress(self, tracker) -> None:
+        incident = self.awaiting_progress
+        if incident is None:
+            return
+        if tracker.progress_since_launch > 0 and tracker.last_progress_time is not None:
+            incident.first_progress(tracker.last_progress_time)
+            self._save(incident)
+            self.awaiting_progress = None
+            self._report(incident)
+
+    def flush_awaiting(self, why: str) -> None:
+        if self.awaiting_progress is not None:
+            incident, self.awaiting_progress = self.awaiting_progress, None
+            incident.note(why)
+            self._save(incident)
+            self._report(incident)
+
+    def _report(self, incident: Incident) -> None:
+        """The run-log entry, the notifier's close and the console line, once the outcome is known."""
+        record = incident.to_json()
+        self.services.append_run_log(record)   # at most once per incident: the run log keeps a marker
+        crash_point("run-log-appended")
+        self.parts.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
+                                            escalate=incident.outcome != "recovered")
+        self.services.journal.append("incident_reported", incident=incident.id)
+        self.parts.events("incident_closed", record=record)
+
+    def _save(self, incident: Incident) -> None:
+        """Write the record atomically; on a full disk keep it in memory and try again at the next
+        save (a disk-full recovery makes space first), never leaving half a file."""
+        try:
+            self.services.store.write(incident)
+        except OSError as error:
+            self.parts.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
+
+
+def signature_fields(incident: Incident) -> dict[str, str]:
+    """The notice's signature fields: the failure in one line, and which earlier incident it repeats."""
+    if incident.signature is None:
+        return {}
+    fields = {"signature": f"{incident.signature.id}: {incident.signature.text}"}
+    if incident.same_as:
+        fields["seen before"] = repeat_phrase(incident.playbook, incident.same_as)
+    return fields
+
+
+def closing_summary(incident: Incident) -> str:
+    actions = "; ".join(f"{a.verb}: {a.summary}" for a in incident.actions) or "no action"
+    lost = incident.steps_lost
+    return f"{incident.outcome}: {actions}" + (f" (lost {lost} steps)" if lost is not None else "")
+
+
+def run_log_writer(loaded_getter: Callable[[], object], events) -> Callable[[dict], None]:
+    """Append an incident's entry to the run log (docs/run-log.md); a failure is said, never raised."""
+
+    def append(record: dict) -> None:
+        loaded = loaded_getter()
+        template = loaded.config.run_log_template
+        try:
+            append_entry(loaded.run_log, record, loaded.resolve(template) if template else None)
+        except Exception as err:  # noqa: BLE001 - the record on disk is complete; say what went wrong
+            events("warning", text=f"could not append to {loaded.run_log}: {err}")
+
+    return append
+
+
+__all__ = ["IncidentRunner", "IncidentServices", "closing_summary", "run_log_writer", "signature_fields"]

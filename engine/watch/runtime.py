@@ -1,0 +1,191 @@
+"""The effects actions may have: the only place that signals the trainer or changes files for a recovery.
+
+One EngineRuntime is lent to the actions of one incident. It names its collaborators (the trainer
+control, the checkpoint ledger, the observation function, the notifier) and records what the
+incident learns on the typed Incident; actions see only the members of actions/base.Runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.language.actions.base import ActionFailed
+from engine.core.durable import gzip_replace
+from engine.records.incident import Incident
+from engine.datascan.scan import DataScanError, scan_folder
+from engine.expr.expressions import evaluate_condition
+
+
+@dataclass
+class RuntimeParts:
+    """What the watcher lends to every incident's runtime."""
+
+    control: object                     # engine.process.trainer_control.TrainerControl
+    ledger: object                      # engine.checkpoints.ledger.CheckpointLedger
+    launch: Callable[[Path | None], None]   # the watcher's launch: start the trainer and follow its log
+    observe: Callable[[], object]       # one more observation (a StateSnapshot)
+    notifier: object                    # engine.core.notifier.Notifier
+    events: Callable[..., None]
+    best_val_step: Callable[[], int | None]
+    save_interval_advice: Callable[[], str | None]
+
+
+class EngineRuntime:
+    def __init__(self, incident: Incident, parts: RuntimeParts):
+        self.incident = incident
+        self._parts = parts
+        self.escalated_reason: str | None = None
+        self.resumed = False
+        self.verified_all = False   # a full verification already ran in this incident
+
+    @property
+    def loaded(self):
+        return self._parts.control.loaded
+
+    @property
+    def state(self):
+        return self.incident.state
+
+    @property
+    def trainer(self):
+        """The trainer process (read-only use: diagnosis samples it)."""
+        return self._parts.control.process
+
+    # --- the trainer ---------------------------------------------------------------------------
+    def stop_trainer(self, reason: str) -> str:
+        return self._parts.control.stop(reason)
+
+    def resume(self, source: str, step: int | None = None) -> str:
+        control, ledger = self._parts.control, self._parts.ledger
+        if control.alive:
+            control.stop("restart for resume")
+        # Verify everything again right before resuming (a file can rot after it was sealed), unless
+        # verify_checkpoints just did: with 10 GB checkpoints a second full read costs minutes.
+        ledger.refresh(quarantine_corrupt=True, force=not self.verified_all)
+        if source == "step":
+            chosen = next((c for c in ledger.checkpoints() if c.step == step and c.step in ledger.verified), None)
+            if chosen is None:
+                raise ActionFailed(f"no verified checkpoint at step {step}")
+        else:
+            chosen = ledger.newest_verified()
+        resume_file, detail = None, "from scratch (no verified checkpoint)"
+        if chosen is not None:
+            plan = control.adapter.prepare_resume(chosen, self.loaded, self.loaded.folder.resume)
+            resume_file, detail = plan.file, plan.detail
+            if plan.note:
+                self.note(plan.note)
+            self.incident.resumed_from = str(ledger.layout.resume_file(chosen.path))
+            self.incident.resumed_step = chosen.step
+        else:
+            self.incident.resumed_step = 0
+        self._parts.launch(resume_file)
+        self.resumed = True
+        return f"relaunched trainer {detail}"
+
+    # --- checkpoints and disk ------------------------------------------------------------------
+    def verify_all(self) -> str:
+        bad = self._parts.ledger.refresh(quarantine_corrupt=True, force=True)
+        self.verified_all = True
+        return f"quarantined {len(bad)} corrupt checkpoint(s): {', '.join(bad)}" if bad else "all checkpoints verified"
+
+    def rollback(self, bad_step: int | None, steps: int, scan_nonfinite: bool) -> str:
+        if self._parts.control.alive:
+            self._parts.control.stop("rollback")
+        if bad_step is None:
+            bad_step = self.state.metrics.step or 0
+        moved, target = self._parts.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
+        self.incident.rollback_target_step = target.step if target else 0
+        where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
+        return f"quarantined {moved} checkpoint(s) at/after step {max(0, bad_step - steps)}; next resume from {where}"
+
+    def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
+        ledger = self._parts.ledger
+        ledger.refresh(saving_from_step=self._saving_from())
+        result = ledger.prune(keep_last_k or self.loaded.config.keep_last_k,
+                              self._parts.best_val_step() if keep_best else None,
+                              remove_partial, trainer_alive=self._parts.control.alive)
+        self.incident.freed_bytes += result.freed_bytes
+        self.incident.deleted.extend(result.removed + result.deleted)
+        if result.foreign:
+            self.incident.left_alone = list(result.foreign)
+            self.note(result.foreign_warning + f" (in {self.loaded.out_dir})")
+            self._parts.events("warning", text=result.foreign_warning)
+        return result.summary()
+
+    def _saving_from(self) -> int | None:
+        """A live trainer may still be writing checkpoints from its current step on."""
+        if not self._parts.control.alive:
+            return None
+        return self.state.metrics.step or 0
+
+    def compress_logs(self, min_bytes: int) -> str:
+        """gzip the logs no trainer writes any more (atomically: this runs on a full disk)."""
+        control = self._parts.control
+        current = control.process.log_path if control.process else None
+        count, saved = 0, 0
+        for log in sorted(self.loaded.folder.logs.glob("*.log")):
+            if log == current or log.stat().st_size < min_bytes:
+                continue
+            saved += gzip_replace(log)
+            count += 1
+        return f"compressed {count} log(s), saved {saved / 1e6:.2f} MB"
+
+    def scan_data(self, max_tokens_per_line: int) -> str:
+        if self.loaded.config.data.kind == "data-module":
+            raise DataScanError("this run reads its data through the trainer's own data module (data.kind: "
+                                "data-module); runbook scans only folders of .txt files")
+        report = scan_folder(self.loaded.data_path("train_dir"), self.loaded.data_path("tokenizer_dir"), max_tokens_per_line)
+        self.incident.data_scan = report
+        return report["summary"]
+
+    def record_diagnosis(self, report: dict) -> None:
+        self.incident.diagnosis = report
+
+    def save_interval_advice(self) -> str | None:
+        return self._parts.save_interval_advice()
+
+    def wait_for(self, condition, timeout: float) -> tuple[bool, float]:
+        """Keep observing (lines, metrics, checkpoints) until the condition holds or time runs out."""
+
+        started = time.time()
+        while True:
+            snapshot = self._parts.observe()
+            held, _error = evaluate_condition(condition, {"state": snapshot, "config": self.loaded.config})
+            waited = time.time() - started
+            # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
+            stalled = snapshot.seconds_since_progress >= snapshot.hang_timeout_s
+            if held or waited >= timeout or not snapshot.trainer.alive or stalled:
+                return held, waited
+            time.sleep(self.loaded.config.watch.poll_interval_s)
+
+    # --- configuration and people --------------------------------------------------------------
+    def update_config(self, updates: dict) -> str:
+        before = {k: getattr(self.loaded.config, k) for k in updates}
+        self._parts.control.write_config(updates)
+        self.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
+        return "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
+
+    def set_env(self, variables: dict) -> str:
+        self._parts.control.set_env(variables)
+        return "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
+
+    def notify(self, text: str) -> None:
+        self._parts.notifier.incident_update(self.incident.id, text)
+
+    def note(self, text: str) -> None:
+        self.incident.note(text)
+
+    def escalate(self, reason: str) -> None:
+        self.escalated_reason = reason
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

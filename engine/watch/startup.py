@@ -1,0 +1,97 @@
+"""Where a watcher starts: continue what the journal says was under way, or launch the trainer.
+
+Read at every start of `runbook watch`: a fresh run launches from scratch; a restarted watcher
+re-attaches to a live trainer, judges one that ended while nobody watched (its launcher recorded the
+exit), finishes an incident a killed watcher left open (exactly once: engine/watch/incident_runner.py),
+reports incidents it closed but never reported, and removes the temp files of a write it was
+killed in; a run stopped by a person resumes from the newest verified checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.core.durable import remove_stale_temps
+from engine.core.state import RunState
+from engine.process import warm_spare
+from engine.process.trainer_env import trainer_environment
+from engine.trainers import adapter_for
+
+
+def start_or_continue(sup) -> None:
+    """`sup` is the engine.watch.supervisor.Supervisor; only its public members are used."""
+    past = sup.journal.replay()
+    if sup.incidents.adopt_unjournaled(past.incidents) is not None:
+        past = sup.journal.replay()
+    sup.history = past.history
+    sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
+    sup.control.extra_env = dict(past.extra_env)
+    sup.control.launches = past.launches
+    trainer = None
+    if past.trainer_pid:
+        # Whatever the run's state: an escalation leaves its trainer running unsupervised, and a new
+        # watcher takes it back rather than launching a second one (engine/process/identity.py proves it).
+        trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
+        if not trainer.alive and past.run_state in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED):
+            trainer = None   # it ended and that end was already judged
+        elif trainer.alive and past.run_state in (RunState.STOPPED, RunState.ESCALATED):
+            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, left running unsupervised "
+                                             f"after the run was {past.run_state.value}")
+            sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+            sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+            return
+    # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
+    # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
+    # reads from the trainer's log which save is under way.
+    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
+    for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
+        remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
+    if past.run_state == RunState.COMPLETED:
+        sup.state = RunState.COMPLETED
+        return
+    if trainer is not None:
+        sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+        if trainer.alive and past.open_incident is None:
+            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")
+            return
+        if past.open_incident is None:
+            # It ended while no watcher was running: the next tick judges that exit (its launcher
+            # recorded it) with the launch's log, as if it had been watched.
+            how = f"with exit code {trainer.poll()}" if trainer.exit_known else "with an exit status nobody recorded"
+            if trainer.proof is not None and trainer.proof.alive and not trainer.proof.ours:
+                how += f" (the process now under that pid is not this run's: {trainer.proof.reason}; it is left alone)"
+            sup.transition(RunState.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
+            return
+    if past.open_incident is not None:
+        sup.incidents.continue_open(past.open_incident, past.done_actions, sup.playbooks)
+        sup.history = sup.journal.replay().history
+        return
+    newest = sup.ledger.newest_verified()
+    if newest is None:
+        sup.launch(None)
+        return
+    plan = sup.control.adapter.prepare_resume(newest, sup.loaded, sup.loaded.folder.resume)
+    if plan.note:   # no incident at start-up: what the resume copy changed goes to the journal
+        sup.journal.append("resume_rewritten", detail=plan.detail, note=plan.note)
+    sup.launch(plan.file)
+
+
+def prestart_spare(loaded) -> None:
+    """The first launch's warm spare (trainer.warm_spare, engine/process/warm_spare.py), started before the
+    watcher's own start-up checks (the data hash, litgpt's preflight parse: 4-7 s on 2 cores) so that its
+    imports run beside them and the first launch is warm too. A watcher that then refuses to start
+    leaves it behind until its imports are done (spare_main then sees its watcher gone and exits)."""
+    from dataclasses import replace
+
+
+    if not loaded.config.trainer.warm_spare:
+        return
+    shape = getattr(adapter_for(loaded.config.trainer.kind), "spare_spec", None)
+    try:
+        spec = shape(loaded) if shape is not None else None
+    except Exception:  # noqa: BLE001 - the watcher's own checks, next, say what is wrong with the config
+        return
+    if spec is None:
+        return
+    warm_spare.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications.slack)))
+

@@ -1,0 +1,293 @@
+"""The watch loop: observe -> decide -> run the incident -> record. One Supervisor per run folder.
+
+Reads top to bottom: `run()` starts or re-attaches the trainer, then `tick()` repeats until the run
+reaches a terminal state. Matching and planning are pure (matcher.py, planner.py). The loop talks
+to a few collaborators and reaches into none of them: the trainer control (launch, stop, the run
+config in force), the checkpoint ledger (verified steps, quarantine, prune), the observer (log
+lines -> metrics -> snapshots) and the incident runner (open, act, close, report).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+from engine.observe.advice import run_save_interval_advice
+from engine.watch.dry_run import observe_without_acting
+from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
+from engine.watch.incident_runner import IncidentRunner, IncidentServices
+from engine.records.journal import Journal
+from engine.checkpoints.ledger import CheckpointLedger
+from engine.core.lock import RunLock
+from engine.language.matcher import MatchMemory, attempt_number, decide
+from engine.observe.observer import Observer
+from engine.watch.runtime import RuntimeParts
+from engine.cluster.slurm_watch import SlurmAllocation
+from engine.watch.startup import start_or_continue
+from engine.core.state import TERMINAL_STATES, RunState
+from engine.process.trainer_control import TrainerControl
+from engine.trainers import adapter_for
+from engine.process.warm_spare import discard_spare
+from engine.core.write_trouble import WriteTrouble
+from engine.cluster.notice_poller import NoticePoller
+from engine.watch.metrics import MetricsEndpoint
+from engine.watch.upkeep import SupervisorContext, Upkeep
+
+DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
+
+
+class Supervisor:
+    def __init__(self, loaded, playbooks, notifier, data_hash: str, dry_run: bool = False, events=None):
+        self.playbooks = playbooks
+        self.notifier = notifier
+        self.dry_run = dry_run
+        self.events = events or (lambda kind, **data: None)   # the CLI's live view listens here
+        adapter = adapter_for(loaded.config.trainer.kind)
+        folder = loaded.folder
+        self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
+        self.journal = Journal(folder.journal, self.trouble)
+        self.lock = RunLock(loaded.run_dir)
+        self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble)
+        self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
+                                       journal=None if dry_run else self.journal, read_only=dry_run)
+        self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter)
+        parts = RuntimeParts(control=self.control, ledger=self.ledger, launch=self.launch, observe=self.observe,
+                             notifier=notifier, events=self.events,
+                             best_val_step=lambda: self.observer.tracker.best_val_step,
+                             save_interval_advice=self.save_interval_advice)
+        store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
+        run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
+        self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
+        self.incidents = IncidentRunner(IncidentServices(
+            journal=self.journal, store=store, transition=self.transition, append_run_log=run_log,
+            tokens_per_step=lambda: self.loaded.config.batch_size * self.loaded.config.model.block_size), parts)
+        self.state = RunState.STARTING
+        self.memory = MatchMemory()
+        self.history = None
+        self.dead_observations = 0
+        self.stop_requested: str | None = None
+        self.last_snapshot = None
+        self._exit_journaled: int | None = None
+        self._verified_seen = 0   # checkpoints verified when retention last looked (_retain_new_saves)
+        self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
+        self.upkeep = None
+        self.notice_poller = None
+        self.metrics = None
+        self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
+
+    @property
+    def loaded(self):
+        return self.control.loaded   # a recovery may have rewritten the run config
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> RunState:
+        if self.dry_run:
+            return observe_without_acting(self)
+        self.lock.acquire()
+        try:
+            self.install_signal_handlers()
+            if self.slurm is not None:
+                self.slurm.started()
+            self._start_metrics()
+            with self.recovery_lock:
+                start_or_continue(self)
+            self._start_upkeep()
+            self._start_notice_poller()
+            while self.state not in TERMINAL_STATES:
+                if self.stop_requested:
+                    self._stop_watching(self.stop_requested)
+                    break
+                with self.recovery_lock:
+                    self.tick()
+                time.sleep(self.loaded.config.watch.poll_interval_s)
+            return self.state
+        finally:
+            self.incidents.flush_awaiting("the watcher ended before the trainer made progress")
+            self._last_catch_up()
+            if self.notice_poller is not None:
+                self.notice_poller.shutdown()
+            discard_spare()   # a warm spare nobody will launch (engine/process/warm_spare.py)
+            if self.upkeep is not None:
+                self.upkeep.shutdown()
+            if self.metrics is not None:
+                self.metrics.shutdown()
+            self.notifier.close()
+            self.lock.release()
+            if self.slurm is not None:   # after the release: a requeue's next allocation takes the lock
+                self.slurm.finished(self.state)
+
+    def observe(self, retain: bool = False):
+        """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot.
+        retain (the watch loop's own tick): prune to keep_last_k + best first when a save was sealed, so
+        the snapshot's disk and checkpoints are what the playbooks will act on."""
+        now = time.time()
+        # The process first, then its log: a trainer seen dead has written all it ever will (its output goes
+        # straight to the log file), so its last lines (an OOM, a traceback) are in this same snapshot. The
+        # other order lets a trainer that writes its error and exits in between look like an exit with no
+        # message, which only unknown-crash matches.
+        trainer = self.control.status()
+        new_lines = self.observer.read_lines(now)
+        self.ledger.refresh(saving_from_step=self._saving_from())
+        if retain:
+            self._retain_new_saves()
+        snapshot = self.observer.snapshot(now, self.state, trainer, self.ledger.status(), new_lines,
+                                          self.loaded.config.watch)
+        self.last_snapshot = snapshot
+        self.events("observation", snapshot=snapshot, lines=new_lines)
+        return snapshot
+
+    def tick(self) -> None:
+        self.backlog.catch_up()
+        snapshot = self.observe(retain=True)
+        self.incidents.check_progress(self.observer.tracker)
+        trainer = snapshot.trainer
+        if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
+            self._exit_journaled = trainer.pid
+            self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
+        # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
+        if not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists():
+            self.complete()
+            return
+        outcome = decide(snapshot, self.loaded.config, self.playbooks, self.memory, self.history)
+        self.memory = outcome.memory
+        for error in outcome.errors:
+            self.events("expression_error", error=error)
+        decision = outcome.decision
+        if decision is not None and decision.kind in ("recover", "escalate"):
+            self.dead_observations = 0
+            self.incidents.handle(decision, snapshot, self.attempt(decision.playbook), self.loaded.config)
+            self.history = self.journal.replay().history   # limits count this firing from now on
+        elif not trainer.alive and decision is None:
+            self.dead_observations += 1
+            if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
+                self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
+                self.history = self.journal.replay().history
+
+    def _last_catch_up(self) -> None:
+        if self.dry_run:
+            return
+        lost = self.backlog.catch_up()
+        if lost:   # the disk never came back: say exactly what the run folder is missing
+            self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
+                        + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
+
+    def _retain_new_saves(self) -> None:
+        """keep_last_k + best as soon as a new save is sealed, not only on upkeep's clock: a run that saves
+        faster than upkeep's retention interval (a short save_interval, a small disk) otherwise piles up
+        checkpoints between two passes until its disk is full (seen: a 13 MB out_dir, a 2 MB save every
+        0.3 s: disk-full four times, then an escalation). Off with upkeep's retention (interval null)."""
+        verified = len(self.ledger.verified)
+        if verified == self._verified_seen:
+            return
+        self._verified_seen = verified
+        if self.loaded.config.upkeep.retention_interval_s is None or verified <= self.loaded.config.keep_last_k + 1:
+            return
+        result = self._retention(trainer_alive=self.control.alive)
+        self._verified_seen = len(self.ledger.verified)
+        if result is not None and result.deleted:
+            self.journal.append("retention", summary=result.summary())
+
+    def _retention(self, trainer_alive: bool):
+        """The run config's retention policy (keep_last_k + best) applied now; None when the ledger refused."""
+        try:
+            return self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
+                                     remove_partial=False, trainer_alive=trainer_alive)
+        except ValueError as error:  # a refusal to delete is reported, never forced
+            self.events("warning", text=f"retention skipped: {error}")
+            return None
+
+    def complete(self) -> None:
+        self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
+        if (result := self._retention(trainer_alive=False)) is not None:   # once more, the run being over
+            self.journal.append("retention", summary=result.summary())
+        self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
+
+    # --- effects lent to the incident runtime --------------------------------------------------
+    def launch(self, resume_file: Path | None) -> None:
+        process = self.control.launch(resume_file)
+        self.observer.follow(process.log_path, self.control.tokens_per_iter)
+        self.dead_observations = 0
+        self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
+                         + (f" resuming from {resume_file}" if resume_file else " from scratch"))
+        self.events("launch", pid=process.pid, resume_from=resume_file, launch=self.control.launches)
+
+    def save_interval_advice(self) -> str | None:
+        return run_save_interval_advice(self.observer.tracker, self.history, self.journal, self.loaded.config)
+
+    def attempt(self, playbook) -> int:
+        return attempt_number(self.history, playbook, time.time())
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _saving_from(self) -> int | None:
+        """A live trainer may still be writing the checkpoint of its current step (or a later one)."""
+        return (self.observer.tracker.step or 0) if self.control.alive else None
+
+    def _start_upkeep(self) -> None:
+        if self.state in TERMINAL_STATES:
+            return
+
+        self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self), recovery_lock=self.recovery_lock,
+                             events=self.events, trouble=self.trouble)
+        self.upkeep.start()
+
+    def transition(self, to: RunState, reason: str) -> None:
+        previous, self.state = self.state, to
+        if not self.dry_run:
+            self.journal.append("transition", **{"from": previous.value, "to": to.value, "reason": reason})
+        self.events("transition", previous=previous, state=to, reason=reason)
+
+    def install_signal_handlers(self) -> None:
+        def request_stop(signum, _frame):
+            self.stop_requested = f"watcher received {signal.Signals(signum).name}"
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, request_stop)
+
+    def _start_notice_poller(self) -> None:
+        settings = self.loaded.config.watch.cloud_notices
+        if self.state in TERMINAL_STATES or not settings.enabled:
+            return
+
+        def request_stop(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
+            self.stop_requested = f"watcher saw a cloud interruption notice ({text})"
+            self.events("warning", text=f"{text}: saving and stopping")
+
+        self.notice_poller = NoticePoller(settings, request_stop, self.events)
+        self.notice_poller.start()
+
+    def _start_metrics(self) -> None:
+        """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
+        supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
+        settings = self.loaded.config.watch.metrics
+        if settings.port is None:
+            return
+
+        layout, out_dir = self.ledger.layout, self.ledger.out_dir
+        endpoint = MetricsEndpoint(settings, self.loaded.run_dir, lambda: (self.state, self.last_snapshot),
+                                   lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
+        try:
+            url = endpoint.start()
+        except OSError as error:
+            self.events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
+                        f"({error.strerror or error}); watching without it")
+            self.journal.append("metrics_endpoint", error=str(error))
+            return
+        self.metrics = endpoint
+        self.journal.append("metrics_endpoint", url=url)
+
+    def _stop_watching(self, why: str) -> None:
+        """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
+        that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it."""
+        noticed = None
+        if self.control.alive and self.control.process is not None:
+            noticed = self.control.process.give_notice(self.loaded.config.watch.grace_period_s)
+            if noticed:
+                self.journal.append("trainer_noticed", pid=self.control.process.pid, reason=why, detail=noticed)
+        if self.slurm is not None:   # why (scontrol) after the save: a slow controller never delays the save
+            self.slurm.noticed(why)
+        detail = self.control.stop(why) if self.control.alive else noticed or "no trainer running"
+        if noticed:
+            self.ledger.refresh(force=True)
+        self.transition(RunState.STOPPED, f"{why}; {detail}")

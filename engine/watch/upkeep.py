@@ -1,0 +1,302 @@
+"""Scheduled upkeep inside `runbook watch`: heartbeat + disk probe, checkpoint retention, gzip of
+finished trainer logs, and an optional daily digest to Slack. APScheduler 3.x BackgroundScheduler.
+
+Wiring (the supervisor's side):
+
+    upkeep = Upkeep(config.upkeep, SupervisorContext(supervisor), recovery_lock=supervisor.recovery_lock,
+                    events=supervisor.events)
+    upkeep.start()            # after the trainer is launched or re-attached
+    ...                       # hold recovery_lock around each incident (and ideally each tick)
+    upkeep.shutdown()         # in run()'s finally, before notifier.close(); safe to call twice
+
+Every job takes `recovery_lock` without blocking and skips its run when a recovery holds it, so a
+job never deletes a checkpoint or gzips a log while a recovery is deciding about them. Jobs run on
+ONE worker thread, so they never overlap each other either, and each job is coalesce=True,
+max_instances=1: a watcher that was suspended runs a missed job once, not once per missed slot.
+The job methods are public and synchronous, so tests (and the supervisor) can call them directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.core.durable import atomic_write_text, gzip_replace
+from engine.core.write_trouble import WriteTrouble, passing, reason
+from engine.core.settings import _HHMM, UpkeepSettings  # noqa: F401 - the settings model lives in core
+from engine.records.incident_store import IncidentsUnreadable, IncidentStore
+
+HEARTBEAT_NAME = "heartbeat.json"
+DIGEST_WINDOW_S = 24 * 3600
+
+
+class UpkeepContext(Protocol):
+    """What upkeep needs from the watcher (the supervisor implements it; values are read per run)."""
+
+    run_dir: Path
+    out_dir: Path
+    keep_last_k: int
+    ledger: Any                                 # engine.checkpoints.ledger.CheckpointLedger: the one prune
+    notifier: Any                               # engine.core.notifier.Notifier (with .digest)
+
+    def best_step(self) -> int | None: ...      # step of the best validation loss, if known
+    def trainer_alive(self) -> bool: ...
+    def current_log(self) -> Path | None: ...   # the log the live trainer writes
+    def status(self) -> dict: ...               # "step", "tokens", "tokens_per_sec", "run_state" (all optional)
+
+
+class SupervisorContext:
+    """UpkeepContext over a running engine.watch.supervisor.Supervisor. Jobs run while holding the
+    recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
+
+    def __init__(self, supervisor):
+        self.sup = supervisor
+
+    @property
+    def run_dir(self) -> Path:
+        return self.sup.loaded.run_dir
+
+    @property
+    def out_dir(self) -> Path:
+        return self.sup.loaded.out_dir
+
+    @property
+    def keep_last_k(self) -> int:
+        return self.sup.loaded.config.keep_last_k   # a recovery may have rewritten the config
+
+    @property
+    def ledger(self):
+        return self.sup.ledger
+
+    @property
+    def notifier(self):
+        return self.sup.notifier
+
+    def best_step(self) -> int | None:
+        snap = self.sup.last_snapshot
+        return snap.metrics.best_val_step if snap is not None else None
+
+    def trainer_alive(self) -> bool:
+        return self.sup.control.alive
+
+    def current_log(self) -> Path | None:
+        process = self.sup.control.process
+        return process.log_path if process is not None else None
+
+    def held(self) -> dict[str, int]:
+        return self.sup.backlog.held()
+
+    def status(self) -> dict:
+        snap = self.sup.last_snapshot
+        metrics = snap.metrics if snap is not None else None
+        return {"run_state": self.sup.state.value, "launches": self.sup.control.launches,
+                "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
+                "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
+
+
+@dataclass(frozen=True)
+class JobRun:
+    job: str
+    status: str          # "ok" | "skipped" | "error"
+    summary: str
+    time: float
+
+
+class Upkeep:
+    JOBS = ("heartbeat", "retention", "gzip_logs", "digest")
+
+    def __init__(self, settings: UpkeepSettings, context: UpkeepContext, recovery_lock: threading.Lock | None = None,
+                 events: Callable[..., None] | None = None, timezone: dt.tzinfo | None = None,
+                 trouble: WriteTrouble | None = None):
+        self.settings = settings
+        self.context = context
+        self.recovery_lock = recovery_lock or threading.Lock()
+        self.events = events or (lambda kind, **data: None)
+        self.trouble = trouble or WriteTrouble(self.events)   # a full run folder: one warning, not one per beat
+        self.timezone = timezone                 # None: the machine's local zone (APScheduler's default)
+        self.last: dict[str, JobRun] = {}
+        self._scheduler: BackgroundScheduler | None = None
+        self._state = threading.Lock()
+        self._stopped = False
+
+    # --- schedule ------------------------------------------------------------------------------
+    def triggers(self, now: dt.datetime) -> dict[str, Any]:
+        """job name -> APScheduler trigger, for the jobs the settings switch on. `now` must be aware."""
+        s = self.settings
+        out: dict[str, Any] = {}
+        for name, seconds in (("heartbeat", s.heartbeat_interval_s), ("retention", s.retention_interval_s),
+                              ("gzip_logs", s.log_gzip_interval_s)):
+            if seconds is not None:
+                out[name] = IntervalTrigger(seconds=seconds, start_date=now + dt.timedelta(seconds=seconds),
+                                            timezone=now.tzinfo)
+        if s.digest_enabled:
+            hour, minute = (int(part) for part in s.digest_time.split(":"))
+            out["digest"] = CronTrigger(hour=hour, minute=minute, timezone=self.timezone or now.tzinfo)
+        return out
+
+    def start(self) -> None:
+        with self._state:
+            if self._stopped or self._scheduler is not None:
+                return                                   # started once; never restarted after shutdown
+            kwargs = {"timezone": self.timezone} if self.timezone else {}
+            scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)}, **kwargs)
+            now = dt.datetime.now(scheduler.timezone)
+            for name, trigger in self.triggers(now).items():
+                scheduler.add_job(
+                    getattr(self, name), trigger, id=name, name=f"upkeep {name}",
+                    coalesce=True, max_instances=1,
+                    misfire_grace_time=None,             # a late run beats a silently dropped one
+                    # heartbeat.json should exist right away, not one interval later
+                    **({"next_run_time": now} if name == "heartbeat" else {}),
+                )
+            scheduler.start()
+            self._scheduler = scheduler
+
+    def shutdown(self) -> None:
+        """Stop scheduling and wait for a running job; idempotent (APScheduler's own raises twice)."""
+        with self._state:
+            if self._stopped:
+                return
+            self._stopped = True
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None and scheduler.running:
+            scheduler.shutdown(wait=True)
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None and self._scheduler.running
+
+    # --- the jobs (public: callable directly) --------------------------------------------------
+    def heartbeat(self) -> JobRun:
+        return self._guarded("heartbeat", self._heartbeat)
+
+    def retention(self) -> JobRun:
+        return self._guarded("retention", self._retention)
+
+    def gzip_logs(self) -> JobRun:
+        return self._guarded("gzip_logs", self._gzip_logs)
+
+    def digest(self) -> JobRun:
+        return self._guarded("digest", self._digest)
+
+    def _guarded(self, name: str, work: Callable[[], str]) -> JobRun:
+        if not self.recovery_lock.acquire(blocking=False):
+            run = JobRun(name, "skipped", "a recovery is in progress", time.time())
+        else:
+            try:
+                run = JobRun(name, "ok", work(), time.time())
+            except Exception as error:  # noqa: BLE001 - a failing job is reported, never kills the watcher
+                run = JobRun(name, "error", f"{type(error).__name__}: {error}", time.time())
+                self.events("warning", text=f"upkeep {name} failed: {run.summary}")
+            finally:
+                self.recovery_lock.release()
+        self.last[name] = run
+        self.events("upkeep", job=name, status=run.status, text=run.summary)
+        return run
+
+    def _heartbeat(self) -> str:
+        ctx = self.context
+        status = ctx.status() or {}
+        probe = ctx.out_dir if Path(ctx.out_dir).exists() else ctx.run_dir
+        disk = shutil.disk_usage(probe)
+        now = time.time()
+        beat = {
+            "time": now,
+            "time_iso": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="seconds"),
+            "watcher_pid": os.getpid(),
+            "step": status.get("step"),
+            "trainer_alive": ctx.trainer_alive(),
+            "disk": {"path": str(probe), "free_bytes": disk.free, "total_bytes": disk.total,
+                     "free_percent": round(100.0 * disk.free / disk.total, 2) if disk.total else 0.0},
+            "status": status,
+        }
+        held = getattr(ctx, "held", dict)()
+        if held:   # for `runbook status`: the journal on disk lacks what this watcher still holds in memory
+            beat["held_in_memory"] = held
+        try:
+            atomic_write_text(Path(ctx.run_dir) / HEARTBEAT_NAME, json.dumps(beat, indent=2, default=str) + "\n")
+        except OSError as error:
+            if not passing(error):
+                raise
+            self.trouble.failed("the heartbeat", error, "skipping heartbeats until space returns")
+            return f"skipped ({reason(error)})"
+        self.trouble.worked("the heartbeat")
+        return f"step {beat['step']}, {disk.free / 1e9:.1f} GB free"
+
+    def _retention(self) -> str:
+        ctx = self.context
+        result = ctx.ledger.prune(ctx.keep_last_k, ctx.best_step(), remove_partial=False, trainer_alive=ctx.trainer_alive())
+        return f"deleted {len(result.deleted)} checkpoint(s) ({result.freed_bytes / 1e6:.1f} MB); kept steps {result.kept_steps}"
+
+    def _gzip_logs(self) -> str:
+        ctx = self.context
+        logs = sorted(p for p in (Path(ctx.run_dir) / "logs").glob("*.log") if p.is_file())
+        live = {p.resolve() for p in [ctx.current_log()] if p is not None}
+        if ctx.trainer_alive() and logs:  # belt and braces: the newest log of a live trainer is in use
+            live.add(max(logs, key=lambda p: p.stat().st_mtime).resolve())
+        count, saved = 0, 0
+        for log in logs:
+            if log.resolve() in live:
+                continue
+            saved += gzip_replace(log)
+            count += 1
+        return f"compressed {count} finished log(s), saved {saved / 1e6:.2f} MB"
+
+    def _digest(self) -> str:
+        ctx = self.context
+        sender = getattr(ctx.notifier, "digest", None)
+        if sender is None:
+            return "the notifier cannot send a digest"
+        title, text, fields = digest_message(ctx.status() or {}, read_incidents(Path(ctx.run_dir)), time.time())
+        sender(title, text, fields)
+        return text
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def read_incidents(run_dir: Path) -> list[dict]:
+    """Every usable incident record of the run, as JSON (a bad one is skipped: this is a digest)."""
+
+    try:
+        return [incident.to_json() for incident in IncidentStore(run_dir).read_all()[0]]
+    except IncidentsUnreadable:
+        return []
+
+
+def digest_message(status: dict, incidents: list[dict], now: float,
+                   window_s: float = DIGEST_WINDOW_S) -> tuple[str, str, dict[str, str]]:
+    """PURE. (title, one-line text, fields) for the daily digest."""
+    recent = [r for r in incidents if isinstance(r.get("opened_at"), (int, float)) and now - r["opened_at"] < window_s]
+    outcomes: dict[str, int] = {}
+    for r in recent:
+        outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
+
+    def total(key: str) -> float:
+        return sum(r[key] for r in recent if isinstance(r.get(key), (int, float)))
+
+    step, tokens, tps = status.get("step"), status.get("tokens"), status.get("tokens_per_sec")
+    fields = {
+        "run state": str(status.get("run_state", "?")),
+        "step": "?" if step is None else f"{step:,}",
+        "tokens": "?" if tokens is None else f"{tokens:,}",
+        "tokens/s": "?" if tps is None else f"{tps:,.0f}",
+        "incidents (24 h)": ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none",
+        "lost compute (24 h)": f"{int(total('steps_lost')):,} steps, {int(total('tokens_lost')):,} tokens, "
+                               f"{total('recovery_seconds'):,.0f} s recovering",
+    }
+    text = (f"Daily digest: step {fields['step']}, {fields['tokens/s']} tokens/s, {len(recent)} incident(s) in "
+            f"24 h, lost {fields['lost compute (24 h)']}")
+    return "Training digest", text, fields

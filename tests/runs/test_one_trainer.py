@@ -1,0 +1,189 @@
+"""One trainer per run folder, and signals only to a process proven to be this run's.
+
+Real runs, real processes: a run escalated while its trainer lives is taken back by the next
+`runbook watch` (never a second trainer into the same out_dir); a live trainer the journal cannot
+prove stops `watch` with exit 15; and an unrelated process behind every kind of stale or forged
+record is neither watched nor signalled, by `watch`, `watch --dry-run` or `status`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from engine.records.journal import Journal
+from engine.core.run_folder import RunFolder
+from tests.conftest import RUNBOOK, stop_process, wait_for
+
+pytestmark = pytest.mark.slow
+
+ESCALATE_AT_STEP_3 = textwrap.dedent("""\
+    name: escalate-early
+    description: A test playbook that hands the run to a human while its trainer keeps training.
+    severity: warning
+    priority: 50
+    match:
+      expr: "state.metrics.step is not none and state.metrics.step >= 3"
+    limits: {max_attempts: 1}
+    actions:
+      - escalate: {reason: "a person must look at step {{ state.metrics.step }}"}
+""")
+
+
+def journal_entries(project) -> list[dict]:
+    return Journal(project.run_dir / "journal.jsonl").entries()
+
+
+def launches(project) -> list[dict]:
+    return [e for e in journal_entries(project) if e["kind"] == "launch"]
+
+
+def escalate_with_the_trainer_alive(project) -> int:
+    """Run until the test playbook escalates, hold the trainer (SIGSTOP) so it is still mid-run when the
+    next watcher starts, and return its pid. The escalating watcher exits 4 and leaves it running."""
+    (project.root / "playbooks").mkdir(exist_ok=True)
+    (project.root / "playbooks" / "escalate_early.yaml").write_text(ESCALATE_AT_STEP_3)
+    watcher = project.watch()
+    try:
+        wait_for(lambda: any(e.get("to") == "escalated" for e in journal_entries(project)), 240, interval=0.05,
+                 what="the escalation")
+        pid = launches(project)[-1]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        assert watcher.wait(timeout=60) == 4, project.watch_output()
+    finally:
+        stop_process(watcher)
+    assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    (project.root / "playbooks" / "escalate_early.yaml").unlink()
+    return pid
+
+
+def test_a_rerun_after_an_escalation_reattaches_to_the_live_trainer(project, reference_run):
+    pid = escalate_with_the_trainer_alive(project)
+    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, cwd=project.root)
+    assert f"alive, UNSUPERVISED" in status.stdout, status.stdout
+    watcher = project.watch()
+    try:
+        wait_for(lambda: any("re-attached to trainer pid" in e.get("reason", "") for e in journal_entries(project)),
+                 60, what="re-attach")
+        os.kill(pid, signal.SIGCONT)
+        assert watcher.wait(timeout=300) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+    assert [e["pid"] for e in launches(project)] == [pid], "a second trainer was launched"
+    progress = project.final_progress()
+    assert (progress["step_count"], progress["iter_num"]) == (
+        reference_run["progress"]["step_count"], reference_run["progress"]["iter_num"])
+
+
+def test_a_live_trainer_the_journal_cannot_prove_stops_watch_with_exit_15(project):
+    """The journal lost the start time (an older format, a hand edit): the trainer cannot be proven
+    ours, so it is not signalled, and it is found through its launcher so nothing launches beside it."""
+    pid = escalate_with_the_trainer_alive(project)
+    path = project.run_dir / "journal.jsonl"
+    kept = [line for line in path.read_text().splitlines() if '"kind": "launch"' not in line]
+    entry = {k: v for k, v in launches(project)[-1].items() if k not in ("started", "crc32")}
+    path.write_text("\n".join(kept + [json.dumps(entry)]) + "\n")   # checksum-free: the older format
+    try:
+        result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True,
+                                cwd=project.root, timeout=120)
+        assert result.returncode == 15, result.stdout + result.stderr
+        assert f"already running (pid {pid}" in result.stderr and "will not start a second one" in result.stderr
+        assert len(launches(project)) == 1
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED   # untouched: no SIGCONT, no SIGKILL
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+SIGNAL_RECORDER = textwrap.dedent("""\
+    import signal, sys, time
+    out = open(sys.argv[1], "a", buffering=1)
+    for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, lambda n, f: out.write(signal.Signals(n).name + "\\n"))
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+""")
+
+
+@pytest.fixture
+def bystander(tmp_path):
+    """An unrelated long-running process that writes down every catchable signal it receives."""
+    received = tmp_path / "received.txt"
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_RECORDER, str(received)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc, received
+    proc.kill()
+    proc.wait()
+
+
+def forge(project, pid: int, how: str) -> None:
+    """A run folder whose journal says a trainer is running under the bystander's pid."""
+    folder = RunFolder(project.run_dir)
+    journal = Journal(folder.journal)
+    started = psutil.Process(pid).create_time()
+    fields = {"launch": 1, "pid": pid, "log": str(folder.trainer_log(1)), "exit_status": str(folder.exit_status(1))}
+    record = {"trainer_pid": pid, "launcher_pid": 1}
+    if how == "no start time":
+        pass
+    elif how == "an hour off":
+        fields["started"] = started - 3600
+    elif how == "no launcher record":
+        fields["started"], record = started, None
+    elif how == "launcher names another pid":
+        fields["started"], record = started, {"trainer_pid": pid + 1}
+    elif how == "wrong kernel start ticks":
+        fields["started"], record = started, {**record, "trainer_start_ticks": 1}
+    elif how == "another boot":
+        fields["started"], record = started, {**record, "boot_id": "00000000-0000-0000-0000-000000000000"}
+    journal.append("transition", **{"from": "starting", "to": "running", "reason": "launched"})
+    if how == "no start time":   # the older, checksum-free line
+        folder.journal.open("a").write(json.dumps({"time": time.time(), "kind": "launch", **fields}) + "\n")
+    else:
+        journal.append("launch", **fields)
+    folder.trainer_log(1).parent.mkdir(parents=True, exist_ok=True)
+    folder.trainer_log(1).write_text("")
+    if record is not None:
+        folder.exit_status(1).parent.mkdir(parents=True, exist_ok=True)
+        folder.exit_status(1).write_text(json.dumps(record))
+
+
+FORGERIES = ["no start time", "an hour off", "no launcher record", "launcher names another pid",
+             "wrong kernel start ticks", "another boot"]
+
+
+@pytest.mark.parametrize("how", FORGERIES)
+def test_dry_run_and_status_never_take_an_unrelated_process_for_the_trainer(project, bystander, how):
+    proc, received = bystander
+    forge(project, proc.pid, how)
+    result = subprocess.run([RUNBOOK, "watch", str(project.config), "--dry-run"], capture_output=True, text=True,
+                            cwd=project.root, timeout=120)
+    assert f"watching trainer pid {proc.pid}" not in result.stdout + result.stderr
+    status = json.loads(subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True,
+                                       text=True, cwd=project.root).stdout)
+    assert status["trainer"]["alive"] is False and status["trainer"]["pid_taken_by_another_process"] is True
+    assert proc.poll() is None and not (received.exists() and received.read_text())
+
+
+@pytest.mark.parametrize("how", ["no start time", "wrong kernel start ticks"])
+def test_watch_never_signals_an_unrelated_process_behind_a_forged_record(project, bystander, how):
+    """The reproduction: an unrelated process was "re-attached", hang-stopped and SIGKILLed. Now it is
+    left alone and the run trains with its own trainer to the end."""
+    proc, received = bystander
+    forge(project, proc.pid, how)
+    watcher = project.watch()
+    try:
+        assert watcher.wait(timeout=300) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+    assert f"re-attached to trainer pid {proc.pid}" not in project.watch_output()
+    assert proc.poll() is None and psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    assert not (received.exists() and received.read_text()), received.read_text()
+    assert all(e["pid"] != proc.pid for e in launches(project)[1:])

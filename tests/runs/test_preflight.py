@@ -1,0 +1,191 @@
+"""The preflight (`runbook check`, and `runbook watch` before any launch): each failure kind on a real
+project, one sentence naming the config key's file:line, exit 3; and a pass on the default project."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.trainers.litgpt.launch import cuda_available
+from engine.trainers.litgpt.preflight import checkpoint_estimate, device_problems, tokenizer_problems
+from runbook.exit_codes import ExitCode
+from tests.conftest import RUNBOOK, make_project
+from tests.runs.test_process_faults import _can_mount_tmpfs
+
+
+def check(project, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([RUNBOOK, "check", str(project.config), *args], capture_output=True, text=True, timeout=300)
+
+
+def line_of(config: Path, text: str) -> int:
+    """1-based number of the first line of the config holding `text`."""
+    return next(i for i, line in enumerate(config.read_text().splitlines(), 1) if text in line)
+
+
+def own_tokenizer(project, shared_data: Path, **config) -> Path:
+    """The project's tokenizer folder as a copy (not the shared link), with this tokenizer_config.json."""
+    folder = project.root / "data" / "tokenizer"
+    folder.unlink()
+    shutil.copytree(shared_data / "tokenizer", folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture
+def project(tmp_path, shared_data):
+    return make_project(tmp_path / "project", shared_data)
+
+
+def test_check_passes_on_the_default_project_in_seconds(project):
+    started = time.monotonic()
+    done = check(project)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    shipped = len(list((Path(__file__).resolve().parents[2] / "playbooks").glob("*.yaml")))
+    assert f"ready to launch ({shipped} playbook(s)" in done.stdout
+    assert took < 60, f"runbook check took {took:.1f} s"   # ~5-8 s on 2 busy cores; litgpt's import is most of it
+
+
+def test_a_tokenizer_without_bos_is_refused_with_its_config_line(project, shared_data):
+    own_tokenizer(project, shared_data, eos_token="</s>", tokenizer_class="PreTrainedTokenizerFast")
+    done = check(project)
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    where = f"{project.config}:{line_of(project.config, 'tokenizer_dir:')}:"
+    assert where in done.stderr and "has no bos token" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_watch_refuses_the_same_before_any_launch(project, shared_data):
+    own_tokenizer(project, shared_data, bos_token="<s>")   # no tokenizer_class
+    done = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    assert "has no tokenizer_class" in done.stderr
+    assert not (project.run_dir / "launches").exists() and not project.out_dir.exists()
+
+
+GOOD = {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "tokenizer_class": "PreTrainedTokenizerFast"}
+
+
+@pytest.mark.parametrize("config, said", [
+    (GOOD, None),
+    ({k: v for k, v in GOOD.items() if k != "bos_token"}, "has no bos token"),
+    ({k: v for k, v in GOOD.items() if k != "tokenizer_class"}, "has no tokenizer_class"),
+    ({**GOOD, "bos_token": "<nope>"}, "names bos_token '<nope>', which is not in"),
+    ({**GOOD, "eos_token": {"content": "<end>"}}, "names eos_token '<end>', which is not in"),
+], ids=["good", "no-bos", "no-class", "bos-unknown", "eos-unknown"])
+def test_each_tokenizer_problem_is_one_litgpt_really_crashes_on(tmp_path, shared_data, config, said):
+    # The check mirrors litgpt/tokenizer.py: what it refuses, litgpt's own Tokenizer fails on too
+    # (loading, or encoding a file the way TextFiles does: bos=True), and what it accepts, litgpt takes.
+    from litgpt.tokenizer import Tokenizer
+
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(shared_data / "tokenizer", folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    problems = tokenizer_problems(folder, needs_bos=True, vocab_limit=512)
+    try:
+        Tokenizer(folder).encode("def f(): pass", bos=True)
+        crashed = False
+    except (KeyError, ValueError, NotImplementedError):
+        crashed = True
+    if said is None:
+        assert problems == [] and not crashed
+    else:
+        assert len(problems) == 1 and said in problems[0] and crashed, problems
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(shared_data):
+    problems = tokenizer_problems(shared_data / "tokenizer", needs_bos=True, vocab_limit=256)
+    assert problems == [f"the tokenizer in {shared_data / 'tokenizer'} has 512 tokens but the model's vocabulary "
+                        "holds 256; set model.vocab_size to at least 512"]
+
+
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_a_missing_or_empty_data_folder_is_refused_with_its_config_line(project, folder):
+    val = project.root / "data" / "val-own"
+    if folder == "empty":
+        val.mkdir()
+        (val / "a.txt").write_text("")
+    project.set(data={"val_dir": "data/val-own", "make_default": False})
+    done = check(project)
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    where = f"{project.config}:{line_of(project.config, 'val_dir:')}:"
+    said = "does not exist" if folder == "missing" else "every .txt file in"
+    assert f"{where}" in done.stderr and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cuda_without_a_gpu_is_refused_up_front(project):
+    # Two devices on a CPU are no longer refused: runbook's entry runs them with DDP over gloo (tests/test_ranks.py).
+    if cuda_available():
+        pytest.skip("this machine has a GPU")
+    project.set(trainer={"device": "cuda"})
+    done = check(project)
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    where = f"{project.config}:{line_of(project.config, 'device: cuda')}:"
+    assert where in done.stderr and "trainer.device is 'cuda' but this machine has no CUDA GPU" in done.stderr
+
+
+def test_device_rules():
+    assert device_problems(1, "cpu", 0) == [] and device_problems(4, "cuda", 4) == []
+    assert device_problems(2, "cpu", 0) == []   # DDP over gloo (engine/trainers/litgpt/ranks.py)
+    assert "torch sees 2 GPU(s)" in device_problems(4, "cuda", 2)[0]
+    assert "no CUDA GPU" in device_problems(1, "cuda", 0)[0]
+
+
+def test_a_config_key_litgpt_rejects_is_refused_by_litgpt_s_own_parser(project):
+    project.set(trainer={"extra": {"train": {"bogus_key": 3}}})
+    done = check(project)
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    where = f"{project.config}:{line_of(project.config, 'extra:')}:"
+    assert where in done.stderr and "litgpt pretrain refuses the generated config" in done.stderr
+    assert "bogus_key" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(project):
+    reason = _can_mount_tmpfs(project.out_dir)
+    if reason:
+        pytest.skip(reason)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(project.out_dir)], check=True)
+    try:
+        done = check(project)
+    finally:
+        subprocess.run(["umount", "-l", str(project.out_dir)])
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    size, how = checkpoint_estimate(164_672, "32-true")   # the default model: 164,672 parameters
+    assert "less than the" in done.stderr and how in done.stderr, done.stderr
+    assert re.search(r"1,0\d\d\.\d KiB free", done.stderr) or "1.0 MiB free" in done.stderr, done.stderr
+
+
+def test_the_checkpoint_estimate_is_within_a_few_percent_of_a_real_checkpoint(reference_run):
+    newest = sorted(reference_run["project"].out_dir.glob("step-*"))[-1]
+    real = (newest / "lit_model.pth").stat().st_size
+    size, _ = checkpoint_estimate(164_672, "32-true")
+    assert 0.95 < size / real <= 1.0, (size, real)
+
+
+@pytest.mark.parametrize("command", ["check", "watch"])
+def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(project, tmp_path, command):
+    # A litgpt 0.4.0 distribution record ahead of the real one on the path: what importlib.metadata reports.
+    fake = tmp_path / "site" / "litgpt-0.4.0.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: litgpt\nVersion: 0.4.0\n")
+    done = subprocess.run([RUNBOOK, command, str(project.config)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
+    assert "litgpt 0.4.0 is installed but runbook supports litgpt >=0.5.13,<0.6" in done.stderr
+    assert not (project.run_dir / "launches").exists()
+
+
+def test_watch_has_litgpt_parse_the_config_before_a_launch_unless_told_not_to(project):
+    """trainer.preflight_parse (default true; the other tests turn it off for speed) makes `watch` refuse
+    a config litgpt's own parser rejects before any launch; off, the launch itself finds it."""
+    project.set(trainer={"preflight_parse": True, "extra": {"train": {"bogus_key": 3}}})
+    refused = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == ExitCode.BAD_CONFIG, refused.stdout + refused.stderr
+    assert "litgpt pretrain refuses the generated config" in refused.stderr and "bogus_key" in refused.stderr
+    assert not (project.run_dir / "trainer.pid").exists()   # nothing was launched

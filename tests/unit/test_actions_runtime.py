@@ -1,0 +1,40 @@
+"""Actions get exactly the declared Runtime protocol: every `rt.<member>` an action uses is declared
+there, and the engine's runtime implements every declared member (read from the source with ast)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+from engine.language.actions import base
+from engine.watch.runtime import EngineRuntime
+from tests.conftest import REPO
+
+
+def declared_members() -> set[str]:
+    tree = ast.parse(inspect.getsource(base.Runtime))
+    cls = tree.body[0]
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    names |= {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+    return names
+
+
+def used_by_actions() -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {}
+    for path in sorted((REPO / "engine" / "actions").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "rt":
+                used.setdefault(node.attr, set()).add(path.name)
+    return used
+
+
+def test_every_member_an_action_uses_is_declared_in_the_runtime_protocol():
+    undeclared = {name: files for name, files in used_by_actions().items() if name not in declared_members()}
+    assert not undeclared, undeclared
+
+
+def test_the_engine_runtime_implements_every_declared_member():
+    missing = {name for name in declared_members() if not hasattr(EngineRuntime, name)
+               and name not in EngineRuntime.__init__.__code__.co_names}
+    assert not missing, missing
+    assert "sup" not in EngineRuntime.__init__.__code__.co_names   # no way back to the watcher

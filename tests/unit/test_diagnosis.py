@@ -1,0 +1,147 @@
+"""Slowness told apart by its evidence: the pure verdict table, then real processes sampled from outside
+(a CPU hog beside the toy trainer; a busy process under a cgroup CPU quota)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.observe.diagnosis import OtherProcess, RankSample, SlownessEvidence, report, straggler, verdict
+from engine.observe.slowness_sampling import sample
+from tests.conftest import REPO
+
+HOG = "while True: pass"
+
+
+def evidence(**fields) -> SlownessEvidence:
+    base = {"cores": 2, "sample_seconds": 2.0, "trainer_cpu_percent": 60.0, "system_idle_percent": 40.0}
+    return SlownessEvidence(**{**base, **fields})
+
+
+HOGS = [OtherProcess(pid=4242, command="python -c 'while True: pass'", cpu_percent=98.0),
+        OtherProcess(pid=4243, command="make -j2", cpu_percent=60.0)]
+TWO_RANKS = [RankSample(rank=0, pid=10, work_seconds=0.5), RankSample(rank=1, pid=11, work_seconds=0.5)]
+
+VERDICTS = [
+    # (evidence fields, expected cause, words the sentence must carry)
+    ({"stopped_fraction": 0.6}, "stopped", ["stopped from outside", "60%"]),
+    ({"ranks": [TWO_RANKS[0], RankSample(rank=1, pid=11, stopped_fraction=0.7)]}, "stopped", ["rank 1 (pid 11)"]),
+    ({"ranks": [TWO_RANKS[0], RankSample(rank=1, pid=11, work_seconds=1.6)]}, "slow_rank", ["rank 1 (pid 11)", "straggler", "1.60 s"]),
+    ({"throttled_fraction": 0.4, "throttled_periods": 20, "cgroup": "/job", "cgroup_quota_cores": 0.5}, "throttled",
+     ["/job", "0.5 cores", "40%"]),
+    ({"steal_percent": 35.0}, "steal", ["steal", "35%"]),
+    ({"others_cpu_percent": 158.0, "top_others": HOGS, "system_idle_percent": 2.0, "trainer_cpu_percent": 30.0},
+     "contention", ["pid 4242", "pid 4243", "158%", "30%", "not a data-loading problem"]),
+    ({"iowait_percent": 45.0, "data_read_mb_s": 3.0}, "storage", ["45% iowait", "3 MB/s"]),
+    ({"disk_sleep_fraction": 0.5}, "storage", ["disk sleep 50%"]),
+    ({"num_workers": 2, "workers_cpu_percent": 190.0}, "data_loader", ["2 workers", "190%"]),
+    ({"trainer_cpu_percent": 195.0, "system_idle_percent": 1.0, "others_cpu_percent": 3.0}, "compute", ["no outside cause"]),
+    ({}, "unknown", ["no single cause"]),
+]
+
+
+@pytest.mark.parametrize("fields, cause, words", VERDICTS, ids=[v[1] + str(i) for i, v in enumerate(VERDICTS)])
+def test_verdict_table(fields, cause, words):
+    found = verdict(evidence(**fields))
+    assert found.cause == cause, found
+    for word in words:
+        assert word in found.sentence, (word, found.sentence)
+
+
+def test_outside_causes_win_over_advice_about_the_trainer():
+    # A trainer at full CPU with workers idle, on a machine others saturate: contention, never "add workers".
+    busy = evidence(trainer_cpu_percent=95.0, num_workers=0, others_cpu_percent=100.0, top_others=HOGS,
+                    system_idle_percent=0.0)
+    assert verdict(busy).cause == "contention"
+    assert "worker" not in verdict(busy).sentence.replace("more workers would only add", "")
+    # Throttling and a stopped rank are named before the contention they also cause.
+    assert verdict(busy.model_copy(update={"throttled_fraction": 0.5})).cause == "throttled"
+    assert verdict(busy.model_copy(update={"stopped_fraction": 0.5})).cause == "stopped"
+
+
+def test_straggler_needs_two_timed_ranks_and_the_factor():
+    assert straggler([RankSample(rank=0, work_seconds=1.0)]) is None
+    assert straggler(TWO_RANKS) is None
+    slow = [*TWO_RANKS, RankSample(rank=2, pid=12, work_seconds=0.74)]
+    assert straggler(slow) is None                       # 1.48 x the median: under the factor
+    slow[2] = RankSample(rank=2, pid=12, work_seconds=0.8)
+    assert straggler(slow)[0].rank == 2
+    # 3 x the median but 14 ms over it: scheduling noise on a busy machine, not a straggler
+    noise = [RankSample(rank=0, work_seconds=0.007), RankSample(rank=1, work_seconds=0.007), RankSample(rank=2, work_seconds=0.021)]
+    assert straggler(noise) is None
+    assert report(evidence(ranks=slow))["cause"] == "slow_rank"
+
+
+# --- real processes, sampled from outside ---------------------------------------------------------
+
+def _toy_trainer(tmp_path: Path) -> subprocess.Popen:
+    config = tmp_path / "toy.json"
+    config.write_text(json.dumps({"out_dir": str(tmp_path / "out"), "steps": 100000, "save_interval": 100000,
+                                  "step_seconds": 0.02, "seed": 1, "lr": 0.1}))
+    return subprocess.Popen([sys.executable, str(REPO / "tests" / "toy_trainer" / "trainer.py"), str(config)],
+                            stdout=subprocess.DEVNULL)
+
+
+def _stop(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_cpu_hog_beside_the_trainer_is_named_as_contention(tmp_path):
+    trainer = _toy_trainer(tmp_path)
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range((os.cpu_count() or 1) + 1)]
+    try:
+        time.sleep(0.3)
+        found = sample(trainer.pid, 2.0, num_workers=0)
+        assert trainer.poll() is None, "the toy trainer ended during the sample"
+    finally:
+        _stop(trainer, *hogs)
+    result = verdict(found)
+    assert result.cause == "contention", (result, found)
+    named = {p.pid for p in found.top_others}
+    assert named & {h.pid for h in hogs}, (named, [h.pid for h in hogs])
+    assert any(HOG in p.command for p in found.top_others)
+    assert f"pid {found.top_others[0].pid} `" in result.sentence   # the biggest consumer (a hog, unless the machine is busier)
+    assert "more workers may help" not in result.sentence
+    assert found.trainer_pids == [trainer.pid]
+
+
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+def _quota_cgroup(name: str) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("a cgroup with a CPU quota needs root")
+    folder = CGROUP_V1 / name
+    try:
+        folder.mkdir(exist_ok=True)
+        (folder / "cpu.cfs_period_us").write_text("100000")
+        (folder / "cpu.cfs_quota_us").write_text("20000")     # 0.2 cores
+    except OSError as error:
+        pytest.skip(f"no writable cgroup v1 cpu controller at {CGROUP_V1}: {error}")
+    return folder
+
+
+def test_a_trainer_over_its_cgroup_quota_is_throttled_not_contended(tmp_path):
+    folder = _quota_cgroup(f"runbook-test-{os.getpid()}")
+    busy = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        (folder / "cgroup.procs").write_text(str(busy.pid))
+        time.sleep(0.3)
+        found = sample(busy.pid, 1.5)
+    finally:
+        _stop(busy)
+        time.sleep(0.1)
+        folder.rmdir()
+    result = verdict(found)
+    assert result.cause == "throttled", (result, found)
+    assert found.cgroup_quota_cores == pytest.approx(0.2)
+    assert found.throttled_periods and found.throttled_periods > 5
+    assert found.trainer_cpu_percent < 40    # held to about 0.2 cores

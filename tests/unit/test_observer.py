@@ -1,0 +1,187 @@
+"""What the observer remembers across a relaunch: the run's measures stay, the old process's go.
+
+Fed with real litgpt log lines through the real adapter; the spike check uses the shipped
+loss-spike playbook through the real matcher.
+"""
+
+from __future__ import annotations
+
+from engine.language.matcher import AttemptHistory, MatchMemory, decide
+from engine.observe.observer import MetricTracker
+from engine.language.loader import load_playbook_file
+from engine.language.playbook_testing import build_config
+from engine.core.state import StateSnapshot, TrainerStatus
+from engine.trainers.litgpt.adapter import LitGPTAdapter
+from tests.conftest import REPO
+
+ADAPTER = LitGPTAdapter()
+
+
+def progress(step: int, loss: float) -> str:
+    return (f"Epoch 1 | iter {4 * step} step {step} | loss train: {loss:.3f}, val: n/a | "
+            f"iter time: 11.00 ms (step) remaining time: 0:00:05")
+
+
+def feed(tracker: MetricTracker, lines: list[tuple[float, str]]) -> None:
+    for now, line in lines:
+        event = ADAPTER.parse_line(line)
+        assert event is not None, line
+        tracker.on_event(event, now)
+
+
+def spike_fires(tracker: MetricTracker) -> bool:
+    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics=tracker.metrics())
+    outcome = decide(snapshot, build_config({}), [playbook], MatchMemory(), AttemptHistory())
+    return outcome.decision is not None and outcome.decision.playbook.name == "loss-spike"
+
+
+def test_the_longest_progress_gap_survives_a_relaunch():
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(0.0, progress(1, 6.4)), (0.1, progress(2, 6.3)),
+                   (0.2, "Saving checkpoint to '/x/step-00000002/lit_model.pth'"), (8.2, progress(3, 6.2))])
+    assert abs(tracker.longest_gap_s - 8.1) < 1e-9
+    tracker.new_launch(tokens_per_iter=256)
+    feed(tracker, [(100.0, progress(3, 6.2)), (100.1, progress(4, 6.1))])
+    # The relaunch's save-free gaps (0.1 s) must not shrink the hang timeout below the save time.
+    assert abs(tracker.longest_gap_s - 8.1) < 1e-9
+
+
+def test_the_spike_baseline_survives_a_rollback_and_a_diverged_resume_still_fires():
+    tracker = MetricTracker(tokens_per_iter=256)
+    healthy = [6.4, 6.3, 6.2, 6.1]
+    spike = [13.0, 25.0, 32.0, 34.0]
+    feed(tracker, [(i, progress(i + 1, loss)) for i, loss in enumerate(healthy + spike)])
+    assert tracker.best_median == 6.2 and tracker.last_healthy_step == 4
+    assert spike_fires(tracker)
+
+    # Rolled back to a checkpoint saved mid-divergence (step 6): a NaN rollback can only reach the
+    # newest finite checkpoint. The stale spike lines must not fire again before anything new is seen...
+    tracker.new_launch(tokens_per_iter=256)
+    assert tracker.metrics().loss_history == [] and not spike_fires(tracker)
+    # ...and the diverged level must still count as a spike against the healthy baseline.
+    feed(tracker, [(50 + i, progress(7 + i, 30.0)) for i in range(4)])
+    assert tracker.best_median == 6.2
+    assert tracker.last_healthy_step == 4, "a resume from inside the spike is not healthy"
+    assert spike_fires(tracker)
+
+
+def test_a_resume_before_the_last_healthy_step_moves_it_back():
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
+    assert tracker.last_healthy_step == 10
+    tracker.new_launch(tokens_per_iter=256)
+    feed(tracker, [(20.0, progress(5, 20.0))])  # resumed from step 4, and the first step is bad
+    assert tracker.last_healthy_step == 4
+    feed(tracker, [(21.0, progress(6, 6.0))])
+    assert tracker.last_healthy_step == 6
+
+
+def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_learnt_timeout():
+    from engine.observe.observer import Observer
+    from engine.core.config import WatchSettings
+
+    watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)
+    observer = Observer(ADAPTER, REPO, tokens_per_iter=256)
+    feed(observer.tracker, [(0.0, progress(1, 6.4)), (0.5, progress(2, 6.3))])
+    assert observer.hang_timeout(watch) == 5.0          # 5 x 0.5 s, raised to the floor
+    observer.tracker.new_launch(tokens_per_iter=256)
+    assert observer.hang_timeout(watch) == 60.0         # start-up: imports, data, resume
+    feed(observer.tracker, [(30.0, progress(3, 6.2))])
+    assert observer.hang_timeout(watch) == 5.0
+
+
+def test_each_repeated_spike_cuts_the_lr_four_times_harder():
+    """lr 10 (the chaos benchmark's divergence) reaches a sane lr in three incidents: / 4, / 16, / 64."""
+    from engine.language.planner import plan
+    from engine.core.config import RunConfig
+
+    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
+                                                                          "loss_best_median": 6.4, "last_healthy_step": 3})
+    lr, seen = 10.0, []
+    for attempt in (1, 2, 3):
+        steps = plan(playbook, snapshot, RunConfig.model_validate({"lr": lr}), attempt)
+        [change] = [s for s in steps if s.verb == "set_hyperparameters"]
+        assert change.error is None and change.skipped is None
+        lr = change.params.lr
+        seen.append(lr)
+    assert seen == [2.5, 2.5 / 16, 2.5 / 16 / 64]
+
+
+def validation(iter_num: int, val_loss: float) -> str:
+    return f"iter {iter_num}: val loss {val_loss:.4f}, val time: 12.00 ms"
+
+
+def test_a_failed_validation_condemns_its_checkpoint_even_when_the_train_loss_looks_fine():
+    """A collapsed model's train loss can sit near ln(vocab), inside 1.5 x the baseline; the val loss
+    at step s judges the weights of checkpoint s directly."""
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
+    feed(tracker, [(10.0, validation(40, 5.0))])                  # step 10: healthy, the best val loss
+    feed(tracker, [(10 + i, progress(11 + i, 6.2)) for i in range(10)])
+    assert tracker.last_healthy_step == 20
+    feed(tracker, [(21.0, validation(80, 40.0))])                 # step 20: 8 x the best
+    assert tracker.last_healthy_step == 20                        # checkpoint 20 is bad: quarantine from 20
+    feed(tracker, [(22.0, progress(21, 6.1)), (23.0, progress(22, 6.0))])
+    assert tracker.last_healthy_step == 20, "train losses after a failed validation vouch for nothing more"
+    tracker.new_launch(tokens_per_iter=256)                       # rolled back to checkpoint 19
+    feed(tracker, [(30.0, progress(20, 6.0)), (31.0, progress(21, 6.0))])
+    assert tracker.last_healthy_step == 21
+
+
+def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_back():
+    """The NaN playbook's rollback target comes from the run's loss history, not a count from the
+    crash: diverged-but-finite checkpoints saved after the last healthy loss are all condemned."""
+    from engine.language.planner import plan
+    from engine.core.config import RunConfig
+
+    playbook = load_playbook_file(REPO / "playbooks" / "nan.yaml")
+    tracker = MetricTracker(tokens_per_iter=256)
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(12)])
+    feed(tracker, [(12 + i, progress(13 + i, loss)) for i, loss in enumerate([40.0, 446.0, 1027.0, 1101.0])])
+    assert tracker.last_healthy_step == 12
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=False, exit_code=1), metrics=tracker.metrics(),
+                             tail=["RuntimeError: The total norm of order 2.0 for gradients from `parameters` "
+                                   "is non-finite, so it cannot be clipped."])
+    config = RunConfig.model_validate({"lr": 10.0, "save_interval": 5})
+    targets, lrs = [], []
+    for attempt in (1, 2, 3):
+        steps = {s.verb: s for s in plan(playbook, snapshot, config, attempt)}
+        rollback = steps["rollback"].params
+        targets.append(int(rollback.bad_step) - rollback.steps)
+        lrs.append(steps["set_hyperparameters"].params.lr)
+        config = RunConfig.model_validate({"lr": lrs[-1], "save_interval": 5})
+    # Checkpoints at/after 12 go on the first NaN (checkpoint 10 stays), then 5 and 10 steps further back.
+    assert targets == [12, 7, 2]
+    assert lrs == [5.0, 1.25, 1.25 / 8]
+
+
+def test_a_huge_line_and_a_flood_are_read_in_bounded_memory_and_nothing_later_is_lost(tmp_path):
+    import tracemalloc
+
+    from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, LogTail
+
+    log = tmp_path / "trainer.log"
+    log.write_bytes(b"before\n" + b"x" * (40 * 1024 * 1024) + b"\n" + progress(3, 6.0).encode() + b"\n")
+    tail = LogTail(log)
+    tracemalloc.start()
+    try:
+        lines, reads = [], 0
+        while tail.offset < log.stat().st_size:
+            lines += tail.read()
+            reads += 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reads >= 40 * 1024 * 1024 // MAX_READ_BYTES            # the flood took several observations
+    assert peak < 4 * MAX_READ_BYTES, peak                          # never the whole line in memory
+    assert lines[0] == "before" and lines[2] == progress(3, 6.0)    # the line after it is read intact
+    assert lines[1].startswith("x" * MAX_LINE_BYTES) and lines[1].endswith(f"[... {40 * 1024 * 1024 - MAX_LINE_BYTES} bytes cut]")
+
+    with open(log, "ab") as fh:                                     # a line split across two reads
+        fh.write(b"Traceback (most")
+    assert tail.read() == []
+    with open(log, "ab") as fh:
+        fh.write(b" recent call last):\n")
+    assert tail.read() == ["Traceback (most recent call last):"]
