@@ -53,6 +53,7 @@ from runbook.commands.report_cmd import report as report_command  # noqa: E402
 from runbook.commands.scan_data_cmd import scan_data as scan_data_command  # noqa: E402
 from runbook.commands.slurm_cmd import slurm_app  # noqa: E402
 from runbook.commands.status_cmd import status as status_command  # noqa: E402
+from runbook.commands.triage_cmd import triage as triage_command  # noqa: E402
 from runbook.commands.verify_cmd import verify as verify_command  # noqa: E402
 
 app.add_typer(playbooks_app, name="playbooks")
@@ -68,6 +69,7 @@ app.command("drill")(drill_command)
 app.command("notify")(notify_command)
 app.command("check")(check_command)
 app.command("ledger")(ledger_command)
+app.command("triage")(triage_command)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     RUNNING = 13            # `status`: a watcher is supervising the run right now
     SECOND_TRAINER = 15     # `watch`: a trainer of this run folder is alive and cannot be re-attached; no second one is started
     DRAFT_REFUSED = 14      # `playbooks draft`: the incident needs no new playbook (recovered, still open) or the draft exists
+    TRIAGE_ESCALATE = 16    # `triage`: runbook would escalate this log (nothing claims it, unknown-crash, or the plan escalates)
 
 
 # `runbook status` exits with the run's state, as `runbook watch` would have exited had it ended now.

@@ -25,9 +25,9 @@ def shown(path: Path | str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
-def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
-    """The UTF-8 text of a regular file, or a SourceError that says in one sentence why not."""
-
+def regular_file(path: Path) -> os.stat_result:
+    """The stat of a regular file (following links), or a SourceError that says in one sentence why the
+    path is not one: nothing is opened, so a FIFO or a device cannot block or flood the caller."""
     name = shown(path)
     if len(str(path)) > MAX_PATH_CHARS:
         raise SourceError([f"{name}: path longer than {MAX_PATH_CHARS} characters"])
@@ -45,6 +45,14 @@ def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
         raise SourceError([f"{name}: is a folder, not a file"])
     if not stat.S_ISREG(info.st_mode):
         raise SourceError([f"{name}: not a regular file (a pipe, socket or device cannot be read as a file)"])
+    return info
+
+
+def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of a regular file, or a SourceError that says in one sentence why not."""
+
+    name = shown(path)
+    info = regular_file(path)
     if info.st_size > limit:
         raise SourceError([f"{name}: {info.st_size:,} bytes, more than the {limit:,} a file here may have"])
     try:

@@ -14,7 +14,7 @@ from runbook.cli import app
 from tests.conftest import RUNBOOK
 
 EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
-                     "notify", "ledger", "slurm"}
+                     "notify", "ledger", "slurm", "triage"}
 
 
 def test_the_command_table_is_what_the_docs_promise():
