@@ -24,15 +24,22 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            who = holder_text(fd, self.path)
             os.close(fd)
             raise RunLocked(
-                f"another runbook watcher (pid {holder}) is supervising {self.path.parent}; "
+                f"another runbook watcher ({who}) is supervising {self.path.parent}; "
                 "stop it first or use a different run_dir"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     def release(self) -> None:
         if self._fd is not None:
@@ -46,3 +53,50 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process with this pid exists (it may not be ours; see lock_holders for who holds a lock)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):   # OverflowError: a number too big to be a pid
+        return False
+    except PermissionError:   # another user's process
+        return True
+    return True
+
+
+def lock_holders(fd: int, locks_file: str = "/proc/locks") -> set[int] | None:
+    """The pids /proc/locks says hold an flock on ``fd``'s file, or None where that cannot be known."""
+    try:
+        info = os.fstat(fd)
+        key = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+        with open(locks_file, encoding="ascii", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    pids = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:   # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+            pids.add(int(parts[4]))
+    return pids
+
+
+def holder_text(fd: int, path: Path) -> str:
+    """Who holds the lock, checked: the pid written in the lock file only when that process is running
+    (and /proc/locks, where readable, agrees); else that the written pid is stale, and who really holds it."""
+    written = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    pid = int(written) if written.isdigit() and len(written) < 10 else None
+    holders = lock_holders(fd)
+    if pid is not None and pid_running(pid) and (not holders or pid in holders):
+        return f"pid {pid}"
+    really = f"; /proc/locks says pid {', '.join(map(str, sorted(holders)))} holds it" if holders else ""
+    if pid is None:
+        return f"pid unknown: {path.name} holds no pid" + really
+    return f"{path.name} names pid {pid}, which is stale (not running{' or not the holder' if holders else ''})" + really
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from engine.observe.advice import run_save_interval_advice
@@ -22,6 +23,7 @@ from engine.records.journal import Journal
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.language.matcher import MatchMemory, attempt_number, decide
+from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
 from engine.watch.runtime import RuntimeParts
 from engine.cluster.slurm_watch import SlurmAllocation
@@ -52,7 +54,8 @@ class Supervisor:
         self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble)
         self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
                                        journal=None if dry_run else self.journal, read_only=dry_run)
-        self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter)
+        self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter,
+                                 evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
         parts = RuntimeParts(control=self.control, ledger=self.ledger, launch=self.launch, observe=self.observe,
                              notifier=notifier, events=self.events,
                              best_val_step=lambda: self.observer.tracker.best_val_step,
@@ -72,9 +75,7 @@ class Supervisor:
         self._exit_journaled: int | None = None
         self._verified_seen = 0   # checkpoints verified when retention last looked (_retain_new_saves)
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
-        self.upkeep = None
-        self.notice_poller = None
-        self.metrics = None
+        self.upkeep: Upkeep | None = None
         self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
 
     @property
@@ -85,16 +86,23 @@ class Supervisor:
     def run(self) -> RunState:
         if self.dry_run:
             return observe_without_acting(self)
-        self.lock.acquire()
-        try:
+        # Every service the loop starts is stopped by this one stack, in reverse order, however the loop ends.
+        with ExitStack() as services:
+            if self.slurm is not None:   # registered first, so it runs after the lock's release:
+                services.callback(lambda: self.slurm.finished(self.state))   # a requeue's next allocation takes it
+            services.enter_context(self.lock)
+            services.callback(self.notifier.close)
             self.install_signal_handlers()
             if self.slurm is not None:
                 self.slurm.started()
-            self._start_metrics()
+            services.callback(discard_spare)   # a warm spare nobody will launch (engine/process/warm_spare.py)
+            self._start(services, self._metrics_endpoint)
             with self.recovery_lock:
                 start_or_continue(self)
-            self._start_upkeep()
-            self._start_notice_poller()
+            self._start(services, self._upkeep)
+            self._start(services, self._notice_poller)
+            services.callback(self._last_catch_up)
+            services.callback(self.incidents.flush_awaiting, "the watcher ended before the trainer made progress")
             while self.state not in TERMINAL_STATES:
                 if self.stop_requested:
                     self._stop_watching(self.stop_requested)
@@ -103,20 +111,13 @@ class Supervisor:
                     self.tick()
                 time.sleep(self.loaded.config.watch.poll_interval_s)
             return self.state
-        finally:
-            self.incidents.flush_awaiting("the watcher ended before the trainer made progress")
-            self._last_catch_up()
-            if self.notice_poller is not None:
-                self.notice_poller.shutdown()
-            discard_spare()   # a warm spare nobody will launch (engine/process/warm_spare.py)
-            if self.upkeep is not None:
-                self.upkeep.shutdown()
-            if self.metrics is not None:
-                self.metrics.shutdown()
-            self.notifier.close()
-            self.lock.release()
-            if self.slurm is not None:   # after the release: a requeue's next allocation takes the lock
-                self.slurm.finished(self.state)
+
+    @staticmethod
+    def _start(services: ExitStack, make) -> None:
+        """Start an optional service (None: not configured, or not for this run) and register its stop."""
+        service = make()
+        if service is not None:
+            services.callback(service.shutdown)
 
     def observe(self, retain: bool = False):
         """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot.
@@ -207,6 +208,7 @@ class Supervisor:
     # --- effects lent to the incident runtime --------------------------------------------------
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
+        self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
         self.observer.follow(process.log_path, self.control.tokens_per_iter)
         self.dead_observations = 0
         self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
@@ -224,13 +226,13 @@ class Supervisor:
         """A live trainer may still be writing the checkpoint of its current step (or a later one)."""
         return (self.observer.tracker.step or 0) if self.control.alive else None
 
-    def _start_upkeep(self) -> None:
+    def _upkeep(self) -> Upkeep | None:
         if self.state in TERMINAL_STATES:
-            return
-
+            return None
         self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self), recovery_lock=self.recovery_lock,
                              events=self.events, trouble=self.trouble)
         self.upkeep.start()
+        return self.upkeep
 
     def transition(self, to: RunState, reason: str) -> None:
         previous, self.state = self.state, to
@@ -245,24 +247,25 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
 
-    def _start_notice_poller(self) -> None:
+    def _notice_poller(self) -> NoticePoller | None:
         settings = self.loaded.config.watch.cloud_notices
         if self.state in TERMINAL_STATES or not settings.enabled:
-            return
+            return None
 
         def request_stop(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
             self.stop_requested = f"watcher saw a cloud interruption notice ({text})"
             self.events("warning", text=f"{text}: saving and stopping")
 
-        self.notice_poller = NoticePoller(settings, request_stop, self.events)
-        self.notice_poller.start()
+        poller = NoticePoller(settings, request_stop, self.events)
+        poller.start()
+        return poller
 
-    def _start_metrics(self) -> None:
+    def _metrics_endpoint(self) -> MetricsEndpoint | None:
         """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
         supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
         settings = self.loaded.config.watch.metrics
         if settings.port is None:
-            return
+            return None
 
         layout, out_dir = self.ledger.layout, self.ledger.out_dir
         endpoint = MetricsEndpoint(settings, self.loaded.run_dir, lambda: (self.state, self.last_snapshot),
@@ -273,9 +276,9 @@ class Supervisor:
             self.events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
                         f"({error.strerror or error}); watching without it")
             self.journal.append("metrics_endpoint", error=str(error))
-            return
-        self.metrics = endpoint
+            return None
         self.journal.append("metrics_endpoint", url=url)
+        return endpoint
 
     def _stop_watching(self, why: str) -> None:
         """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for

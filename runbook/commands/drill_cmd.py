@@ -63,7 +63,7 @@ def drill(
     config_opt: Optional[Path] = config_option(),
     timeout: float = typer.Option(600.0, help="give up after this many seconds"),
 ) -> None:
-    """Run the seed's "break it on purpose" exercise on a scratch copy and report what runbook did."""
+    """Run the field manual's "break it on purpose" exercise on a scratch copy and report what runbook did."""
     from engine.watch.faults import FAULTS, DrillRun
     from engine.trainers import adapter_for
     from engine.trainers.run_config import load_config
