@@ -207,7 +207,8 @@ def _state_fields(model: type[BaseModel] = StateSnapshot, prefix: str = "state."
                 rows.append(f"| `{prefix}disk.free_percent` | number | free space in percent |")
             continue
         key = f"{prefix}{name}"
-        rows.append(f"| `{key}` | {_type(annotation)} | {STATE_NOTES.get(key.removeprefix('state.'), '')} |")
+        meaning = info.description or STATE_NOTES.get(key.removeprefix('state.'), '')
+        rows.append(f"| `{key}` | {_type(annotation)} | {meaning} |")
     return rows
 
 

@@ -139,6 +139,24 @@ class CheckpointLedger:
         for step in steps:
             self.corrupt.pop(step, None)
 
+    def resume_file_corrupt(self, resume_file: Path) -> tuple[bool, str | None] | None:
+        """Verified afresh, whatever was sealed before (a file damaged after its save is caught by its
+        manifest): the checkpoint a resume file is, or was copied from (a rescaled copy keeps the step
+        in its name; the copy itself is checked for presence only). (True, problem): corrupt; (False,
+        None): intact; None: no checkpoint of this out_dir (cannot tell). Read-only: nothing is moved."""
+        resume_file = Path(resume_file)
+        step = self.layout.step_in_path(str(resume_file))
+        ckpt = next((c for c in self.checkpoints() if c.step == step), None) if step is not None else None
+        if ckpt is None:
+            return None
+        result = ckpts.verify_checkpoint(ckpt)
+        if not result.ok:
+            return True, f"{ckpt.path.name}: {result.reason}"
+        if resume_file.resolve() != ckpt.resume_file.resolve():
+            if not resume_file.is_file() or resume_file.stat().st_size == 0:
+                return True, f"the resume copy {resume_file} is missing or empty"
+        return False, None
+
     # --- moving out and deleting ---------------------------------------------------------------
     def quarantine(self, ckpt, reason: str) -> Path:
         dest = ckpts.quarantine(ckpt, self.quarantine_dir, reason)

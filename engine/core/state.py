@@ -10,6 +10,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.core.evidence import Evidence
+
 
 class RunState(str, Enum):
     STARTING = "starting"
@@ -137,3 +139,4 @@ class StateSnapshot(Frozen):
     tail: list[str] = Field(default_factory=list)
     disk: DiskStatus = Field(default_factory=DiskStatus)
     checkpoints: CheckpointStatus = Field(default_factory=CheckpointStatus)
+    evidence: Evidence = Field(default_factory=Evidence)   # beyond the log text (engine/observe/evidence.py)

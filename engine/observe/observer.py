@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation
+from engine.observe.evidence import EvidenceGatherer
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -186,7 +187,8 @@ class MetricTracker:
 
 
 class Observer:
-    def __init__(self, adapter, out_dir: Path, tokens_per_iter: int, tail_lines: int = 200):
+    def __init__(self, adapter, out_dir: Path, tokens_per_iter: int, tail_lines: int = 200,
+                 evidence: EvidenceGatherer | None = None):
         self.adapter = adapter
         self.out_dir = out_dir
         self.tracker = MetricTracker(tokens_per_iter)
@@ -194,6 +196,7 @@ class Observer:
         self.log: LogTail | None = None
         self.observation = 0
         self.launched_at = time.time()
+        self.evidence = evidence or EvidenceGatherer(out_dir)   # beyond the log text (evidence.py)
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
@@ -236,6 +239,7 @@ class Observer:
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
             new_lines=new_lines,
             tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
+            evidence=self.evidence.gather(trainer, checkpoints),
         )
 
 

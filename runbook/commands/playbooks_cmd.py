@@ -131,6 +131,23 @@ def _tree(explanation, depth: int = 0) -> list[str]:
     return [line] + [l for child in explanation.children for l in _tree(child, depth + 1)]
 
 
+def _evidence_line(evidence) -> str:
+    """state.evidence in one line: every field, `unknown` for what could not be learnt."""
+    def mb(n):
+        return "unknown" if n is None else f"{n / 1e6:.1f} MB"
+
+    def known(value):
+        return "unknown" if value is None else str(value).lower() if isinstance(value, bool) else value
+
+    parts = [f"out_dir free {mb(evidence.out_dir_free_bytes)}", f"run_dir free {mb(evidence.run_dir_free_bytes)}",
+             f"disk_nearly_full {known(evidence.disk_nearly_full)}",
+             f"oom_killed {known(evidence.oom_killed)}" + (f" ({evidence.oom_detail})" if evidence.oom_detail else ""),
+             f"resume_checkpoint {known(evidence.resume_checkpoint)}",
+             f"resume_checkpoint_corrupt {known(evidence.resume_checkpoint_corrupt)}"
+             + (f" ({evidence.resume_checkpoint_problem})" if evidence.resume_checkpoint_problem else "")]
+    return "; ".join(parts)
+
+
 @playbooks_app.command()
 def explain(
     name: str = typer.Argument(..., help="playbook name"),
@@ -161,6 +178,7 @@ def explain(
     trainer = "alive" if t.alive else f"exited (code {t.exit_code}, signal {t.signal})"
     typer.echo(f"playbook '{playbook.name}' ({playbook.source}), priority {playbook.priority}, severity {playbook.severity}")
     typer.echo(f"state: observation {snapshot.observation}, trainer {trainer}, step {snapshot.metrics.step}")
+    typer.echo(f"evidence: {_evidence_line(snapshot.evidence)}")
     for line in _tree(explanation):
         typer.echo(line)
     for error in ctx.errors:
