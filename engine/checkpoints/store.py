@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -102,6 +103,38 @@ def _manifest_files(ckpt: Checkpoint) -> list[str]:
     )
 
 
+MIN_SIDE_FILE_CAP = 256 * 2**20   # a manifest entry other than the resume file: at most this, or the resume file's size
+
+
+def _entry_problem(ckpt: Checkpoint, name: object, expected: dict) -> str | None:
+    """Why a manifest entry is refused before it is opened, or None. Entries are the folder's own
+    regular files (write_manifest lists nothing else): a path (`/etc/hostname`, `../../x`), a
+    symlink, a FIFO or device, or a side file larger than the cap (a sparse 50 GB file would keep
+    verify hashing for minutes) make the manifest bad; none of them is read or hashed."""
+    if (not isinstance(name, str) or name in ("", ".", "..", MANIFEST_NAME) or "/" in name or "\\" in name
+            or "\x00" in name or len(name) > 255):
+        return f"{MANIFEST_NAME} is bad: entry {str(name)[:80]!r} is not a file name inside the checkpoint folder"
+    try:
+        info = os.lstat(ckpt.path / name)
+    except FileNotFoundError:
+        return f"{name} is listed in {MANIFEST_NAME} but missing"
+    except OSError as err:
+        return f"{MANIFEST_NAME} is bad: entry {name!r} cannot be examined ({err.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{MANIFEST_NAME} is bad: entry {name!r} is a symlink (a checkpoint's files are its own)"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{MANIFEST_NAME} is bad: entry {name!r} is not a regular file"
+    if name != ckpt.resume_file.name:
+        try:
+            cap = max(MIN_SIDE_FILE_CAP, os.stat(ckpt.resume_file).st_size)
+        except OSError:
+            cap = MIN_SIDE_FILE_CAP
+        if info.st_size > cap:
+            return (f"{MANIFEST_NAME} is bad: entry {name!r} is {info.st_size:,} bytes, more than the "
+                    f"{cap:,} a side file may have (not hashed)")
+    return None
+
+
 def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[Verification, dict]:
     """verify_checkpoint, optionally also returning {name: {"size", "sha256"}} for sealing."""
     resume_file = ckpt.resume_file
@@ -135,9 +168,9 @@ def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[V
     if want_digests:
         digests = {n: {"size": (ckpt.path / n).stat().st_size, "sha256": sha(n)} for n in _manifest_files(ckpt)}
     for name, expected in sorted((manifest or {}).items()):
+        if problem := _entry_problem(ckpt, name, expected):   # before anything opens it
+            return Verification(False, problem), {}
         p = ckpt.path / name
-        if not p.is_file():
-            return Verification(False, f"{name} is listed in {MANIFEST_NAME} but missing"), {}
         if (size := p.stat().st_size) != expected.get("size"):
             return Verification(False, f"{name} size {size} != {expected.get('size')} in {MANIFEST_NAME}"), {}
         actual_sha = digests[name]["sha256"] if name in digests else sha(name)

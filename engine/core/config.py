@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import shutil
+import stat as stat_mode
 import tempfile
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -19,6 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       model_validator)
 
 from engine.core.durable import atomic_write_text
+from engine.core.env_names import check_env
 from engine.core.settings import MetricsSettings
 from engine.core.settings import CloudNoticeSettings
 from engine.core.notifier import SlackSettings
@@ -100,6 +102,11 @@ class TrainerSettings(Strict):
                                       "SIGTERM; [] = die at once, as litgpt does by itself")
     warm_spare: bool = Field(False, description="keep a spare trainer interpreter with torch and litgpt imported, "
                              "which becomes the next launch (a relaunch skips the imports); costs an idle process")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, variables: dict[str, str]) -> dict[str, str]:
+        return check_env(variables)   # POSIX names, no NUL in values (engine/core/env_names.py)
 
     @field_validator("notice_signals")
     @classmethod
@@ -342,6 +349,66 @@ def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     return problems
 
 
+MAX_RUN_LOG_TEMPLATE_BYTES = 256 * 1024   # engine/records/run_log.py reads at most this
+
+
+def _file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
+    """run_log, run_log_template and watch.quarantine_dir get out_dir's protections (issue 26 item 6):
+    the run log is appended to, so it may not be another file runbook or the trainer owns, nor a
+    FIFO or device; quarantine_dir receives moved checkpoints, so it may not be a system, project,
+    configs or data folder, nor lie inside out_dir. One sentence each, with file:line."""
+    real = lambda p: Path(os.path.realpath(p))  # noqa: E731
+    within = lambda a, b: a == b or b in a.parents  # noqa: E731
+    out_dir, run_dir, project = real(loaded.out_dir), real(loaded.run_dir), real(loaded.project_dir)
+    data = [(f"data.{n}", real(loaded.data_path(n))) for n in ("train_dir", "val_dir", "tokenizer_dir")]
+    problems: list[tuple[tuple, str]] = []
+
+    def kind_of(p: Path) -> str | None:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            return None   # not there yet: made on first use
+        return None if stat_mode.S_ISREG(mode) else "a folder" if stat_mode.S_ISDIR(mode) else "not a regular file (a FIFO or device)"
+
+    log = real(loaded.run_log)
+    reason = ("is the run config" if log == real(path) else
+              "is the run's journal" if log == real(RunFolder(loaded.run_dir).journal) else
+              f"is inside out_dir ({out_dir}), where checkpoints live" if within(log, out_dir) else
+              next((f"is inside {n} ({d})" for n, d in data if within(log, d)), None) or
+              ("is a checkpoint or training file" if log.suffix in (".pth", ".ckpt", ".safetensors") else None) or
+              (f"is {k}" if (k := kind_of(log)) else None))
+    if reason:
+        problems.append((("run_log",), f"run_log: {log} {reason}; it must be a Markdown file of its own "
+                                       f"(e.g. {RunConfig.model_fields['run_log'].default})"))
+    if loaded.config.run_log_template is not None:
+        template = real(loaded.resolve(loaded.config.run_log_template))
+        k = kind_of(template)
+        if k is None and template.exists() and template.stat().st_size > MAX_RUN_LOG_TEMPLATE_BYTES:
+            k = f"{template.stat().st_size:,} bytes, more than {MAX_RUN_LOG_TEMPLATE_BYTES:,}"
+        elif k is None and not template.exists():
+            k = "missing"
+        if k:
+            problems.append((("run_log_template",), f"run_log_template: {template} is {k}; it must be a regular "
+                                                    "text file (a Jinja2 template)"))
+    if loaded.config.watch.quarantine_dir is not None:
+        q = real(loaded.quarantine_dir)
+        system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS}
+        reason = ("is a system folder" if q in system or q == real(Path.home()) else
+                  "is the project folder" if q == project else
+                  f"is or holds the configs folder ({real(path).parent})" if within(real(path).parent, q) else
+                  next((f"is, holds or lies inside {n} ({d})" for n, d in data if within(q, d) or within(d, q)), None) or
+                  (f"is inside out_dir ({out_dir}), which runbook lists and prunes" if within(q, out_dir) else None) or
+                  (f"holds out_dir ({out_dir})" if within(out_dir, q) else None))
+        if reason:
+            problems.append((("watch", "quarantine_dir"), f"watch.quarantine_dir: {q} {reason}; quarantined "
+                                                          "checkpoints are moved there (default: <run_dir>/quarantine)"))
+    out = []
+    for loc, problem in problems:
+        where = locate(tree, loc)
+        out.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
+    return out
+
+
 def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConfig:
     """The run config at `path`, validated, with file:line errors. Callers load it through
     engine.trainers.run_config.load_config, which passes the trainers' seam (kind check, overlays)."""
@@ -359,7 +426,7 @@ def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConf
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
     loaded = LoadedConfig(path, config, seam)
-    if problems := _run_folder_problems(path, tree, loaded):
+    if problems := _run_folder_problems(path, tree, loaded) or _file_problems(path, tree, loaded):
         raise SourceError(problems)
     return loaded
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from jinja2 import nodes
 from jinja2.utils import _PassArg
 
-from engine.expr.sandbox import BINOPS
+from engine.expr.sandbox import BINOPS, check_weight
 
 Evaluator = Callable[[dict], Any]
 _MISSING = object()
@@ -88,7 +88,7 @@ def _build(node: nodes.Node, env, env_globals: dict) -> Evaluator:  # noqa: C901
         return lambda names: yes(names) if test(names) else no(names)
     if isinstance(node, (nodes.List, nodes.Tuple)):
         items, kind = [sub(i) for i in node.items], list if isinstance(node, nodes.List) else tuple
-        return lambda names: kind([item(names) for item in items])
+        return lambda names: check_weight(kind([item(names) for item in items]))  # as jinja's __weighed
     if isinstance(node, nodes.Test) and not (node.kwargs or node.dyn_args or node.dyn_kwargs):
         func = env.tests.get(node.name)
         if func is None or _PassArg.from_obj(func) is not None:

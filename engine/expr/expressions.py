@@ -16,36 +16,37 @@ from jinja2.parser import Parser
 from jinja2.utils import consume
 
 from engine.expr.direct_eval import direct_evaluator
+from engine.expr.filters import bounded_filters, bounded_int, bounded_round, finalize
 from engine.expr.sandbox import (
-    MAX_OUTPUT, MAX_SOURCE, Sandbox, SandboxLimit, budget, budget_iter, budget_range, bound, check_format,
-    check_tree, guarded_join, safe_concat, safe_mod,
+    MAX_OUTPUT, MAX_SOURCE, Sandbox, SandboxLimit, budget, budget_iter, budget_range, bound, check_tree,
+    check_weight, guarded_join, safe_concat,
 )
 
 
 # optimized=False: nothing of a user's text is evaluated at compile time (lint must not run it).
-_ENV = Sandbox(undefined=StrictUndefined, optimized=False)
+# finalize: the text of every `{{ ... }}` a template prints is checked before it is built.
+_ENV = Sandbox(undefined=StrictUndefined, optimized=False, finalize=finalize)
 for _name in ("lipsum", "cycler", "joiner", "namespace"):  # unbounded output or state across loop iterations
     del _ENV.globals[_name]
-for _name in ("center", "indent", "wordwrap", "random", "pprint", "urlize"):  # output size set by an argument
-    del _ENV.filters[_name]
-_ENV.filters["join"] = guarded_join(_ENV.filters["join"])
-_ENV.filters["format"] = lambda value, *args, **kwargs: check_format(str(value)) or safe_mod(str(value), kwargs or args)
+# The allowlist of filters, each bounded (engine/expr/filters.py); any other filter name is unknown.
+_ENV.filters = bounded_filters(dict(_ENV.filters), guarded_join(_ENV.filters["join"]))
 _ENV.globals.update(
     {
         "isnan": lambda x: x is not None and math.isnan(x),
         "isinf": lambda x: x is not None and math.isinf(x),
         "isfinite": lambda x: x is not None and math.isfinite(x),
-        "median": lambda xs: statistics.median(xs) if xs else None,
+        "median": lambda xs: statistics.median(budget_iter(xs)) if xs else None,
         "min": min,
         "max": max,
         "abs": abs,
-        "round": round,
-        "int": int,
+        "round": bounded_round,
+        "int": bounded_int,
         "float": float,
         "len": len,
         "range": budget_range,
         "__budget_iter": budget_iter,
         "__concat": safe_concat,
+        "__weighed": check_weight,
     }
 )
 
@@ -73,11 +74,15 @@ class Expression:
     source: str
     _template: Any
     _direct: Any = None   # the same computation without jinja's per-call set-up (engine/expr/direct_eval.py)
+    _builds: bool = False  # it has operators or literals that build values: the direct path runs under a budget too
 
     def evaluate(self, **context: Any) -> Any:
         try:
             if self._direct is not None:
-                return self._direct(context)  # no loops or calls: only the operator checks apply
+                if self._builds:  # what it builds is spent against the deadline, as in jinja's path
+                    with budget():
+                        return self._direct(context)
+                return self._direct(context)  # no loops, calls or building: comparisons and reads only
             # What jinja2's TemplateExpression.__call__ does, except that it merges the template's
             # ChainMap of globals into every call's context, which costs more than most expressions.
             with budget():
@@ -126,8 +131,13 @@ def compile_expression(source: str) -> Expression:
     text = strip_braces(source)
     expr = _parse(lambda: _parse_expression(text), text)
     template = _build_template(nodes.Template([nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)], lineno=1), text)
-    direct = direct_evaluator(_parse_expression(text), _ENV, _GLOBALS)
-    return Expression(text, template, direct)
+    parsed = _parse_expression(text)
+    direct = direct_evaluator(parsed, _ENV, _GLOBALS)
+    builds = any(isinstance(n, _BUILDING) for n in (parsed, *parsed.find_all(nodes.Node)))
+    return Expression(text, template, direct, builds)
+
+
+_BUILDING = (nodes.Add, nodes.Mul, nodes.Mod, nodes.Pow, nodes.List, nodes.Tuple, nodes.Dict)
 
 
 def _parse_expression(text: str) -> nodes.Expr:

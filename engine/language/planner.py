@@ -36,12 +36,15 @@ class PlannedStep:
     def from_dict(cls, data: dict) -> "PlannedStep":
         """The stored step, to be run as stored (a restarted watcher continues the incident's own plan)."""
         definition = REGISTRY[data["verb"]]
-        params = data.get("params")
+        params, error = data.get("params"), data.get("error")
+        try:
+            params = definition.params.model_validate(params) if params is not None else None
+        except ValidationError as err:   # stored by an older runbook that let it through (e.g. set_env "A.B")
+            params, error = None, f"stored params no longer valid: {err.errors()[0]['msg'].removeprefix('Value error, ')}"
         return cls(
-            index=int(data["index"]), verb=data["verb"],
-            params=definition.params.model_validate(params) if params is not None else None,
+            index=int(data["index"]), verb=data["verb"], params=params,
             description=str(data.get("description", "")), on_failure=str(data.get("on_failure", "abort")),
-            skipped=data.get("skipped"), error=data.get("error"),
+            skipped=data.get("skipped"), error=error,
         )
 
 

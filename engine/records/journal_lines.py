@@ -21,6 +21,8 @@ import math
 import re
 import zlib
 
+from engine.core.env_names import env_problem
+
 CRC_KEY = "crc32"
 _CRC_TAIL = re.compile(rb', "' + CRC_KEY.encode() + rb'": "([0-9a-f]{8})"\}$')
 MAX_INT = 2**53            # larger "counts", steps or indexes are corruption, not data
@@ -143,8 +145,10 @@ _FIELDS = {
     "incident_closed": [("outcome", _is_str, "a string", True)],
     "trainer_exited": [("exit_code", lambda v: _is_int(v, -255, 1 << 16), "an exit code", True),
                        ("signal", _is_str, "a signal name", True)],
-    "env": [("vars", lambda v: isinstance(v, dict) and all(isinstance(x, str) for kv in v.items() for x in kv),
-             "a map of strings", False)],
+    "env": [("vars", lambda v: isinstance(v, dict) and not any(env_problem(k, x) for k, x in v.items()),
+             "a map of environment variables by POSIX rules (names [A-Za-z_][A-Za-z0-9_]*, no NUL in values); "
+             "none of it is passed to the trainer. To clear this warning delete that line from the journal "
+             "(each line is checked on its own) and set the variables again with a correct set_env", False)],
 }
 
 

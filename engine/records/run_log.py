@@ -6,8 +6,11 @@ fsynced, so a crash cannot leave half an entry followed by more text.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
+from engine.core.bounded_read import read_text_file
 from engine.expr.expressions import render_template
 from engine.records.run_log_entry import entry_view
 
@@ -48,7 +51,9 @@ def render_entry(incident: dict, template_path: Path | None = None, run_log: Pat
     """The entry's text. The template is the user's (run_log_template): it renders in the playbooks'
     sandbox, under the same budgets, so a hostile one fails with a sentence instead of hanging.
     `run_log`: where the entry goes, so its links to the playbook and the record are relative to it."""
-    source = template_path.read_text(encoding="utf-8") if template_path else DEFAULT_TEMPLATE
+    # A regular UTF-8 file of at most MAX_TEMPLATE_BYTES, stat'ed before it is opened: a FIFO or
+    # /dev/zero as run_log_template is refused in one sentence instead of blocking the watcher.
+    source = read_text_file(template_path, MAX_TEMPLATE_BYTES) if template_path else DEFAULT_TEMPLATE
     return render_template(source, {"incident": incident, "entry": entry_view(incident, run_log)})
 
 
@@ -58,8 +63,23 @@ def entry_marker(incident_id: str) -> str:
     return f"<!-- runbook:{incident_id} -->"
 
 
+MAX_TEMPLATE_BYTES = 256 * 1024
+
+
+def check_run_log_file(run_log: Path) -> None:
+    """The run log is a regular file or does not exist yet; anything else (a FIFO would block the
+    append, /dev/zero would be read forever, a folder) is refused before it is opened."""
+    try:
+        info = os.stat(run_log)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"run_log {run_log} is not a regular file (a FIFO, device or folder); not written")
+
+
 def append_entry(run_log: Path, incident: dict, template_path: Path | None = None) -> bool:
     """Append the incident's entry once; False when the run log already has it."""
+    check_run_log_file(run_log)
     marker = entry_marker(str(incident.get("id")))
     if run_log.is_file() and marker.encode() in run_log.read_bytes():
         return False

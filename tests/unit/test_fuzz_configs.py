@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+from engine.core.env_names import env_problem
 from engine.trainers.run_config import load_config
 from engine.core.yaml_source import SourceError
 from tests.conftest import REPO, RUNBOOK
@@ -103,3 +104,31 @@ def test_hostile_configs_through_the_cli_are_one_sentence_and_exit_3(tmp_path):
         assert result.returncode == 3, (name, result.returncode, result.stderr)
         assert "Traceback" not in result.stderr + result.stdout, (name, result.stderr)
         assert str(config) in result.stderr, (name, result.stderr)
+
+
+# Issue 26 items 4 and 6: environment names and values, run_log/run_log_template/quarantine_dir paths.
+ENV_NAMES = st.one_of(st.text(max_size=12), st.sampled_from(["", "1A", "A=B", "A B", "A.B", "A\x00", "NCCL_DEBUG", "_ok"]))
+HOSTILE_PATHS = st.sampled_from(["/", ".", "configs", "configs/run_config.yaml", "runs/pretrain/journal.jsonl",
+                                 "checkpoints/pretrain", "checkpoints/pretrain/step-00000001/lit_model.pth",
+                                 "data/stdlib/train/a.txt", "data", "/dev/zero", "/dev/null", "/proc/self/mem",
+                                 "docs/run-log.md", "runs/q", "../outside", "~", "\u202e", "x" * 300])
+
+
+@given(env=st.dictionaries(ENV_NAMES, st.one_of(st.text(max_size=20), st.just("a\x00b")), max_size=3),
+       files=st.lists(st.tuples(st.sampled_from([("run_log",), ("run_log_template",), ("watch", "quarantine_dir")]),
+                                HOSTILE_PATHS), max_size=3))
+def test_generated_env_and_run_log_paths_load_or_say_where(tmp_path_factory, env, files):
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "configs").mkdir()
+    config = root / "configs" / "run_config.yaml"
+    try:
+        config.write_text(dump(mutate(SHIPPED, [(("trainer", "env"), env), *files])))
+    except (UnicodeEncodeError, ValueError):
+        return
+    try:
+        loaded = load_config(config)
+    except SourceError as error:
+        assert error.messages and all(LOCATED.match(m) or m.startswith(str(config)) for m in error.messages), error.messages
+        return
+    assert not any(env_problem(k, v) for k, v in loaded.config.trainer.env.items())
+    assert not str(loaded.run_log).startswith("/dev") and not str(loaded.quarantine_dir) in ("/", str(root))

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from engine.core.env_names import check_env, env_problem
 from engine.language.actions.base import ActionDef, ActionResult, Params
 
 
 class SetEnvParams(Params):
     vars: dict[str, str] = Field(min_length=1, description="environment variables for every later launch")
+
+    @field_validator("vars")
+    @classmethod
+    def _posix(cls, variables: dict[str, str]) -> dict[str, str]:
+        return check_env(variables)   # at load (lint, file:line) and again on the rendered values
 
 
 def describe(p: SetEnvParams, state) -> str:
@@ -14,6 +20,9 @@ def describe(p: SetEnvParams, state) -> str:
 
 
 def apply(p: SetEnvParams, rt) -> ActionResult:
+    problems = [problem for name, value in p.vars.items() if (problem := env_problem(name, value))]
+    if problems:   # a templated value can only be checked once rendered; nothing is set or journaled
+        return ActionResult(False, "set_env refused: " + "; ".join(problems))
     return ActionResult(True, rt.set_env(dict(p.vars)))
 
 
