@@ -34,7 +34,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
         "recovery_seconds": ((NUM, NULL), True), "steps_lost": ((INT, NULL), True),
         "resumed_step": ((INT, NULL), True),
     },
-    "dry_run_plan": {"playbook": ((STR,), True), "reason": ((STR,), True), "steps": ((LIST,), True)},
+    "dry_run_plan": {"playbook": ((STR,), True), "decision": ((STR,), True), "reason": ((STR,), True),
+                     "steps": ((LIST,), True), "actions": ((LIST,), True)},
     "dry_run": {"message": ((STR,), True)},
     "warning": {"message": ((STR,), True)},
     "expression_error": {"message": ((STR,), True)},
@@ -77,7 +78,10 @@ def fields(kind: str, data: dict) -> dict | None:
                 "steps_lost": r.get("steps_lost"), "resumed_step": r.get("resumed_step")}
     if kind == "dry_run_plan":
         d = data["decision"]
-        return {"playbook": d.playbook.name, "reason": str(d.reason), "steps": [s.description for s in data["steps"]]}
+        return {"playbook": d.playbook.name, "decision": d.kind, "reason": str(d.reason),
+                "steps": [s.description for s in data["steps"]],
+                # the verbs that would run, in order: a step whose `if:` is false, or that cannot be planned, is left out
+                "actions": [s.verb for s in data["steps"] if s.skipped is None and not s.error]}
     if kind in ("dry_run", "warning", "expression_error"):
         return {"message": str(data.get("text") or data.get("error"))}
     return None

@@ -6,6 +6,7 @@ reports an error location as a tuple of keys. `locate` walks one with the other.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import io
 from pathlib import Path
@@ -41,6 +42,9 @@ def load_yaml(path: Path) -> Any:
     document beyond MAX_VALUES values (pydantic and `plain` would walk every copy).
     """
     text = read_text_file(path)
+    key = (str(path), text)
+    if key in _PARSED:   # the same text parsed before (and checked): a copy, since callers may change theirs
+        return copy.deepcopy(_PARSED[key])
     yaml = round_trip_yaml()
     try:
         _check_depth(yaml, text, path)
@@ -56,7 +60,17 @@ def load_yaml(path: Path) -> Any:
     except ValueError as err:  # ruamel's constructors raise plain ValueErrors too (a bad timestamp, ...)
         raise SourceError([f"{shown(path)}: invalid YAML: {err}"]) from None
     _check_expansion(tree, path)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[key] = copy.deepcopy(tree)
     return tree
+
+
+# (path, text) -> its parsed tree. Parsing with positions costs ~50x a deep copy of the result, and a
+# process reads the same run config several times (load, reload after each write-back, every command
+# of a test or harness run in one process); a changed file has another text, hence another key.
+_PARSED: dict[tuple[str, str], Any] = {}
+_PARSED_MAX = 64
 
 
 def _check_depth(yaml: YAML, text: str, path: Path) -> None:

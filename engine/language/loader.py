@@ -31,15 +31,32 @@ def playbook_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+# (path, text) -> the playbook it makes. Playbooks are frozen, so one object serves every reader of the
+# same file text: a process that loads the same set again (each `runbook watch --dry-run` run in one
+# process, replay over many incidents, the field-corpus harness) parses each file once. A changed file
+# has another text, hence another key.
+_LOADED: dict[tuple[str, str], Playbook] = {}
+_LOADED_MAX = 256
+
+
 def load_playbook_file(path: Path) -> Playbook:
+    text = read_text_file(path)
+    key = (str(path), text)
+    cached = _LOADED.get(key)
+    if cached is not None:
+        return cached
     tree = load_yaml(path)
     if not isinstance(tree, dict):
         raise SourceError([f"{path}:1:1: a playbook file must hold one mapping (name, description, match, actions)"])
     try:
         line = (locate(tree, ()) or (1, 1))[0]   # where the mapping starts, after any header comments
-        return build_playbook(plain(tree), source=path, line=line, text=read_text_file(path))
+        playbook = build_playbook(plain(tree), source=path, line=line, text=text)
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
+    if len(_LOADED) >= _LOADED_MAX:
+        _LOADED.clear()
+    _LOADED[key] = playbook
+    return playbook
 
 
 def inhibit_cycles(playbooks: list[Playbook]) -> list[list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -11,22 +10,16 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.bounded_read import read_json_record
+from engine.core.exit_codes import signal_from_code
 from engine.process import warm_spare
 from engine.process.identity import Identity, Proof, ProvenProcess, start_ticks
 from engine.process.launch_spec import LAUNCHER, LaunchSpec  # noqa: F401 - LAUNCHER: importable here too
 
 
 def signal_name(exit_code: int | None) -> str | None:
-    """-15 (Popen) or 143 (shell) -> 'SIGTERM'."""
-    if exit_code is None:
-        return None
-    number = -exit_code if exit_code < 0 else exit_code - 128 if exit_code > 128 else None
-    if number is None:
-        return None
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return None
+    """-15 (Popen), 143 (shell) or 241 (sys.exit(-15)) -> 'SIGTERM' (engine/core/exit_codes.py)."""
+    return signal_from_code(exit_code)
 
 
 def exit_from_launcher(returncode: int) -> dict | None:
@@ -47,8 +40,8 @@ def read_exit_status(path: Path | None) -> dict:
     if path is None:
         return {}
     try:
-        status = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        status = read_json_record(path)   # bounded: a 100,000-deep file is unreadable, not a RecursionError
+    except (OSError, ValueError):   # SourceError is a ValueError
         return {}
     return status if isinstance(status, dict) else {}
 

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.core.exit_codes import effective_exit
+
 
 @dataclass
 class Explanation:
@@ -33,6 +35,15 @@ class MatchContext:
     expr_results: dict = field(default_factory=dict)   # condition -> (value, error), this observation
     _expr_context: dict | None = None
     _tail_first: dict | None = None
+    _exit: tuple | None = None
+
+    def exit_seen(self) -> tuple[int | None, str | None]:
+        """The ended trainer's (exit code, signal), normalised once (engine/core/exit_codes.py): a shell's
+        137, a wrapped 247 and a launcher's report of its failing rank's signal all read as that signal."""
+        if self._exit is None:
+            trainer = self.state.trainer
+            self._exit = effective_exit(trainer.exit_code, trainer.signal, self.state.tail)
+        return self._exit
 
     def first_tail_lines(self) -> dict:
         if self._tail_first is None:

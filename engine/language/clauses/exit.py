@@ -6,7 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.language.clauses.base import Clause, MatchContext
 
-SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGKILL": 9, "SIGSEGV": 11, "SIGTERM": 15, "SIGABRT": 6, "SIGBUS": 7}
+SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGKILL": 9, "SIGSEGV": 11, "SIGTERM": 15, "SIGABRT": 6, "SIGBUS": 7,
+           "SIGUSR1": 10, "SIGUSR2": 12}
 
 
 class ExitSpec(BaseModel):
@@ -27,20 +28,21 @@ class ExitSpec(BaseModel):
 
 class ExitClause(Clause):
     kind = "exit"
-    doc = "The trainer process has exited with one of these codes or signals, or with any non-zero code."
+    doc = ("The trainer process has exited with one of these codes or signals, or with any non-zero code. The signal is "
+           "read from the exit code once, the same way everywhere (-N, a shell's 128+N, the 256-N of `sys.exit(-N)`), and "
+           "from a launcher's log when the trainer is a launcher (torchrun's `exitcode: -9` / `Signal 9 (SIGKILL) received "
+           "by PID`, deepspeed's `exits with return code = -9`, srun's `task 0: Killed`) that only exited 1 itself.")
     example = "exit:\n  signals: [SIGTERM]\n  codes: [143]"
 
     exit: ExitSpec
 
     def observe(self, ctx: MatchContext) -> tuple[int | None, str | None] | None:
         """(exit code, signal) of an ended trainer; None while it runs."""
-        trainer = ctx.state.trainer
-        return None if trainer.alive else (trainer.exit_code, trainer.signal)
+        return None if ctx.state.trainer.alive else ctx.exit_seen()
 
     def check(self, ctx: MatchContext) -> bool:
         # holds(observe(ctx)) inlined: the commonest clause, checked while the trainer runs (false).
-        trainer = ctx.state.trainer
-        return not trainer.alive and self.holds((trainer.exit_code, trainer.signal))
+        return not ctx.state.trainer.alive and self.holds(ctx.exit_seen())
 
     def holds(self, observed) -> bool:
         if observed is None:
