@@ -134,7 +134,10 @@ class PlaybookSettings(Strict):
 
 class WatchSettings(Strict):
     poll_interval_s: float = Field(0.2, gt=0)
-    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout (and the timeout before the first progress line)")
+    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout; in start-up (before a launch's first "
+                                  "progress line) the longest the trainer may show no sign of life (output, CPU, I/O)")
+    startup_timeout_s: float = Field(14400.0, gt=0, description="the longest a launch may take to its first progress line "
+                                     "(preprocessing, model build, checkpoint load, compile), however busy")
     hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
     hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")

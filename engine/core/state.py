@@ -7,6 +7,7 @@ it and `replay`/`explain` can re-evaluate it later without a running trainer.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,6 +89,12 @@ class TrainerStatus(Frozen):
     seconds_running: float = 0.0
     stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
     ranks: RanksStatus = Field(default_factory=RanksStatus)
+    # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
+    # load, compile), then "training". Start-up is judged by its signs of life, not by progress lines.
+    phase: Literal["startup", "training"] = "training"
+    # Start-up only: seconds since the trainer last showed life (new output, or CPU time or I/O bytes
+    # advancing anywhere in its process tree); None when not measured (training, or a dead trainer).
+    seconds_since_activity: float | None = None
 
 
 class Metrics(Frozen):
@@ -135,8 +142,28 @@ class StateSnapshot(Frozen):
     metrics: Metrics = Field(default_factory=Metrics)
     seconds_since_progress: float = 0.0
     hang_timeout_s: float = 120.0       # derived from this run's own progress gaps (see observer.py)
+    startup_timeout_s: float = 14400.0  # watch.startup_timeout_s: the longest a launch may take to its first progress line
     new_lines: list[str] = Field(default_factory=list)
     tail: list[str] = Field(default_factory=list)
     disk: DiskStatus = Field(default_factory=DiskStatus)
     checkpoints: CheckpointStatus = Field(default_factory=CheckpointStatus)
     evidence: Evidence = Field(default_factory=Evidence)   # beyond the log text (engine/observe/evidence.py)
+
+
+def stall(state: StateSnapshot, seconds: float | None = None) -> tuple[str, float, float] | None:
+    """PURE. What says whether a live trainer is stuck: (what, seconds, limit), stuck when seconds >=
+    limit; None when the trainer is not running. `seconds` replaces the hang timeout.
+
+    Training: seconds without a progress line against the hang timeout. Start-up (before the launch's
+    first progress line: preprocessing, model build, checkpoint load, compile) is not a progress gap:
+    it is stuck when it has shown no sign of life (output, CPU time, I/O) for the hang timeout, or when
+    it has lasted longer than startup_timeout_s even though it shows life."""
+    if not state.trainer.alive:
+        return None
+    limit = seconds or state.hang_timeout_s
+    if state.trainer.phase != "startup":
+        return "no progress", state.seconds_since_progress, limit
+    if state.seconds_since_progress >= state.startup_timeout_s:
+        return "start-up", state.seconds_since_progress, state.startup_timeout_s
+    idle = state.trainer.seconds_since_activity
+    return "start-up without a sign of life", state.seconds_since_progress if idle is None else idle, limit

@@ -9,7 +9,7 @@ Pure: no files, no processes, no clocks. Semantics (also in docs/playbooks.md):
 - `observation` is the 1-based index and `time` advances by 1 s per observation (from 0), unless an
   observation gives them; a given `time` is where the next observations continue from.
   `hang_timeout_s` defaults to the config's `watch.hang_timeout_s` (the observer's value before it
-  has measured the run's own progress gaps).
+  has measured the run's own progress gaps), `startup_timeout_s` to `watch.startup_timeout_s`.
 - The test's `config` is deep-merged onto the defaults of the run config.
 - The playbook is matched together with the playbooks it inhibits and the playbooks that inhibit it
   (its siblings in the same folder), and with nothing else: a test checks this rule and the
@@ -54,6 +54,7 @@ def build_snapshots(observations: Iterable[dict[str, Any]], config: RunConfig | 
     default = StateSnapshot().model_dump()
     if config is not None:
         default["hang_timeout_s"] = config.watch.hang_timeout_s
+        default["startup_timeout_s"] = config.watch.startup_timeout_s
     snapshots: list[StateSnapshot] = []
     seen_lines: list[str] = []
     time = -OBSERVATION_INTERVAL_S

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.observe.activity import StartupActivity
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation
 from engine.observe.evidence import EvidenceGatherer
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
@@ -196,6 +197,7 @@ class Observer:
         self.log: LogTail | None = None
         self.observation = 0
         self.launched_at = time.time()
+        self.activity = StartupActivity(self.launched_at)   # start-up's signs of life (activity.py)
         self.evidence = evidence or EvidenceGatherer(out_dir)   # beyond the log text (evidence.py)
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
@@ -204,6 +206,7 @@ class Observer:
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self.log = LogTail(log_path)
         self.launched_at = time.time()
+        self.activity.reset(self.launched_at)
         if replay_existing:
             for line in self.log.read():
                 self._consume(line, self.launched_at)
@@ -215,7 +218,10 @@ class Observer:
             self.tracker.on_event(event, now)
 
     def read_lines(self, now: float) -> list[str]:
+        before = self.log.offset if self.log else 0
         lines = self.log.read() if self.log else []
+        if self.log and self.log.offset > before:   # any output, a progress bar's partial line included
+            self.activity.output(now)
         for line in lines:
             self._consume(line, now)
         return lines
@@ -234,13 +240,24 @@ class Observer:
         self.observation += 1
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
+        if self.tracker.progress_since_launch == 0:
+            trainer = self._startup(trainer, now)
         return StateSnapshot(
             observation=self.observation, time=now, run_state=run_state, trainer=trainer,
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
+            startup_timeout_s=watch.startup_timeout_s,
             new_lines=new_lines,
             tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
             evidence=self.evidence.gather(trainer, checkpoints),
         )
+
+    def _startup(self, trainer: TrainerStatus, now: float) -> TrainerStatus:
+        """Before this launch's first progress line: the start-up phase, and how long since it last
+        showed life (output, or CPU time or I/O anywhere in the trainer's process tree)."""
+        if not trainer.alive:
+            return trainer.model_copy(update={"phase": "startup"})
+        self.activity.sample(trainer.pid, now)
+        return trainer.model_copy(update={"phase": "startup", "seconds_since_activity": self.activity.seconds_idle(now)})
 
 
 def disk_status(path: Path) -> DiskStatus:

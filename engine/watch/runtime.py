@@ -14,6 +14,7 @@ from typing import Callable
 
 from engine.language.actions.base import ActionFailed
 from engine.core.durable import gzip_replace
+from engine.core.state import stall
 from engine.records.incident import Incident
 from engine.datascan.scan import DataScanError, scan_folder
 from engine.expr.expressions import evaluate_condition
@@ -156,7 +157,8 @@ class EngineRuntime:
             held, _error = evaluate_condition(condition, {"state": snapshot, "config": self.loaded.config})
             waited = time.time() - started
             # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
-            stalled = snapshot.seconds_since_progress >= snapshot.hang_timeout_s
+            stuck = stall(snapshot)
+            stalled = stuck is not None and stuck[1] >= stuck[2]   # start-up is judged by its signs of life
             if held or waited >= timeout or not snapshot.trainer.alive or stalled:
                 return held, waited
             time.sleep(self.loaded.config.watch.poll_interval_s)

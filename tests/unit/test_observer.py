@@ -78,8 +78,9 @@ def test_a_resume_before_the_last_healthy_step_moves_it_back():
 
 
 def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_learnt_timeout():
-    from engine.observe.observer import Observer
     from engine.core.config import WatchSettings
+    from engine.core.state import CheckpointStatus
+    from engine.observe.observer import Observer
 
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)
     observer = Observer(ADAPTER, REPO, tokens_per_iter=256)
@@ -185,3 +186,71 @@ def test_a_huge_line_and_a_flood_are_read_in_bounded_memory_and_nothing_later_is
     with open(log, "ab") as fh:
         fh.write(b" recent call last):\n")
     assert tail.read() == ["Traceback (most recent call last):"]
+
+
+def test_start_up_is_judged_by_its_process_tree_working_and_a_stopped_tree_shows_no_life(tmp_path):
+    """A child that computes and one that writes keep a start-up alive without a line of output;
+    SIGSTOP on the whole tree leaves nothing advancing (engine/observe/activity.py)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from engine.observe.activity import StartupActivity, advanced, tree_counters
+
+    busy = ("import subprocess, sys\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'while True: open(\"/dev/null\", \"w\").write(\"x\" * 4096)'])\n"
+            "while True: sum(range(10000))\n")
+    parent = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        time.sleep(1.0)
+        assert len(tree_counters(parent.pid)) == 2          # the parent and its worker
+        activity = StartupActivity(now=0.0)
+        activity.sample(parent.pid, now=0.0)                # a baseline
+        time.sleep(0.3)
+        activity.sample(parent.pid, now=100.0)
+        assert activity.seconds_idle(100.0) == 0.0          # CPU and I/O advanced: alive, no output needed
+
+        tree = [psutil.Process(parent.pid), *psutil.Process(parent.pid).children(recursive=True)]
+        for proc in tree:
+            os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.3)                                     # let the stop land
+        before = tree_counters(parent.pid)
+        time.sleep(0.5)
+        assert not advanced(before, tree_counters(parent.pid))
+        activity.sample(parent.pid, now=101.0)              # the work done before the stop landed
+        activity.sample(parent.pid, now=102.0)
+        activity.sample(parent.pid, now=130.0)
+        assert activity.seconds_idle(130.0) == 29.0         # stopped: no life since then
+        activity.output(now=131.0)                          # a line of output is life again
+        assert activity.seconds_idle(131.5) == 0.5
+    finally:
+        for proc in psutil.Process(parent.pid).children(recursive=True):
+            proc.kill()
+        parent.kill()
+        parent.wait()
+
+
+def test_the_snapshot_says_start_up_until_the_first_progress_line_then_training(tmp_path):
+    from engine.core.config import WatchSettings
+    from engine.core.state import CheckpointStatus
+    from engine.observe.observer import Observer
+
+    log = tmp_path / "trainer.log"
+    log.write_text("Seed set to 1337\n")
+    observer = Observer(ADAPTER, tmp_path, tokens_per_iter=256)
+    observer.follow(log, 256)
+    watch = WatchSettings(hang_timeout_s=5, startup_timeout_s=600)
+    now = observer.launched_at + 2
+    trainer = TrainerStatus(alive=True, pid=None)
+    snap = observer.snapshot(now, "running", trainer, CheckpointStatus(), observer.read_lines(now), watch)
+    assert (snap.trainer.phase, snap.trainer.seconds_since_activity, snap.startup_timeout_s) == ("startup", 0.0, 600)
+    snap = observer.snapshot(now + 7, "running", trainer, snap.checkpoints, observer.read_lines(now + 7), watch)
+    assert snap.trainer.seconds_since_activity == 7.0   # no output and no process to sample since
+    with open(log, "a") as fh:
+        fh.write(progress(1, 5.0) + "\n")
+    snap = observer.snapshot(now + 8, "running", trainer, snap.checkpoints, observer.read_lines(now + 8), watch)
+    assert (snap.trainer.phase, snap.trainer.seconds_since_activity) == ("training", None)

@@ -1,9 +1,10 @@
-"""`stalled`: the trainer is alive but has printed no progress for a while."""
+"""`stalled`: the trainer is alive but shows no progress (training) or no sign of life (start-up) for a while."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.core.state import stall
 from engine.language.clauses.base import Clause, MatchContext
 
 
@@ -14,27 +15,32 @@ class StalledSpec(BaseModel):
 
 class StalledClause(Clause):
     kind = "stalled"
-    doc = ("The trainer is alive but printed no progress line for `seconds`, by default for the run's "
+    doc = ("The trainer is alive and stuck. Training: no progress line for `seconds`, by default for the run's "
            "own hang timeout `state.hang_timeout_s` (a multiple of the longest gap between progress lines "
-           "seen, between `watch.hang_floor_s` and `watch.hang_timeout_s` of the run config).")
+           "seen, between `watch.hang_floor_s` and `watch.hang_timeout_s` of the run config). Start-up (before "
+           "a launch's first progress line, `state.trainer.phase == \"startup\"`: preprocessing, model build, "
+           "checkpoint load, compile): no sign of life (new output, CPU time or I/O of the trainer's process "
+           "tree, `state.trainer.seconds_since_activity`) for that same limit, or a start-up longer than "
+           "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy.")
     example = "stalled:\n  seconds: 300"
 
     stalled: StalledSpec
 
-    def observe(self, ctx: MatchContext) -> tuple[float, float] | None:
-        """(seconds without progress, the limit) of a live trainer; None when it is not running."""
-        if not ctx.state.trainer.alive:
-            return None
-        return ctx.state.seconds_since_progress, self._limit(ctx)
+    def observe(self, ctx: MatchContext) -> tuple[str, float, float] | None:
+        """(what, seconds, limit) of a live trainer; None when it is not running."""
+        return stall(ctx.state, self.stalled.seconds)
 
     def holds(self, observed) -> bool:
-        return observed is not None and observed[0] >= observed[1]
+        return observed is not None and observed[1] >= observed[2]
 
     def expected(self, ctx: MatchContext) -> str:
-        return f"alive trainer without progress for >= {self._limit(ctx):g} s"
+        limit = self.stalled.seconds or ctx.state.hang_timeout_s
+        if ctx.state.trainer.phase == "startup":
+            return (f"alive trainer in start-up without a sign of life for >= {limit:g} s, "
+                    f"or in start-up for >= {ctx.state.startup_timeout_s:g} s")
+        return f"alive trainer without progress for >= {limit:g} s"
 
     def show(self, observed) -> str:
-        return repr(None if observed is None else observed[0])
-
-    def _limit(self, ctx: MatchContext) -> float:
-        return self.stalled.seconds or ctx.state.hang_timeout_s
+        if observed is None or observed[0] == "no progress":
+            return repr(None if observed is None else observed[1])
+        return f"{observed[0]}: {observed[1]:g} s"
