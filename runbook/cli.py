@@ -12,7 +12,9 @@ from rich.console import Console
 from engine.core.yaml_source import SourceError
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
+from runbook.terminal import sane_terminal
 
+sane_terminal()   # before any Console is made: a sane width whatever COLUMNS says, output an ASCII stdout can take
 app = typer.Typer(add_completion=True, no_args_is_help=True, help="Declarative runbook automation for LLM pretraining.")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

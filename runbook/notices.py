@@ -34,7 +34,8 @@ def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str
     from engine.core.lock import RunLock, RunLocked
     from runbook.slack import make_notifier
 
-    before = pending(loaded)
+    summary = pending_summary(outbox_dir(loaded))
+    before, parked_before = summary["pending"], summary["parked"]
     if not before:
         return 0, 0
     settings = loaded.config.notifications.slack
@@ -54,5 +55,6 @@ def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str
         notifier.close(settings.delivery_timeout_s if timeout_s is None else timeout_s)
     finally:
         lock.release()
-    left = pending(loaded)
-    return before - left, left
+    after = pending_summary(outbox_dir(loaded))
+    left = after["pending"]   # set aside (malformed, rejected: outbox/failed/, logged) is not delivered
+    return max(0, before - left - max(0, after["parked"] - parked_before)), left

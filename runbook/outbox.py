@@ -18,8 +18,9 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from engine.core.bounded_read import read_json_record
 from engine.core.durable import TMP_PREFIX, atomic_write
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,11 @@ def atomic_write_json(path: Path, data: Any) -> None:
 class Outbox:
     """Ordered queue of JSON-able dicts persisted under ``directory``."""
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, check: Callable[[Any], str | None] | None = None) -> None:
+        """``check``: why a message read back cannot be used (None: it can); such a message is moved to
+        ``failed/`` with that reason instead of blocking every message queued behind it."""
         self.dir = Path(directory)
+        self._check = check
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._remove_stale_temp_files()
@@ -64,15 +68,18 @@ class Outbox:
             msg_id = match.group(1)
             path = self.dir / match.group(0)
             try:
-                items.append((msg_id, json.loads(path.read_text(encoding="utf-8"))))
+                message = read_json_record(path)   # bounded: size, UTF-8, nesting (100,000 `[`)
             except FileNotFoundError:
                 continue  # done() raced with the listing
-            except (OSError, ValueError) as exc:
-                # Only bit rot gets here (writes are atomic); park it so it
-                # cannot block everything queued behind it.
-                log.error("outbox: unreadable message %s (%s); moving it to %s/",
-                          msg_id, type(exc).__name__, FAILED_DIR)
-                self.park(msg_id)
+            except (OSError, ValueError) as exc:   # SourceError is a ValueError: one sentence naming the file
+                # Bit rot or a hand edit (writes are atomic); park it so it cannot block everything
+                # queued behind it.
+                self.park(msg_id, f"unreadable: {exc}")
+                continue
+            if self._check is not None and (problem := self._check(message)):
+                self.park(msg_id, f"malformed: {problem}")
+                continue
+            items.append((msg_id, message))
         return items
 
     def __len__(self) -> int:
@@ -85,14 +92,24 @@ class Outbox:
         except FileNotFoundError:
             pass
 
-    def park(self, msg_id: str) -> None:
-        """Move an undeliverable message to ``failed/`` so it stays inspectable."""
+    def park(self, msg_id: str, reason: str | None = None) -> None:
+        """Move an undeliverable message to ``failed/`` so it stays inspectable; with ``reason`` (a message
+        runbook could not read or use) that is logged and kept beside it as ``<id>.reason.txt``."""
         failed = self.dir / FAILED_DIR
-        failed.mkdir(exist_ok=True)
         try:
+            failed.mkdir(exist_ok=True)
             os.replace(self.dir / f"{msg_id}.json", failed / f"{msg_id}.json")
         except FileNotFoundError:
-            pass
+            return
+        except OSError as exc:   # cannot move it (a folder named failed, a full disk): never deliver it twice
+            log.error("outbox: could not move message %s to %s (%s)", msg_id, failed, exc)
+            return
+        if reason is not None:
+            log.error("outbox: message %s %s; moved it to %s, the rest are delivered", msg_id, reason, failed)
+            try:
+                (failed / f"{msg_id}.reason.txt").write_text(reason + "\n", encoding="utf-8")
+            except OSError:
+                pass
 
     # -- key-value state -----------------------------------------------------
 
@@ -131,11 +148,11 @@ class Outbox:
     def _load_state(self) -> dict[str, Any]:
         path = self.dir / STATE_FILE
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json_record(path)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            log.error("outbox: unreadable %s (%s); starting with empty state", path, type(exc).__name__)
+            log.error("outbox: unreadable %s (%s); starting with empty state", path, exc)
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -150,8 +167,8 @@ def pending_summary(directory: Path | str) -> dict[str, Any]:
     oldest = None
     for name in names[:1]:
         try:
-            queued = json.loads((folder / name).read_text(encoding="utf-8")).get("queued_at")
-        except (OSError, ValueError, AttributeError):
+            queued = read_json_record(folder / name).get("queued_at")
+        except (OSError, ValueError, AttributeError):   # SourceError (deep, huge, not JSON) is a ValueError
             queued = None
         if isinstance(queued, (int, float)) and not isinstance(queued, bool) and 0 <= queued < 2e10:
             oldest = float(queued)

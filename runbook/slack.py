@@ -112,7 +112,7 @@ class SlackNotifier:
         else:
             self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]
                                           logger=_sdk_log)
-        self._outbox = Outbox(outbox_dir)
+        self._outbox = Outbox(outbox_dir, check=message_problem)
         # Notices a full disk kept out of the outbox, oldest first: stored ahead of newer ones once space
         # returns, or delivered straight from memory when the outbox is empty and the disk still full.
         self._held: list[dict[str, Any]] = []
@@ -298,6 +298,8 @@ class SlackNotifier:
         payload["channel"] = self._settings.channel
         if message["kind"] not in ("open", "digest"):
             parent = self._outbox.state_get(key)
+            if not (isinstance(parent, dict) and isinstance(parent.get("ts"), str) and isinstance(parent.get("channel"), str)):
+                parent = None   # a hand-edited state.json: a reply at top level beats a sender stuck on a TypeError
             if parent:
                 payload.update(channel=parent["channel"], thread_ts=parent["ts"])
                 if message.get("broadcast"):
@@ -327,6 +329,37 @@ class SlackNotifier:
             error = (response.body or "").strip()[:100]
             raise _classify(response.status_code, "invalid_payload" if response.status_code == 400 else error,
                             response.headers)
+
+
+KINDS = ("open", "update", "close", "digest")
+
+
+def message_problem(message: Any) -> str | None:
+    """PURE. Why ``message`` cannot be a notice the sender delivers (its fields as SlackNotifier writes
+    them), or None. A hand-edited `{}` used to raise KeyError 'text' in the sender at every attempt and
+    hold every notice queued behind it."""
+    if not isinstance(message, dict):
+        return f"not a JSON object but {type(message).__name__}"
+    if message.get("kind") not in KINDS:
+        return f"'kind' is {_short(message.get('kind'))}, not one of {', '.join(KINDS)}"
+    for key in ("text", "incident_id"):
+        if not isinstance(message.get(key), str):
+            return f"'{key}' is {_short(message.get(key))}, not text"
+    if not message["text"].strip():
+        return "'text' is empty"
+    blocks = message.get("blocks")
+    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
+        return f"'blocks' is {_short(blocks)}, not a list of objects"
+    if not isinstance(message.get("broadcast", False), bool):
+        return f"'broadcast' is {_short(message.get('broadcast'))}, not true or false"
+    return None
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "missing"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _classify(status: int, error: str | None, headers: Mapping[str, Any]) -> Exception:

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.core.bounded_read import read_json_record, without_name
 from engine.core.durable import atomic_write, fsync_dir
+from engine.core.errors import SourceError
 from engine.core.file_hash import sha256_file
 
 from engine.checkpoints.layout import CheckpointLayout
@@ -150,9 +152,11 @@ def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[V
     manifest = None
     if (ckpt.path / MANIFEST_NAME).exists():
         try:
-            manifest = json.loads((ckpt.path / MANIFEST_NAME).read_text())["files"]
+            manifest = read_json_record(ckpt.path / MANIFEST_NAME, name=MANIFEST_NAME)["files"]   # bounded: 100,000 `[` is one sentence
             if not isinstance(manifest, dict) or not all(isinstance(v, dict) for v in manifest.values()):
                 raise ValueError("'files' is not an object of objects")
+        except SourceError as e:   # "... is unreadable: not a usable JSON record: nested too deeply"
+            return Verification(False, f"{MANIFEST_NAME} is unreadable: {without_name(e, MANIFEST_NAME)}"), {}
         except (OSError, ValueError, KeyError, TypeError) as e:
             return Verification(False, f"{MANIFEST_NAME} is unreadable: {type(e).__name__}: {e}"), {}
 

@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.core.bounded_read import MAX_RECORD_BYTES, read_text_file
 from engine.core.durable import atomic_write_text
 from engine.core.run_folder import RunFolder
 
@@ -71,7 +72,7 @@ def write_submission(run_dir: Path, submission: Submission) -> None:
 
 def read_submission(run_dir: Path) -> Submission | None:
     try:
-        return Submission.model_validate_json((slurm_dir(run_dir) / "submission.json").read_bytes())
+        return Submission.model_validate_json(read_text_file(slurm_dir(run_dir) / "submission.json", MAX_RECORD_BYTES))
     except (OSError, ValidationError, ValueError):
         return None
 
@@ -86,7 +87,7 @@ def read_allocations(run_dir: Path) -> tuple[list[Allocation], list[str]]:
         if not _ALLOCATION_FILE.match(path.name):
             continue
         try:
-            allocations.append(Allocation.model_validate_json(path.read_bytes()))
+            allocations.append(Allocation.model_validate_json(read_text_file(path, MAX_RECORD_BYTES)))   # a FIFO or /dev/zero: one sentence
         except (OSError, ValidationError, ValueError) as error:
             problems.append(f"{path}: not an allocation record ({str(error).splitlines()[0][:200]})")
     allocations.sort(key=lambda a: (a.started_at, int(a.job_id) if a.job_id.isdigit() else 0, a.restart))

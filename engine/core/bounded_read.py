@@ -70,3 +70,53 @@ def read_text_file(path: Path, limit: int = MAX_FILE_BYTES) -> str:
     if "\x00" in text:
         raise SourceError([f"{name}:{text[: text.index(chr(0))].count(chr(10)) + 1}: contains a NUL byte; not a text file"])
     return text
+
+
+# --- small JSON records in a run folder ----------------------------------------------------------------
+MAX_RECORD_BYTES = 1024 * 1024   # a heartbeat, manifest, outbox message or launcher status is a few KB
+MAX_JSON_DEPTH = 64              # runbook's own records nest 5 deep at most
+
+
+def json_depth_over(value, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists/objects more than ``limit`` deep (iteratively: no recursion to run out of)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def parse_json_record(text: str | bytes, name: str, max_depth: int = MAX_JSON_DEPTH):
+    """``text`` as JSON, or a SourceError saying in one sentence why not: not JSON, nested deeper than
+    ``max_depth`` (100,000 `[` raise RecursionError inside json; 900 parse, then break whoever walks them)."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise SourceError([f"{name}: not a usable JSON record: nested too deeply"]) from None
+    except (ValueError, TypeError) as err:   # JSONDecodeError, a bad UTF-8 byte in bytes, a 5,000-digit number
+        raise SourceError([f"{name}: not a usable JSON record: {str(err)[:200]}"]) from None
+    if json_depth_over(value, max_depth):
+        raise SourceError([f"{name}: not a usable JSON record: nested more than {max_depth} levels deep"])
+    return value
+
+
+def read_json_record(path: Path, limit: int = MAX_RECORD_BYTES, max_depth: int = MAX_JSON_DEPTH,
+                     name: str | None = None):
+    """A small JSON record of a run folder (a regular file, at most ``limit`` bytes, UTF-8, at most
+    ``max_depth`` levels), or a SourceError in one sentence that starts with ``name`` (default: the
+    path). FileNotFoundError passes through unchanged so that callers can tell "not written yet" from
+    "written wrong"."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    return parse_json_record(read_text_file(path, limit), name or shown(path), max_depth)
+
+
+def without_name(error: SourceError, name: str) -> str:
+    """PURE. The first sentence of ``error`` without its leading ``name: `` (for callers that name the file themselves)."""
+    text = error.messages[0] if error.messages else str(error)
+    return text[len(name) + 2:] if text.startswith(name + ": ") else text

@@ -10,9 +10,11 @@ tokenizer.json.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.tokenizer_file import TokenizerUnloadable, load_tokenizer_file
 from engine.datascan.report import DataScanError
 
 DEFAULT_MAX_TOKENS = 100_000
@@ -22,12 +24,16 @@ _LOSSLESS = frozenset({"ByteLevel", "Split", "Digits", "Punctuation"})  # keep e
 
 
 def load_tokenizer(tokenizer_dir: Path):
-    from tokenizers import Tokenizer
-
+    """The folder's tokenizer.json, or DataScanError in one sentence (the same as `runbook check`'s)."""
     path = Path(tokenizer_dir) / "tokenizer.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise DataScanError(f"no tokenizer.json in {tokenizer_dir}")
-    return Tokenizer.from_file(str(path))
+    try:
+        return load_tokenizer_file(path)
+    except FileNotFoundError:   # a dangling symlink
+        raise DataScanError(f"no tokenizer.json in {tokenizer_dir} ({path} is a link to nothing)") from None
+    except TokenizerUnloadable as error:
+        raise DataScanError(str(error)) from None
 
 
 def counting_tokenizer(tokenizer):

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.bounded_read import read_json_record
+
 START_TIME_TOLERANCE_S = 1.0   # psutil's create_time is computed from ticks and boot time: not exact
 
 
@@ -189,12 +191,10 @@ def live_trainers_of(run_dir: Path, except_pid: int | None = None) -> list[tuple
     """(trainer pid, launcher status file) of every trainer of this run folder still running,
     found from the live launchers (not from the journal): the launcher's own record names the trainer,
     and a trainer that has ended (its exit recorded, or its pid gone) is not counted."""
-    import json
-
     live = []
     for _launcher_pid, status_path in live_launchers_of(run_dir):
         try:
-            status = json.loads(status_path.read_text(encoding="utf-8"))
+            status = read_json_record(status_path)
         except (OSError, ValueError, RecursionError):
             status = {}
         pid = status.get("trainer_pid") if isinstance(status, dict) else None

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.bounded_read import read_json_record
 from engine.process.identity import ProvenProcess
 from engine.process.launch_spec import LAUNCHER
 from engine.process.spare_main import restore_all_threads
@@ -61,8 +62,8 @@ class Spare:
     @property
     def pid(self) -> int | None:
         try:
-            return json.loads(self.status_path.read_text()).get("trainer_pid")
-        except (OSError, ValueError):
+            return read_json_record(self.status_path).get("trainer_pid")
+        except (OSError, ValueError, AttributeError):
             return None
 
     def alive(self) -> bool:
@@ -91,8 +92,8 @@ class Spare:
         if pid and self.alive():   # its launcher's record pins the process (never a reused pid)
 
             try:
-                ticks = json.loads(self.status_path.read_text()).get("trainer_start_ticks")
-            except (OSError, ValueError):
+                ticks = read_json_record(self.status_path).get("trainer_start_ticks")
+            except (OSError, ValueError, AttributeError):
                 ticks = None
             ProvenProcess(pid, ticks).send(signal.SIGKILL)
         try:
@@ -283,8 +284,8 @@ def remove_ended(parent: Path) -> None:
     """The folders of spares that became launches and have ended (their launcher wrote an exit)."""
     for folder in parent.glob("spare-*") if parent.is_dir() else ():
         try:
-            ended = "exit_code" in json.loads((folder / "exit-status.json").read_text())
-        except (OSError, ValueError):
+            ended = "exit_code" in read_json_record(folder / "exit-status.json")
+        except (OSError, ValueError, TypeError):
             ended = False
         if ended:
             shutil.rmtree(folder, ignore_errors=True)

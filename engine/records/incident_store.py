@@ -11,7 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from engine.core.bounded_read import MAX_FILE_BYTES, read_json_record, without_name
 from engine.core.durable import atomic_write_text
+from engine.core.errors import SourceError
 from engine.records.incident import Incident
 from engine.records.incident_checks import ID_PATTERN, problem
 
@@ -67,9 +69,11 @@ class IncidentStore:
         if not ID_PATTERN.match(incident_id):
             raise BadIncidentRecord(path, "is not named incident-N", missing=True)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = read_json_record(path, MAX_FILE_BYTES, name=str(path))   # bounded: size, UTF-8, nesting
         except FileNotFoundError:
             raise BadIncidentRecord(path, "does not exist", missing=True) from None
+        except SourceError as error:   # a folder, a FIFO, 100,000-deep JSON, not JSON at all: one sentence
+            raise BadIncidentRecord(path, f"is not a readable incident record ({without_name(error, str(path))})") from None
         except (OSError, ValueError, RecursionError) as error:
             raise BadIncidentRecord(path, f"is not a readable incident record (perhaps half-written: "
                                           f"{type(error).__name__}: {str(error)[:120]})") from None

@@ -30,7 +30,7 @@ def observe_without_acting(sup) -> RunState:
         if control.past_exit == (None, None):
             control.past_exit = (past.last_exit_code, past.last_exit_signal)
         sup.events("dry_run", text="no live trainer: judging the run folder as it is now")
-        snapshot = sup.observe()
+        snapshot = with_journal_pid(sup.observe(), past.trainer_pid)
         outcome = decide(snapshot, sup.loaded.config, sup.playbooks, MatchMemory(), sup.history)
         if outcome.decision is None:
             sup.events("dry_run", text="no playbook matches the current state")
@@ -48,6 +48,14 @@ def observe_without_acting(sup) -> RunState:
             _show_plan(sup, outcome.decision, snapshot)
         time.sleep(sup.loaded.config.watch.poll_interval_s)
     return RunState.STOPPED
+
+
+def with_journal_pid(snapshot, pid: int | None):
+    """PURE. The snapshot of a trainer that is gone carries no pid (no live process was attached), so a
+    plan's text read "trainer pid None ended"; the journal knows which trainer it was."""
+    if snapshot.trainer.pid is not None or not pid:
+        return snapshot
+    return snapshot.model_copy(update={"trainer": snapshot.trainer.model_copy(update={"pid": pid})})
 
 
 def _show_plan(sup, decision, snapshot) -> None:

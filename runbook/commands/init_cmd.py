@@ -75,4 +75,31 @@ def init(
     typer.echo(f"wrote {target} over {from_litgpt}: micro_batch_size {cfg.micro_batch_size}, batch_size "
                f"{cfg.batch_size}, lr {cfg.lr}, max_tokens {cfg.max_tokens}, block size {cfg.model.block_size}, "
                f"data {loaded.data_path('train_dir') if cfg.data.kind == 'text-files' else 'from its own data module'}")
+    missing = missing_data_paths(loaded, from_litgpt, Path.cwd())
+    for line in missing:
+        err.print(f"warning: {line}", markup=False)
+    if missing:
+        err.print(f"the run config was written; make these folders exist where it says, or write absolute paths in "
+                  f"{from_litgpt}, before `runbook watch` (`runbook check {target}` checks them)", markup=False)
     typer.echo(f"next: runbook check {target}   then: runbook watch {target}")
+
+
+def missing_data_paths(loaded, litgpt: Path, cwd: Path) -> list[str]:
+    """One sentence per data or tokenizer folder the written config names that does not exist: where the
+    value from the litgpt YAML resolves (against the project folder, not where litgpt was run from), and
+    where it does exist when that is relative to the current folder instead."""
+    keys = ("train_dir", "val_dir", "tokenizer_dir") if loaded.config.data.kind == "text-files" else ("tokenizer_dir",)
+    lines = []
+    for key in keys:
+        value = Path(getattr(loaded.config.data, key))
+        where = loaded.data_path(key)
+        if where.is_dir():
+            continue
+        line = (f"data.{key} `{value}` (from {litgpt}) resolves to {where}, against the project folder "
+                f"{loaded.project_dir.resolve()}, and that folder does not exist")
+        here = (cwd / value).resolve()
+        if not value.is_absolute() and here.is_dir() and here != where:
+            line += (f"; it does exist relative to where you ran this ({here}): relative paths in the litgpt config "
+                     "resolve against the project folder, so run litgpt from there too or make these paths absolute")
+        lines.append(line)
+    return lines

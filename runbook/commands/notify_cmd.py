@@ -47,7 +47,7 @@ def notify(
         since = (f", oldest queued {duration(time.time() - summary['oldest_queued_at'])} ago"
                  if summary["oldest_queued_at"] is not None else "")
         out.print(f"{summary['pending']} notice(s) pending in {folder}{since}"
-                  + (f"; {summary['parked']} rejected by Slack in {folder / 'failed'}" if summary["parked"] else ""),
+                  + (f"; {summary['parked']} set aside in {folder / 'failed'} (rejected by Slack or unreadable)" if summary["parked"] else ""),
                   markup=False)
         raise typer.Exit(int(ExitCode.UNDELIVERED if summary["pending"] and flush else ExitCode.OK))
     try:

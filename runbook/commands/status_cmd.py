@@ -33,19 +33,31 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def watcher_holding(run_dir: Path) -> int | None:
     """The pid of the `runbook watch` holding the run folder's lock, or None when nobody does."""
+    return watcher_lock(run_dir)[0]
+
+
+def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
+    """(pid, None) of the `runbook watch` holding the run folder's lock; (pid or -1, why) when the lock
+    is held but the pid written in it is not running (stale) or not the holder; (None, None) when free."""
+    from engine.core.lock import holder_text
+
     path = RunFolder(run_dir).lock
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        return None, None
+    except OSError as error:   # a folder named watch.lock, no permission: nobody's lock we can see
+        return None, f"{path} cannot be opened ({error.strerror})"
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)   # succeeds only when no watcher holds it
         except BlockingIOError:
             text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else -1
+            pid = int(text) if text.isdigit() and len(text) < 10 else -1
+            who = holder_text(fd, path)
+            return pid, (None if who == f"pid {pid}" else who)
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return None, None
     finally:
         os.close(fd)
 
@@ -75,7 +87,7 @@ def gather(loaded, now: float | None = None) -> dict:
     h = read_history(loaded, only_newest_launch=True)
     transitions = [e for e in h.journal_entries if e.get("kind") == "transition"]
     last = transitions[-1] if transitions else None
-    watcher_pid = watcher_holding(loaded.run_dir)
+    watcher_pid, watcher_note = watcher_lock(loaded.run_dir)
     launch = h.launches[-1] if h.launches else None
 
     progress = None
@@ -96,18 +108,23 @@ def gather(loaded, now: float | None = None) -> dict:
             "log": str(launch.log),
         }
 
-    heartbeat = None
+    from engine.core.bounded_read import read_json_record
+    from engine.core.errors import SourceError
+
+    heartbeat, heartbeat_problem = None, None
     beat_path = loaded.folder.heartbeat
     if beat_path.is_file():
         try:
-            beat = json.loads(beat_path.read_text(encoding="utf-8"))
+            beat = read_json_record(beat_path)   # 100,000-deep JSON: one SourceError (a ValueError), no traceback
             if not math.isfinite(beat["time"]):
                 raise ValueError("heartbeat time is not finite")
             heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
                          "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
                          "held_in_memory": beat.get("held_in_memory") or {}}
-        except (OSError, ValueError, KeyError, TypeError, OverflowError):   # OverflowError: a 400-digit time
+        except (OSError, ValueError, KeyError, TypeError, OverflowError) as error:   # OverflowError: a 400-digit time
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer
+            if isinstance(error, SourceError):
+                heartbeat_problem = f"{error} (heartbeat skipped)"
 
     from runbook.outbox import pending_summary
 
@@ -127,7 +144,7 @@ def gather(loaded, now: float | None = None) -> dict:
         "state": h.journal.run_state.value,
         "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
                             "seconds_ago": round(now - last["time"], 1)} if last else None,
-        "watcher": {"running": watcher_pid is not None, "pid": watcher_pid},
+        "watcher": {"running": watcher_pid is not None, "pid": watcher_pid, "note": watcher_note},
         "trainer": {"pid": h.journal.trainer_pid, "launches": h.journal.launches,
                     "supervised": watcher_pid is not None, **trainer_identity(loaded, h.journal)},
         "progress": progress,
@@ -138,7 +155,7 @@ def gather(loaded, now: float | None = None) -> dict:
         "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
                         "last_link_step": last_link, "final": h.final_exists},
         "notices": notices,
-        "problems": h.problems + (slurm["problems"] if slurm else []),
+        "problems": h.problems + ([heartbeat_problem] if heartbeat_problem else []) + (slurm["problems"] if slurm else []),
         "slurm": slurm,
         "incidents": {
             "count": len(h.incidents), "by_outcome": outcomes,
@@ -217,7 +234,11 @@ def render(status: dict) -> list[str]:
     if s["last_transition"]:
         t = s["last_transition"]
         lines.append(f"          last change {duration(t['seconds_ago'])} ago: {t['from']} -> {t['to']} ({t['reason']})")
-    lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}")
+    if watcher.get("note") and watcher["running"]:   # the lock is held, but its pid is stale
+        lines.append(f"watcher   holds the run folder's lock ({watcher['note']})")
+    else:
+        lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}"
+                     + (f" ({watcher['note']})" if watcher.get("note") else ""))
     if trainer["alive"]:
         how = (f"alive under watcher pid {watcher['pid']}" if trainer["supervised"]
                else "alive, UNSUPERVISED (no watcher: `runbook watch` re-attaches to it)")
@@ -254,7 +275,7 @@ def render(status: dict) -> list[str]:
     if n.get("pending") or n.get("parked"):
         lines.append(f"notices   {n['pending']} pending (Slack outbox)"
                      + (f", oldest queued {duration(n['oldest_age_seconds'])} ago" if n["pending"] else "")
-                     + (f"; {n['parked']} rejected by Slack, kept in outbox/failed/" if n.get("parked") else "")
+                     + (f"; {n['parked']} set aside in outbox/failed/ (rejected by Slack or unreadable)" if n.get("parked") else "")
                      + ("; `runbook notify --flush` delivers them" if n["pending"] else ""))
     if s.get("slurm"):
         lines += render_slurm(s["slurm"])

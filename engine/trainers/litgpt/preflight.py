@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.core.tokenizer_file import TokenizerUnloadable, load_tokenizer_file
 from engine.trainers.preflight import data_folder_problem, room_problem
 from engine.trainers.preflight import where as where_written
 from engine.trainers.litgpt import launch
@@ -56,12 +57,10 @@ def tokenizer_problems(folder: Path, needs_bos: bool, vocab_limit: int | None) -
         if (folder / "tokenizer.model").is_file():
             return []   # SentencePiece: its own file carries bos/eos
         return [f"no tokenizer.json in {folder}" + ("" if folder.is_dir() else " (the folder does not exist)")]
-    from tokenizers import Tokenizer
-
     try:
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    except Exception as error:  # noqa: BLE001 - the Rust library raises its own exception type
-        return [f"{folder / 'tokenizer.json'} does not load as a Hugging Face tokenizer ({error})"]
+        tokenizer = load_tokenizer_file(folder / "tokenizer.json")   # shared with scan-data: the same sentence
+    except (TokenizerUnloadable, FileNotFoundError) as error:
+        return [str(error) if isinstance(error, TokenizerUnloadable) else f"no tokenizer.json in {folder}"]
     config, bos_id = {}, None
     config_file = folder / "tokenizer_config.json"
     if config_file.is_file():
