@@ -50,6 +50,11 @@ STATE_NOTES = {
     "trainer.exit_code": "negative: killed by that signal number",
     "trainer.signal": "e.g. `SIGTERM`",
     "trainer.stopped": "process state T (SIGSTOP)",
+    "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
+                     "compile), then `training`",
+    "trainer.seconds_since_activity": "start-up only: seconds since the trainer last showed life (new output, or CPU "
+                                      "time or I/O anywhere in its process tree); null in training",
+    "startup_timeout_s": "`watch.startup_timeout_s`: the longest a launch may take to its first progress line",
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",
     "trainer.ranks.ranks": "each rank: rank, node, pid, alive, stopped, exit_code, signal, step, iter_num, phase, "
                            "seconds_since_heartbeat, work_seconds",
