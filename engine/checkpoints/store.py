@@ -22,7 +22,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.core.bounded_read import read_json_record, without_name
 from engine.core.durable import atomic_write, fsync_dir

@@ -21,9 +21,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Literal
+from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
 
 AWS_TOKEN_TTL_S = 21600
 MAX_BODY = 4096   # a notice is a few dozen bytes; a larger answer is not read whole

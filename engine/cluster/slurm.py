@@ -17,14 +17,13 @@ A node failure sends nothing: the next allocation finds the previous one's recor
 
 from __future__ import annotations
 
-from engine.core.settings import REQUEUE_CAUSES, _SAFE_WORD, _TIME_OPTION, SlurmSettings  # noqa: F401 - the settings model lives in core
+from engine.core.settings import REQUEUE_CAUSES, SlurmSettings  # noqa: F401 - the settings model lives in core
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 NoticeCause = Literal["time-limit", "preemption", "cancelled", "requeued", "signal", "unknown"]
 ENDING_STATES = ("COMPLETING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING")

@@ -5,7 +5,7 @@ Nothing here touches a process or a file, which is what makes dry-run, explain a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from engine.language.clauses import MatchContext
 from engine.records.attempts import AttemptHistory  # noqa: F401 - decide() reads it; kept importable here

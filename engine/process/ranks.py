@@ -11,14 +11,13 @@ processes from outside; `ranks_status` turns them into the snapshot's RanksStatu
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from pathlib import Path
 
 import psutil
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from engine.observe.diagnosis import RankSample, straggler
 from engine.core.state import NodeStatus, RanksStatus, RankStatus

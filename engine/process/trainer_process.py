@@ -33,6 +33,7 @@ def exit_from_launcher(returncode: int) -> dict | None:
 
 
 LAUNCHER_START_TIMEOUT_S = 30.0
+LAUNCHER_WRITE_WAIT_S = 2.0   # a launcher records its trainer's exit within this of the trainer's end
 
 
 def read_exit_status(path: Path | None) -> dict:
@@ -64,7 +65,7 @@ class TrainerProcess:
         self.started_at = started_at or time.time()
         self._exit: dict | None = None       # the launcher's final status, once read
         self._gone = False
-        self._waited_for_launcher = False
+        self._gone_at: float | None = None   # when the trainer was first seen gone (its exit then follows)
         self.notice_signal = notice_signal   # the trainer saves a checkpoint and exits on it (None: cannot)
         self.quit_signal = quit_signal       # it ends without a save (a recovery's stop)
 
@@ -127,6 +128,8 @@ class TrainerProcess:
                       recorded.get("notice_signal"), recorded.get("quit_signal") or "SIGTERM", handle)
         process.proof = proof
         process._gone = not proof.ours
+        if proof.alive and not proof.ours:   # someone else's process: nothing of ours is ending there
+            process._gone_at = float("-inf")
         return process
 
     def poll(self) -> int | None:
@@ -171,26 +174,23 @@ class TrainerProcess:
         return ticks is None or ticks == start_ticks(self.pid)
 
     def _launcher_writing(self) -> bool:
-        """The trainer is gone: wait (briefly, once) for its launcher to record the exit."""
-        status = read_exit_status(self.status_path)
-        launcher_pid = status.get("launcher_pid")
-        if not isinstance(launcher_pid, int) or self._waited_for_launcher:
+        """The trainer is gone and its launcher may be writing its exit right now: report it as still
+        ending (True) while that launcher lives, for at most LAUNCHER_WRITE_WAIT_S after the trainer was
+        first seen gone. Never sleeps: the caller's next look finds the recorded exit."""
+        if self._gone_at is None:
+            self._gone_at = time.monotonic()
+        if self._final_status() is not None or time.monotonic() - self._gone_at > LAUNCHER_WRITE_WAIT_S:
             return False
-        self._waited_for_launcher = True
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            if self._final_status() is not None:
-                return False
-            try:
-                if psutil.Process(launcher_pid).status() == psutil.STATUS_ZOMBIE:
-                    if self._launcher is not None:
-                        self._launcher.poll()
-                    break
-            except psutil.Error:
-                break
-            time.sleep(0.01)
-        self._final_status()
-        return False
+        launcher_pid = read_exit_status(self.status_path).get("launcher_pid")
+        if not isinstance(launcher_pid, int):
+            return False
+        try:
+            writing = psutil.Process(launcher_pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            writing = False
+        if not writing and self._launcher is not None:
+            self._launcher.poll()
+        return writing and self._final_status() is None
 
     @property
     def stopped(self) -> bool:

@@ -7,7 +7,7 @@ how to launch and how to resume belong to the trainer's package (``engine/traine
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 

@@ -10,15 +10,13 @@ each boundary for the crash tests (engine/core/crash_points.py).
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from typing import Callable
 
 from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
-from engine.records.incident_store import IncidentStore
-from engine.records.journal import Journal
 from engine.language.planner import PlannedStep, plan
-from engine.watch.runtime import EngineRuntime, RuntimeParts
+from engine.watch.context import WatchContext
+from engine.watch.runtime import EngineRuntime
 from engine.core.state import RunState
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
@@ -31,21 +29,9 @@ from engine.records.signature import repeat_phrase
 
 
 
-@dataclass
-class IncidentServices:
-    """The collaborators an incident needs besides the runtime's parts."""
-
-    journal: Journal
-    store: IncidentStore
-    transition: Callable[[RunState, str], None]
-    append_run_log: Callable[[dict], None]
-    tokens_per_step: Callable[[], int]
-
-
 class IncidentRunner:
-    def __init__(self, services: IncidentServices, parts: RuntimeParts):
-        self.services = services
-        self.parts = parts
+    def __init__(self, context: WatchContext):
+        self.ctx = context
         self.escalation: str | None = None
         self.awaiting_progress: Incident | None = None   # recovered, waiting for the first new progress
 
@@ -55,7 +41,7 @@ class IncidentRunner:
         playbook = decision.playbook
         steps = plan(playbook, snapshot, config, attempt)
         self.flush_awaiting("the trainer failed again before making progress")
-        s = self.services
+        s = self.ctx
         incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
                                  [step.to_dict() for step in steps], config.model_dump(mode="json"))
         incident.same_as = self._first_same(incident)
@@ -65,13 +51,13 @@ class IncidentRunner:
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
         s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
-        self.parts.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
+        self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
                                             {"step": str(snapshot.metrics.step), "decision": decision.reason,
                                              **signature_fields(incident)})
-        self.parts.events("incident_opened", record=incident.to_json())
+        self.ctx.events("incident_opened", record=incident.to_json())
         if decision.kind == "escalate":
             self.escalation = decision.reason
-            self._close(incident, EngineRuntime(incident, self.parts), "escalated")
+            self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
             return incident
         self._run(incident, steps)
         return incident
@@ -82,14 +68,14 @@ class IncidentRunner:
         if incident.signature is None:
             return None
         try:
-            earlier = [i.to_json() for i in self.services.store.read_all()[0] if i.id != incident.id]
+            earlier = [i.to_json() for i in self.ctx.store.read_all()[0] if i.id != incident.id]
         except OSError:
             return None
         return first_with(incident.signature.id, earlier)
 
     def continue_open(self, opened: dict, done: list[int], playbooks) -> Incident:
         """A watcher died mid-recovery: finish the same incident, from its stored plan."""
-        s = self.services
+        s = self.ctx
         incident = s.store.read(opened["incident"])
         incident.note("the watcher restarted during this recovery and continued it")
         # An action whose result reached the record but not the journal ran already: not again.
@@ -100,16 +86,16 @@ class IncidentRunner:
             playbook = next((p for p in playbooks if p.name == incident.playbook), None)
             if playbook is None:
                 self.escalation = f"playbook '{incident.playbook}' of the open {incident.id} no longer exists"
-                self._close(incident, EngineRuntime(incident, self.parts), "escalated")
+                self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
                 return incident
-            steps = plan(playbook, incident.state, self.parts.control.loaded.config, incident.attempt)
+            steps = plan(playbook, incident.state, self.ctx.control.loaded.config, incident.attempt)
         self._run(incident, steps, skip=skip)
         return incident
 
     def adopt_unjournaled(self, known: list[str]) -> dict | None:
         """A watcher killed between saving a new record and journaling its opening left an open record
         the journal does not know: journal it now, so it is continued rather than opened twice."""
-        s = self.services
+        s = self.ctx
         for incident_id in reversed(s.store.ids()):
             if incident_id in known:
                 return None
@@ -122,7 +108,7 @@ class IncidentRunner:
     def report_unreported(self, incident_ids: list[str]) -> None:
         """Closed incidents a killed watcher had not yet reported (run log, notifier): report them now."""
         for incident_id in incident_ids:
-            self._report(self.services.store.read(incident_id))
+            self._report(self.ctx.store.read(incident_id))
 
     def escalate_unclaimed(self, snapshot, config) -> Incident:
         code = snapshot.trainer.exit_code
@@ -132,9 +118,9 @@ class IncidentRunner:
 
     # --- running -------------------------------------------------------------------------------
     def _run(self, incident: Incident, steps: list[PlannedStep], skip: set[int] = frozenset()) -> None:
-        s = self.services
+        s = self.ctx
         s.transition(RunState.RECOVERING, incident.id)
-        runtime = EngineRuntime(incident, self.parts)
+        runtime = EngineRuntime(incident, self.ctx)
         aborted = None
         for step in steps:
             if step.index in skip:
@@ -147,8 +133,8 @@ class IncidentRunner:
             crash_point(f"saved-action-{step.index}")
             s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
             crash_point(f"journaled-action-{step.index}")
-            self.parts.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
-            self.parts.events("action", record=incident.to_json(), result=result.model_dump())
+            self.ctx.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
+            self.ctx.events("action", record=incident.to_json(), result=result.model_dump())
             if runtime.escalated_reason:
                 break
             if not result.ok and step.on_failure != "continue":
@@ -183,13 +169,13 @@ class IncidentRunner:
             ok, summary = False, str(err)
         except Exception as err:  # noqa: BLE001 - a failing action is recorded, never crashes the watcher
             ok, summary = False, f"{type(err).__name__}: {err}"
-            self.parts.events("action_traceback", text=traceback.format_exc())
+            self.ctx.events("action_traceback", text=traceback.format_exc())
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
     def _close(self, incident: Incident, runtime: EngineRuntime, outcome: str) -> None:
-        s = self.services
-        incident.close(outcome, self.parts.control.loaded.config.model_dump(mode="json"), s.tokens_per_step(),
+        s = self.ctx
+        incident.close(outcome, self.ctx.control.loaded.config.model_dump(mode="json"), s.tokens_per_step,
                        self.escalation)
         self._save(incident)
         crash_point("incident-closing")
@@ -224,20 +210,20 @@ class IncidentRunner:
     def _report(self, incident: Incident) -> None:
         """The run-log entry, the notifier's close and the console line, once the outcome is known."""
         record = incident.to_json()
-        self.services.append_run_log(record)   # at most once per incident: the run log keeps a marker
+        self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
-        self.parts.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
+        self.ctx.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
                                             escalate=incident.outcome != "recovered")
-        self.services.journal.append("incident_reported", incident=incident.id)
-        self.parts.events("incident_closed", record=record)
+        self.ctx.journal.append("incident_reported", incident=incident.id)
+        self.ctx.events("incident_closed", record=record)
 
     def _save(self, incident: Incident) -> None:
         """Write the record atomically; on a full disk keep it in memory and try again at the next
         save (a disk-full recovery makes space first), never leaving half a file."""
         try:
-            self.services.store.write(incident)
+            self.ctx.store.write(incident)
         except OSError as error:
-            self.parts.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
+            self.ctx.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
 
 
 def signature_fields(incident: Incident) -> dict[str, str]:
@@ -270,4 +256,4 @@ def run_log_writer(loaded_getter: Callable[[], object], events) -> Callable[[dic
     return append
 
 
-__all__ = ["IncidentRunner", "IncidentServices", "closing_summary", "run_log_writer", "signature_fields"]
+__all__ = ["IncidentRunner", "closing_summary", "run_log_writer", "signature_fields"]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
 
 from engine.core.durable import atomic_write_text
 from engine.core.run_folder import RunFolder

@@ -8,9 +8,6 @@ incident learns on the typed Incident; actions see only the members of actions/b
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
 from engine.language.actions.base import ActionFailed
 from engine.core.durable import gzip_replace
@@ -18,33 +15,20 @@ from engine.core.state import stall
 from engine.records.incident import Incident
 from engine.datascan.scan import DataScanError, scan_folder
 from engine.expr.expressions import evaluate_condition
-
-
-@dataclass
-class RuntimeParts:
-    """What the watcher lends to every incident's runtime."""
-
-    control: object                     # engine.process.trainer_control.TrainerControl
-    ledger: object                      # engine.checkpoints.ledger.CheckpointLedger
-    launch: Callable[[Path | None], None]   # the watcher's launch: start the trainer and follow its log
-    observe: Callable[[], object]       # one more observation (a StateSnapshot)
-    notifier: object                    # engine.core.notifier.Notifier
-    events: Callable[..., None]
-    best_val_step: Callable[[], int | None]
-    save_interval_advice: Callable[[], str | None]
+from engine.watch.context import WatchContext
 
 
 class EngineRuntime:
-    def __init__(self, incident: Incident, parts: RuntimeParts):
+    def __init__(self, incident: Incident, context: WatchContext):
         self.incident = incident
-        self._parts = parts
+        self._ctx = context
         self.escalated_reason: str | None = None
         self.resumed = False
         self.verified_all = False   # a full verification already ran in this incident
 
     @property
     def loaded(self):
-        return self._parts.control.loaded
+        return self._ctx.control.loaded
 
     @property
     def state(self):
@@ -53,14 +37,14 @@ class EngineRuntime:
     @property
     def trainer(self):
         """The trainer process (read-only use: diagnosis samples it)."""
-        return self._parts.control.process
+        return self._ctx.control.process
 
     # --- the trainer ---------------------------------------------------------------------------
     def stop_trainer(self, reason: str) -> str:
-        return self._parts.control.stop(reason)
+        return self._ctx.control.stop(reason)
 
     def resume(self, source: str, step: int | None = None) -> str:
-        control, ledger = self._parts.control, self._parts.ledger
+        control, ledger = self._ctx.control, self._ctx.ledger
         if control.alive:
             control.stop("restart for resume")
         # Verify everything again right before resuming (a file can rot after it was sealed), unless
@@ -82,49 +66,49 @@ class EngineRuntime:
             self.incident.resumed_step = chosen.step
         else:
             self.incident.resumed_step = 0
-        self._parts.launch(resume_file)
+        self._ctx.launch(resume_file)
         self.resumed = True
         return f"relaunched trainer {detail}"
 
     # --- checkpoints and disk ------------------------------------------------------------------
     def verify_all(self) -> str:
-        bad = self._parts.ledger.refresh(quarantine_corrupt=True, force=True)
+        bad = self._ctx.ledger.refresh(quarantine_corrupt=True, force=True)
         self.verified_all = True
         return f"quarantined {len(bad)} corrupt checkpoint(s): {', '.join(bad)}" if bad else "all checkpoints verified"
 
     def rollback(self, bad_step: int | None, steps: int, scan_nonfinite: bool) -> str:
-        if self._parts.control.alive:
-            self._parts.control.stop("rollback")
+        if self._ctx.control.alive:
+            self._ctx.control.stop("rollback")
         if bad_step is None:
             bad_step = self.state.metrics.step or 0
-        moved, target = self._parts.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
+        moved, target = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
         self.incident.rollback_target_step = target.step if target else 0
         where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
         return f"quarantined {moved} checkpoint(s) at/after step {max(0, bad_step - steps)}; next resume from {where}"
 
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
-        ledger = self._parts.ledger
+        ledger = self._ctx.ledger
         ledger.refresh(saving_from_step=self._saving_from())
         result = ledger.prune(keep_last_k or self.loaded.config.keep_last_k,
-                              self._parts.best_val_step() if keep_best else None,
-                              remove_partial, trainer_alive=self._parts.control.alive)
+                              self._ctx.best_val_step() if keep_best else None,
+                              remove_partial, trainer_alive=self._ctx.control.alive)
         self.incident.freed_bytes += result.freed_bytes
         self.incident.deleted.extend(result.removed + result.deleted)
         if result.foreign:
             self.incident.left_alone = list(result.foreign)
             self.note(result.foreign_warning + f" (in {self.loaded.out_dir})")
-            self._parts.events("warning", text=result.foreign_warning)
+            self._ctx.events("warning", text=result.foreign_warning)
         return result.summary()
 
     def _saving_from(self) -> int | None:
         """A live trainer may still be writing checkpoints from its current step on."""
-        if not self._parts.control.alive:
+        if not self._ctx.control.alive:
             return None
         return self.state.metrics.step or 0
 
     def compress_logs(self, min_bytes: int) -> str:
         """gzip the logs no trainer writes any more (atomically: this runs on a full disk)."""
-        control = self._parts.control
+        control = self._ctx.control
         current = control.process.log_path if control.process else None
         count, saved = 0, 0
         for log in sorted(self.loaded.folder.logs.glob("*.log")):
@@ -146,14 +130,14 @@ class EngineRuntime:
         self.incident.diagnosis = report
 
     def save_interval_advice(self) -> str | None:
-        return self._parts.save_interval_advice()
+        return self._ctx.save_interval_advice()
 
     def wait_for(self, condition, timeout: float) -> tuple[bool, float]:
         """Keep observing (lines, metrics, checkpoints) until the condition holds or time runs out."""
 
         started = time.time()
         while True:
-            snapshot = self._parts.observe()
+            snapshot = self._ctx.observe()
             held, _error = evaluate_condition(condition, {"state": snapshot, "config": self.loaded.config})
             waited = time.time() - started
             # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
@@ -166,16 +150,16 @@ class EngineRuntime:
     # --- configuration and people --------------------------------------------------------------
     def update_config(self, updates: dict) -> str:
         before = {k: getattr(self.loaded.config, k) for k in updates}
-        self._parts.control.write_config(updates)
+        self._ctx.control.write_config(updates)
         self.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
         return "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
 
     def set_env(self, variables: dict) -> str:
-        self._parts.control.set_env(variables)
+        self._ctx.control.set_env(variables)
         return "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
 
     def notify(self, text: str) -> None:
-        self._parts.notifier.incident_update(self.incident.id, text)
+        self._ctx.notifier.incident_update(self.incident.id, text)
 
     def note(self, text: str) -> None:
         self.incident.note(text)

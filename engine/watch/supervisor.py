@@ -18,14 +18,14 @@ from pathlib import Path
 from engine.observe.advice import run_save_interval_advice
 from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
-from engine.watch.incident_runner import IncidentRunner, IncidentServices
+from engine.watch.incident_runner import IncidentRunner
 from engine.records.journal import Journal
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.language.matcher import MatchMemory, attempt_number, decide
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
-from engine.watch.runtime import RuntimeParts
+from engine.watch.context import WatchContext
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
 from engine.core.state import TERMINAL_STATES, RunState
@@ -36,6 +36,7 @@ from engine.core.write_trouble import WriteTrouble
 from engine.cluster.notice_poller import NoticePoller
 from engine.watch.metrics import MetricsEndpoint
 from engine.watch.upkeep import SupervisorContext, Upkeep
+from engine.checkpoints import retention
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
 
@@ -56,16 +57,15 @@ class Supervisor:
                                        journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter,
                                  evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
-        parts = RuntimeParts(control=self.control, ledger=self.ledger, launch=self.launch, observe=self.observe,
-                             notifier=notifier, events=self.events,
-                             best_val_step=lambda: self.observer.tracker.best_val_step,
-                             save_interval_advice=self.save_interval_advice)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
-        self.incidents = IncidentRunner(IncidentServices(
-            journal=self.journal, store=store, transition=self.transition, append_run_log=run_log,
-            tokens_per_step=lambda: self.loaded.config.batch_size * self.loaded.config.model.block_size), parts)
+        self.context = WatchContext(
+            control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
+            events=self.events, launch=self.launch, observe=self.observe, transition=self.transition,
+            append_run_log=run_log, best_val_step=self.best_val_step, save_interval_advice=self.save_interval_advice,
+            status=self.status, held=self.backlog.held)
+        self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
         self.history = None
@@ -191,13 +191,23 @@ class Supervisor:
             self.journal.append("retention", summary=result.summary())
 
     def _retention(self, trainer_alive: bool):
-        """The run config's retention policy (keep_last_k + best) applied now; None when the ledger refused."""
+        """The run's retention policy applied now (engine/checkpoints/retention.py); None when the ledger refused."""
         try:
-            return self.ledger.prune(self.loaded.config.keep_last_k, self.observer.tracker.best_val_step,
-                                     remove_partial=False, trainer_alive=trainer_alive)
+            return retention.retain(self.ledger, self.loaded.config.keep_last_k, self.best_val_step(), trainer_alive)
         except ValueError as error:  # a refusal to delete is reported, never forced
             self.events("warning", text=f"retention skipped: {error}")
             return None
+
+    def status(self) -> dict:
+        """What the heartbeat says of the run (upkeep)."""
+        metrics = self.last_snapshot.metrics if self.last_snapshot is not None else None
+        return {"run_state": self.state.value, "launches": self.control.launches,
+                "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
+                "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
+
+    def best_val_step(self) -> int | None:
+        """The one source of "best" for retention and the prune action: the observer's tracker."""
+        return self.observer.tracker.best_val_step
 
     def complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
@@ -229,7 +239,7 @@ class Supervisor:
     def _upkeep(self) -> Upkeep | None:
         if self.state in TERMINAL_STATES:
             return None
-        self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self), recovery_lock=self.recovery_lock,
+        self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self.context), recovery_lock=self.recovery_lock,
                              events=self.events, trouble=self.trouble)
         self.upkeep.start()
         return self.upkeep

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -33,12 +32,12 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.core.durable import atomic_write_text, gzip_replace
 from engine.core.write_trouble import WriteTrouble, passing, reason
-from engine.core.settings import _HHMM, UpkeepSettings  # noqa: F401 - the settings model lives in core
+from engine.core.settings import UpkeepSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import IncidentsUnreadable, IncidentStore
+from engine.checkpoints.retention import retain
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
@@ -60,52 +59,47 @@ class UpkeepContext(Protocol):
 
 
 class SupervisorContext:
-    """UpkeepContext over a running engine.watch.supervisor.Supervisor. Jobs run while holding the
-    recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
+    """UpkeepContext over the watch loop's WatchContext (engine/watch/context.py). Jobs run while holding
+    the recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
 
-    def __init__(self, supervisor):
-        self.sup = supervisor
+    def __init__(self, context):
+        self.ctx = context
 
     @property
     def run_dir(self) -> Path:
-        return self.sup.loaded.run_dir
+        return self.ctx.control.loaded.run_dir
 
     @property
     def out_dir(self) -> Path:
-        return self.sup.loaded.out_dir
+        return self.ctx.control.loaded.out_dir
 
     @property
     def keep_last_k(self) -> int:
-        return self.sup.loaded.config.keep_last_k   # a recovery may have rewritten the config
+        return self.ctx.control.loaded.config.keep_last_k   # a recovery may have rewritten the config
 
     @property
     def ledger(self):
-        return self.sup.ledger
+        return self.ctx.ledger
 
     @property
     def notifier(self):
-        return self.sup.notifier
+        return self.ctx.notifier
 
     def best_step(self) -> int | None:
-        snap = self.sup.last_snapshot
-        return snap.metrics.best_val_step if snap is not None else None
+        return self.ctx.best_val_step()   # the watch loop's one source of "best"
 
     def trainer_alive(self) -> bool:
-        return self.sup.control.alive
+        return self.ctx.control.alive
 
     def current_log(self) -> Path | None:
-        process = self.sup.control.process
+        process = self.ctx.control.process
         return process.log_path if process is not None else None
 
     def held(self) -> dict[str, int]:
-        return self.sup.backlog.held()
+        return self.ctx.held()
 
     def status(self) -> dict:
-        snap = self.sup.last_snapshot
-        metrics = snap.metrics if snap is not None else None
-        return {"run_state": self.sup.state.value, "launches": self.sup.control.launches,
-                "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
-                "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
+        return self.ctx.status()
 
 
 @dataclass(frozen=True)
@@ -239,7 +233,7 @@ class Upkeep:
 
     def _retention(self) -> str:
         ctx = self.context
-        result = ctx.ledger.prune(ctx.keep_last_k, ctx.best_step(), remove_partial=False, trainer_alive=ctx.trainer_alive())
+        result = retain(ctx.ledger, ctx.keep_last_k, ctx.best_step(), ctx.trainer_alive())
         return f"deleted {len(result.deleted)} checkpoint(s) ({result.freed_bytes / 1e6:.1f} MB); kept steps {result.kept_steps}"
 
     def _gzip_logs(self) -> str:

@@ -188,7 +188,7 @@ class World:
 
     # --- what runbook does ------------------------------------------------------------------------
     def runtime(self) -> EngineRuntime:
-        return EngineRuntime(Incident(id="incident-1", playbook="property-test"), self.sup.incidents.parts)
+        return EngineRuntime(Incident(id="incident-1", playbook="property-test"), self.sup.context)
 
     def prune_guarded(self, prune, keep_best: bool = True) -> None:
         """Run a prune and check that the newest verified and (unless the playbook said keep_best:
@@ -223,7 +223,7 @@ class World:
             rt.verify_all()
             self.damaged = False
         elif kind == "retention":
-            upkeep = Upkeep(UpkeepSettings(), SupervisorContext(self.sup))
+            upkeep = Upkeep(UpkeepSettings(), SupervisorContext(self.sup.context))
             self.prune_guarded(lambda: self.check_job(upkeep.retention()))
         elif kind == "prune":  # prune_checkpoints from a playbook (the killed one keeps 1000)
             keep_last_k, keep_best, remove_partial = args

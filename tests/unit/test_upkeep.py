@@ -275,7 +275,7 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
     shutil.copy(repo / "configs" / "run_config.yaml", tmp_path / "configs" / "run_config.yaml")
     loaded = load_config(tmp_path / "configs" / "run_config.yaml")
     supervisor = Supervisor(loaded, [], RecordingNotifier(), "sha256:test")
-    context = SupervisorContext(supervisor)
+    context = SupervisorContext(supervisor.context)
     assert (context.run_dir, context.out_dir) == (loaded.run_dir, loaded.out_dir)
     assert context.keep_last_k == loaded.config.keep_last_k == 3
     assert not context.trainer_alive() and context.current_log() is None and context.best_step() is None
