@@ -126,3 +126,86 @@ def test_any_incident_record_is_refused_or_shown(fields, valid_id):
 def test_any_json_value_as_an_incident_record(value):
     TRIED["incident record: random JSON value"] += 1
     assert problem(value) is not None or isinstance(value, dict)
+
+
+# --- run-folder JSON records, outbox messages, tokenizer.json, COLUMNS (issue 26, round two, CLI side) -----
+def nest(value, depth: int, as_object: bool):
+    for _ in range(depth):
+        value = {"a": value} if as_object else [value]
+    return value
+
+
+@given(value=values, depth=st.integers(min_value=0, max_value=400), as_object=st.booleans(),
+       raw=st.none() | st.binary(max_size=200) | st.integers(min_value=1, max_value=200_000))
+def test_any_run_folder_json_record_is_read_or_one_sentence(tmp_path_factory, value, depth, as_object, raw):
+    """heartbeat.json, a manifest, an outbox message, a launcher's status: read_json_record returns a value
+    nested at most 64 deep, or a SourceError naming the file; never RecursionError or another exception."""
+    from engine.core.bounded_read import MAX_JSON_DEPTH, json_depth_over, read_json_record
+    from engine.core.errors import SourceError
+
+    path = tmp_path_factory.mktemp("r") / "record.json"
+    if raw is None:
+        TRIED["run-folder JSON: random value nested 0-400 deep"] += 1
+        path.write_text(json.dumps(nest(value, depth, as_object)))
+    elif isinstance(raw, int):
+        TRIED["run-folder JSON: 1-200,000 open brackets"] += 1
+        path.write_text(("{\"a\":" if as_object else "[") * raw)
+    else:
+        TRIED["run-folder JSON: random bytes"] += 1
+        path.write_bytes(raw)
+    try:
+        read = read_json_record(path)
+    except SourceError as error:
+        assert str(path) in str(error) and "\n" not in str(error)
+    else:
+        assert not json_depth_over(read, MAX_JSON_DEPTH)
+
+
+MESSAGE_KEYS = ["kind", "incident_id", "text", "blocks", "broadcast", "queued_at"]
+message_values = values | st.sampled_from(["open", "update", "close", "digest", "incident-1", "text"]) | st.lists(
+    st.dictionaries(st.text(max_size=5), values, max_size=3), max_size=3)
+
+
+@given(messages=st.lists(st.dictionaries(st.sampled_from(MESSAGE_KEYS), message_values, max_size=6) | values,
+                         min_size=1, max_size=5))
+def test_any_outbox_message_is_delivered_or_set_aside(tmp_path_factory, messages):
+    """The sender's queue: a message it cannot use (the `{}` that held every notice behind it) is moved to
+    failed/ with its reason; every message handed to the sender has the fields it reads."""
+    from runbook.outbox import Outbox
+    from runbook.slack import message_problem
+
+    TRIED["outbox: random messages (a queue of 1-5)"] += len(messages)
+    folder = tmp_path_factory.mktemp("o")
+    box = Outbox(folder, check=message_problem)
+    for message in messages:
+        box.put(message)
+    pending = box.pending()
+    for _, message in pending:
+        assert message_problem(message) is None
+        {"text": message["text"], "blocks": message.get("blocks"), "key": "thread:" + message["incident_id"]}
+    parked = sorted(p.name for p in (folder / "failed").glob("*.json")) if (folder / "failed").is_dir() else []
+    assert len(pending) + len(parked) == len(messages)
+    assert all((folder / "failed" / name.replace(".json", ".reason.txt")).is_file() for name in parked)
+
+
+@given(data=st.binary(max_size=300) | st.builds(lambda n: b"[" * n, st.integers(min_value=0, max_value=100_000)))
+def test_any_tokenizer_json_loads_or_is_one_sentence(tmp_path_factory, data):
+    from engine.core.tokenizer_file import TokenizerUnloadable, load_tokenizer_file
+
+    TRIED["tokenizer.json: random bytes or brackets"] += 1
+    path = tmp_path_factory.mktemp("t") / "tokenizer.json"
+    path.write_bytes(data)
+    try:
+        load_tokenizer_file(path)
+    except TokenizerUnloadable as error:
+        assert str(path) in str(error) and "\n" not in str(error)
+
+
+@given(value=st.none() | st.text(max_size=12) | st.integers(min_value=0, max_value=10**12).map(str),
+       terminal=st.none() | st.integers(min_value=0, max_value=10**6))
+def test_any_columns_value_gives_a_sane_width(value, terminal):
+    from runbook.terminal import MAX_COLUMNS, MIN_COLUMNS, clamped_columns
+
+    TRIED["COLUMNS: random text"] += 1
+    fixed = clamped_columns(value, terminal)
+    assert fixed is None or MIN_COLUMNS <= int(fixed) <= MAX_COLUMNS
