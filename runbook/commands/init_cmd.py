@@ -36,7 +36,8 @@ trainer:
   extra: {{}}              # litgpt keys merged over your config for runbook only (e.g. a smaller model to try it)
 
 watch:
-  hang_timeout_s: 600    # no progress line for this long = hang (preprocessing counts)
+  hang_timeout_s: 600    # no progress line for this long = hang (start-up: no output, CPU or I/O for this long)
+  startup_timeout_s: 14400   # the longest preprocessing + model build may take to the first progress line
 """
 
 
