@@ -144,7 +144,8 @@ def gather(loaded, now: float | None = None) -> dict:
         "state": h.journal.run_state.value,
         "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
                             "seconds_ago": round(now - last["time"], 1)} if last else None,
-        "watcher": {"running": watcher_pid is not None, "pid": watcher_pid, "note": watcher_note},
+        "watcher": {"running": watcher_pid is not None, "pid": watcher_pid,
+                    **({"note": watcher_note} if watcher_note else {})},   # note: a stale pid in watch.lock
         "trainer": {"pid": h.journal.trainer_pid, "launches": h.journal.launches,
                     "supervised": watcher_pid is not None, **trainer_identity(loaded, h.journal)},
         "progress": progress,
