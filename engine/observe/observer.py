@@ -226,6 +226,13 @@ class Observer:
             self._consume(line, now)
         return lines
 
+    def take_lines(self, lines: list[str], now: float) -> list[str]:
+        """Lines that come from elsewhere than the followed log (`runbook triage`'s pasted log), parsed
+        exactly as read_lines parses the log's."""
+        for line in lines:
+            self._consume(line, now)
+        return lines
+
     def hang_timeout(self, watch) -> float:
         """The run's own measure of "too long without progress": the longest gap seen (in any launch)
         x a safety factor, clamped to [floor, ceiling]; the ceiling until this launch has printed its

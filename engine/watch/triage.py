@@ -111,17 +111,6 @@ def _line(raw: bytes) -> str:
     return f"{text} [... {cut} bytes cut]" if cut else text
 
 
-class _Lines:
-    """The observer's log source for lines already read (it only calls read())."""
-
-    def __init__(self, lines: list[str]):
-        self._lines = lines
-
-    def read(self) -> list[str]:
-        lines, self._lines = self._lines, []
-        return lines
-
-
 class _NoEvidence:
     """In place of the observer's evidence gatherer (its cgroup OOM counter, /dev/kmsg, free space): the
     snapshot's own default evidence, every field unknown."""
@@ -162,9 +151,8 @@ def snapshot_from_log(lines: list[str], end: Ending, config, adapter, now: float
     tokens_per_iter = config.micro_batch_size * config.model.block_size * config.trainer.devices * config.trainer.num_nodes
     observer = Observer(adapter, Path("."), tokens_per_iter)   # out_dir only feeds disk_status: replaced below
     observer.evidence = _NoEvidence()   # this machine's kernel, cgroups and disks are not the run's
-    observer.log = _Lines(lines)
     observer.launched_at = now
-    read = observer.read_lines(now)
+    read = observer.take_lines(lines, now)
     # The lines a live watcher would have read as new when it saw the exit: those after the last progress line.
     new = _after_last_progress(read, adapter)
     trainer = TrainerStatus(pid=PID_UNKNOWN, alive=False, exit_code=end.code, signal=end.signal, launches=1)

@@ -206,6 +206,7 @@ def _snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
+@pytest.mark.slow
 def test_read_only_commands_write_nothing(tmp_path):
     """lint, test, explain, status, incidents and watch --dry-run against a project with a hostile playbook:
     not one file created, changed or removed, and no run folder made. (`report` writes its report by

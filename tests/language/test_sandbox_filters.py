@@ -58,6 +58,10 @@ REFUSED = [
     "'x'|indent(10**9)",
     "dict(a=1)|xmlattr|replace('a', 'b'*99999)",
     "([1]*99999)|sort|list|unique|list|sort|list",
+    ]
+
+# Within the budgets, so allowed: the point is that they stay inside the same bounds as the refused ones.
+BOUNDED_EITHER_WAY = [
     "(range(10000)|list)|batch(1)|map('sum')|sum > 0",
 ]
 
@@ -113,6 +117,12 @@ def test_each_reproduction_is_refused_within_the_bounds(source):
     assert isinstance(outcome, ExpressionError), (source, outcome)
     assert "\n" not in str(outcome) and source[:15] in str(outcome)
     assert seconds < SECONDS and peak < PEAK_BYTES, (source, seconds, peak)
+
+
+@pytest.mark.parametrize("source", BOUNDED_EITHER_WAY)
+def test_work_just_inside_the_budgets_stays_within_the_bounds(source):
+    outcome, seconds, peak = measured(lambda: compile_expression(source).evaluate(**CONTEXT))
+    assert seconds < SECONDS and peak < PEAK_BYTES, (source, outcome, seconds, peak)
 
 
 @pytest.mark.parametrize("source,expected", ALLOWED.items())

@@ -156,6 +156,7 @@ def _special_paths(tmp_path: Path) -> dict[str, str]:
             "missing": str(tmp_path / "nope.yaml")}
 
 
+@pytest.mark.slow
 def test_config_paths_that_are_not_files(tmp_path):
     """One subprocess per path: a FIFO or /dev/zero used to hang; now each is one sentence, exit 3."""
     for name, path in _special_paths(tmp_path).items():
@@ -181,6 +182,7 @@ def test_config_path_with_nul_and_playbook_paths(tmp_path):
     assert cli("playbooks", "lint", "a\x00b").exit_code == ExitCode.USAGE  # typer refuses it itself
 
 
+@pytest.mark.slow
 def test_state_files_that_are_not_files(tmp_path):
     (tmp_path / "p.yaml").write_text(GOOD)
     specials = _special_paths(tmp_path)
@@ -213,6 +215,7 @@ _playbooks = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], deadline=None)
 @given(document=_playbooks)
 def test_fuzzed_playbooks_never_crash(tmp_path, document):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import shutil
@@ -72,6 +74,7 @@ FORMS = {   # the arguments before the config, when a command needs some; any ot
     "replay": ["replay", "incident-1"],
     "drill": ["drill", "preemption"],
     "slurm": ["slurm", "submit"],
+    "triage": ["triage", __file__],   # LOG first (any readable file), then the config
 }
 
 
@@ -114,6 +117,7 @@ def test_two_different_configs_are_a_usage_error(tmp_path):
     assert code == 2 and "two run configs given" in output
 
 
+@pytest.mark.slow
 def test_the_same_run_read_each_way_says_the_same(tmp_path):
     from tests.runs.test_toy_trainer import make_toy_project, run_toy
 

@@ -82,6 +82,7 @@ def test_launch_copy_is_the_config_in_use_even_after_the_file_was_edited(tmp_pat
     assert "was edited after runbook loaded it" in (tmp_path / "used.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_bad_config_exits_3_with_file_line(tmp_path):
     path = write(tmp_path, "micro_batch_size: 4\nbatch_size: 16\nlr_typo: 1\n")
     result = subprocess.run([RUNBOOK, "watch", str(path)], capture_output=True, text=True, timeout=60)
@@ -120,6 +121,7 @@ def test_data_hash_is_written_when_empty_and_changed_data_refuses_to_resume(proj
     assert second != first and load_config(project.config).config.data_hash == second
 
 
+@pytest.mark.slow
 def test_a_wrong_config_path_is_one_sentence_and_exit_3(tmp_path):
     missing = tmp_path / "configs" / "nope.yaml"
     result = subprocess.run([RUNBOOK, "watch", str(missing)], capture_output=True, text=True, timeout=60)
@@ -166,6 +168,7 @@ def test_a_missing_trainer_exits_6_with_the_fix_and_launches_nothing(project, tm
     assert not list(project.root.rglob("trainer-*.log")), "a trainer was launched"
 
 
+@pytest.mark.slow
 def test_device_auto_on_a_machine_without_gpu_device_nodes_does_not_import_torch():
     # torch costs the watcher ~2 s and ~200 MB for the whole run; it is only asked where a GPU may be.
     code = ("import sys; from engine.trainers.litgpt.launch import cuda_available; "

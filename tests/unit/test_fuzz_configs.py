@@ -9,6 +9,8 @@ the CLI (`runbook status`): one sentence and exit 3, never a traceback.
 
 from __future__ import annotations
 
+import pytest
+
 import io
 import re
 import subprocess
@@ -70,6 +72,7 @@ def dump(tree: dict) -> str:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
 @given(changes=st.lists(st.tuples(paths, values), min_size=1, max_size=4))
 def test_a_generated_run_config_loads_or_says_where_it_is_wrong(tmp_path_factory, changes):
     root = tmp_path_factory.mktemp("fuzz")
@@ -85,6 +88,7 @@ def test_a_generated_run_config_loads_or_says_where_it_is_wrong(tmp_path_factory
         assert error.messages and all(LOCATED.match(m) or m.startswith(str(config)) for m in error.messages), error.messages
 
 
+@pytest.mark.slow
 def test_hostile_configs_through_the_cli_are_one_sentence_and_exit_3(tmp_path):
     cases = {
         "wrong type deep": {"trainer": {"devices": {"a": [1, 2]}}},

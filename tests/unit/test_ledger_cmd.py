@@ -3,6 +3,8 @@ store writes (the figures are the subject here; tests/test_draft_playbook.py run
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -45,6 +47,7 @@ def ledger(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([RUNBOOK, "ledger", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_ledger_per_class_and_signature_across_runs(tmp_path):
     shard = lambda n: [line.format(addr=0x7f00 + n, n=n) for line in CRASH_TAIL]   # noqa: E731 - one failure, values differ
     write_run(tmp_path / "team" / "alice" / "runs" / "pretrain", [
@@ -82,6 +85,7 @@ def test_ledger_per_class_and_signature_across_runs(tmp_path):
     assert (tmp_path / "out" / "ledger.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_ledger_leaves_out_hostile_records_with_a_sentence(tmp_path):
     run = tmp_path / "run"
     write_run(run, [record(1, "preemption", "recovered", ["x"], exit_code=-15, resumed=10, recovery=5.0)])

@@ -19,6 +19,8 @@ LEDGER_STATS=path.json writes the counts (histories, operations, foreign files s
 
 from __future__ import annotations
 
+import pytest
+
 import atexit
 import hashlib
 import json
@@ -302,6 +304,7 @@ operation = st.sampled_from(KINDS).flatmap(lambda kind: ARGUMENTS.get(kind, st.j
 # the invariant holds the best only where the prune keeps it.
 @example(keep_last_k=1, history=[("save", "complete")] * 5 + [("validate", 1.0), ("save", "complete"),
                                                               ("prune", None, False, False)])
+@pytest.mark.slow
 def test_the_checkpoint_ledger_keeps_its_invariants(keep_last_k, history):
     world = World(keep_last_k)
     try:

@@ -46,6 +46,7 @@ def project_with_playbooks(root: Path, **files: str) -> Path:
     return root / "configs" / "run_config.yaml"
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_the_shipped_playbooks(tmp_path):
     source = tmp_path / "src"   # a copy: building in place would leave build/ in the repository
     source.mkdir()

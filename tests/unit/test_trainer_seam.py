@@ -45,6 +45,7 @@ def project_without_tokenizer(root: Path, **trainer) -> Path:
     return root / "configs" / "run_config.yaml"
 
 
+@pytest.mark.slow
 def test_litgpt_asks_for_a_tokenizer_and_the_toy_does_not(tmp_path):
     litgpt = load_config(project_without_tokenizer(tmp_path / "litgpt"))
     with pytest.raises(Refusal, match="data.tokenizer_dir: no tokenizer.json in") as refused:
@@ -54,6 +55,7 @@ def test_litgpt_asks_for_a_tokenizer_and_the_toy_does_not(tmp_path):
     assert prepare_data(toy, accept_data_change=False, record_hash=False).startswith("sha256:")
 
 
+@pytest.mark.slow
 def test_a_cuda_device_the_trainer_cannot_use_is_refused_in_the_adapters_words(tmp_path):
     toy = load_config(project_without_tokenizer(tmp_path / "toy", kind=TOY_KIND, device="cuda"))
     with pytest.raises(Refusal, match="the toy trainer runs on the CPU only"):
