@@ -17,10 +17,11 @@ from pydantic import ValidationError
 
 from engine.language.actions import REGISTRY
 from engine.language.clauses import walk
+from engine.language.planner import plan
 from engine.expr.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, set_problems, where
-from engine.language.playbook_set import read_set, shipped_files
+from engine.language.playbook_set import SHIPPED_DIR, read_set, shipped_files
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
 from engine.core.config import RunConfig
 from engine.core.yaml_source import SourceError, load_yaml
@@ -66,7 +67,8 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipp
     try:
         playbooks, report.errors, replaced = read_set(paths, include_shipped)
         shipped = len(shipped_files()) if include_shipped else 0
-        report.files = len(playbook_files(paths)) + shipped - len(replaced)
+        own = [p for p in paths if not (include_shipped and Path(p).resolve() == SHIPPED_DIR)]   # runbook's repo
+        report.files = len(playbook_files(own)) + shipped - len(replaced)
     except SourceError as err:
         report.errors += err.messages
         return report
@@ -78,13 +80,40 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipp
         tree = load_yaml(playbook.source_file)
         found = runtime_warnings(playbook, config)
         # Over a sandbox budget on the samples is a property of the text, not of the state: an error.
-        over = [(loc, w) for loc, w in found if _refused(w)]
+        # So is a value that fails on every sample state, or a change the run config would refuse.
+        over = [(loc, w) for loc, w in found if _refused(w)] + config_problems(playbook, config)
         report.errors += [f"{where(playbook.source_file, loc, tree)}: {_key(loc)}: {w}" for loc, w in over]
         report.warnings += [f"{where(playbook.source_file, loc, tree)}: {_key(loc)}: warning: {w}"
                             for loc, w in found if not _refused(w)]
         if id(playbook) not in spoiled and not over:
             report.valid.append(playbook)
     return report
+
+
+def config_problems(playbook: Playbook, config: RunConfig) -> list[tuple[tuple, str]]:
+    """Actions whose planned values can only fail, whatever the state: planned on every sample state, a
+    step that cannot be planned on all of them (a non-finite lr, a bad_step that is no number), or
+    hyperparameters the run config would refuse (a batch_size that is no multiple of the micro-batch)."""
+    problems: list[tuple[tuple, str]] = []
+    plans = [plan(playbook, sample, config) for sample in SAMPLES.values()]
+    for index, step in enumerate(playbook.actions):
+        if "state" in repr(step.params):   # its values depend on what is seen: only the samples' warnings apply
+            continue
+        planned = [steps[index] for steps in plans if index < len(steps)]
+        if planned and all(p.error for p in planned):
+            problems.append((("actions", index, step.verb), f"cannot be planned on any state: {planned[0].error}"))
+            continue
+        for p in planned:
+            if p.verb != "set_hyperparameters" or p.params is None or p.error:
+                continue
+            updates = p.params.updates()
+            try:
+                RunConfig.model_validate({**config.model_dump(), **updates})
+            except ValidationError as err:
+                problems.append((("actions", index, step.verb),
+                                 f"the run config refuses {updates}: {err.errors()[0]['msg']}"))
+                break
+    return problems
 
 
 def _refused(problem: str) -> bool:

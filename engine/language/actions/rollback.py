@@ -7,8 +7,9 @@ from engine.language.actions.base import ActionDef, ActionResult, Params
 
 class RollbackParams(Params):
     steps: int = Field(0, ge=0, description="roll back to a checkpoint at least this many steps before the first bad step")
-    bad_step: str | int | None = Field(
-        None, description="first bad optimizer step (default: the step of the failure)"
+    bad_step: int | None = Field(
+        None, ge=0, description="first bad optimizer step (default: the step of the failure); an expression "
+        "such as \"{{ state.metrics.last_healthy_step }}\" renders to a number"
     )
     scan_nonfinite: bool = Field(True, description="also quarantine checkpoints whose weights hold NaN/Inf")
 

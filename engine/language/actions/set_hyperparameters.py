@@ -8,7 +8,7 @@ from engine.language.actions.base import ActionDef, ActionResult, Params
 class SetHyperparametersParams(Params):
     micro_batch_size: int | None = Field(None, gt=0)
     batch_size: int | None = Field(None, gt=0)
-    lr: float | None = Field(None, gt=0)
+    lr: float | None = Field(None, gt=0, allow_inf_nan=False)   # "{{ 1e308 * 10 }}" is inf: refused
     save_interval: int | None = Field(None, gt=0)
 
     def updates(self) -> dict:
