@@ -33,9 +33,7 @@ from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
 from engine.process.warm_spare import discard_spare
 from engine.core.write_trouble import WriteTrouble
-from engine.cluster.notice_poller import NoticePoller
-from engine.watch.metrics import MetricsEndpoint
-from engine.watch.upkeep import SupervisorContext, Upkeep
+from engine.watch import services as services_of_watch
 from engine.checkpoints import retention
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
@@ -73,9 +71,9 @@ class Supervisor:
         self.stop_requested: str | None = None
         self.last_snapshot = None
         self._exit_journaled: int | None = None
-        self._verified_seen = 0   # checkpoints verified when retention last looked (_retain_new_saves)
+        self.retention = retention.Retention(self.ledger, lambda: self.loaded.config.keep_last_k, self.best_val_step,
+                                             lambda text: self.events("warning", text=text))
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
-        self.upkeep: Upkeep | None = None
         self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
 
     @property
@@ -96,11 +94,16 @@ class Supervisor:
             if self.slurm is not None:
                 self.slurm.started()
             services.callback(discard_spare)   # a warm spare nobody will launch (engine/process/warm_spare.py)
-            self._start(services, self._metrics_endpoint)
+            self._start(services, lambda: services_of_watch.metrics_endpoint(
+                self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
+                lambda: (self.state, self.last_snapshot)))
             with self.recovery_lock:
                 start_or_continue(self)
-            self._start(services, self._upkeep)
-            self._start(services, self._notice_poller)
+            if self.state not in TERMINAL_STATES:
+                self._start(services, lambda: services_of_watch.upkeep(
+                    self.loaded.config.upkeep, self.context, self.recovery_lock, self.events, self.trouble))
+                self._start(services, lambda: services_of_watch.notice_poller(
+                    self.loaded.config.watch.cloud_notices, self.request_stop, self.events))
             services.callback(self._last_catch_up)
             services.callback(self.incidents.flush_awaiting, "the watcher ended before the trainer made progress")
             while self.state not in TERMINAL_STATES:
@@ -175,28 +178,12 @@ class Supervisor:
                         + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
 
     def _retain_new_saves(self) -> None:
-        """keep_last_k + best as soon as a new save is sealed, not only on upkeep's clock: a run that saves
-        faster than upkeep's retention interval (a short save_interval, a small disk) otherwise piles up
-        checkpoints between two passes until its disk is full (seen: a 13 MB out_dir, a 2 MB save every
-        0.3 s: disk-full four times, then an escalation). Off with upkeep's retention (interval null)."""
-        verified = len(self.ledger.verified)
-        if verified == self._verified_seen:
+        """Retention as each save is sealed (off with upkeep's retention: interval null)."""
+        if self.loaded.config.upkeep.retention_interval_s is None:
             return
-        self._verified_seen = verified
-        if self.loaded.config.upkeep.retention_interval_s is None or verified <= self.loaded.config.keep_last_k + 1:
-            return
-        result = self._retention(trainer_alive=self.control.alive)
-        self._verified_seen = len(self.ledger.verified)
+        result = self.retention.after_new_saves(trainer_alive=self.control.alive)
         if result is not None and result.deleted:
             self.journal.append("retention", summary=result.summary())
-
-    def _retention(self, trainer_alive: bool):
-        """The run's retention policy applied now (engine/checkpoints/retention.py); None when the ledger refused."""
-        try:
-            return retention.retain(self.ledger, self.loaded.config.keep_last_k, self.best_val_step(), trainer_alive)
-        except ValueError as error:  # a refusal to delete is reported, never forced
-            self.events("warning", text=f"retention skipped: {error}")
-            return None
 
     def status(self) -> dict:
         """What the heartbeat says of the run (upkeep)."""
@@ -211,7 +198,7 @@ class Supervisor:
 
     def complete(self) -> None:
         self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
-        if (result := self._retention(trainer_alive=False)) is not None:   # once more, the run being over
+        if (result := self.retention.now(trainer_alive=False)) is not None:   # once more, the run being over
             self.journal.append("retention", summary=result.summary())
         self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
@@ -236,19 +223,15 @@ class Supervisor:
         """A live trainer may still be writing the checkpoint of its current step (or a later one)."""
         return (self.observer.tracker.step or 0) if self.control.alive else None
 
-    def _upkeep(self) -> Upkeep | None:
-        if self.state in TERMINAL_STATES:
-            return None
-        self.upkeep = Upkeep(self.loaded.config.upkeep, SupervisorContext(self.context), recovery_lock=self.recovery_lock,
-                             events=self.events, trouble=self.trouble)
-        self.upkeep.start()
-        return self.upkeep
-
     def transition(self, to: RunState, reason: str) -> None:
         previous, self.state = self.state, to
         if not self.dry_run:
             self.journal.append("transition", **{"from": previous.value, "to": to.value, "reason": reason})
         self.events("transition", previous=previous, state=to, reason=reason)
+
+    def request_stop(self, why: str) -> None:
+        """From a signal handler or a scheduler's thread: the watch loop acts on it between observations."""
+        self.stop_requested = why
 
     def install_signal_handlers(self) -> None:
         def request_stop(signum, _frame):
@@ -256,39 +239,6 @@ class Supervisor:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, request_stop)
-
-    def _notice_poller(self) -> NoticePoller | None:
-        settings = self.loaded.config.watch.cloud_notices
-        if self.state in TERMINAL_STATES or not settings.enabled:
-            return None
-
-        def request_stop(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
-            self.stop_requested = f"watcher saw a cloud interruption notice ({text})"
-            self.events("warning", text=f"{text}: saving and stopping")
-
-        poller = NoticePoller(settings, request_stop, self.events)
-        poller.start()
-        return poller
-
-    def _metrics_endpoint(self) -> MetricsEndpoint | None:
-        """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
-        supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
-        settings = self.loaded.config.watch.metrics
-        if settings.port is None:
-            return None
-
-        layout, out_dir = self.ledger.layout, self.ledger.out_dir
-        endpoint = MetricsEndpoint(settings, self.loaded.run_dir, lambda: (self.state, self.last_snapshot),
-                                   lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
-        try:
-            url = endpoint.start()
-        except OSError as error:
-            self.events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
-                        f"({error.strerror or error}); watching without it")
-            self.journal.append("metrics_endpoint", error=str(error))
-            return None
-        self.journal.append("metrics_endpoint", url=url)
-        return endpoint
 
     def _stop_watching(self, why: str) -> None:
         """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for

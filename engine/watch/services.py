@@ -1,0 +1,52 @@
+"""The optional services the watch loop runs beside itself, each started here and stopped by the
+loop's ExitStack: upkeep's scheduled jobs, the cloud-notice poller and the Prometheus endpoint.
+Each returns None when it is not configured (or cannot start: a busy metrics port is a warning)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.cluster.notice_poller import NoticePoller
+from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
+from engine.watch.context import WatchContext
+from engine.watch.metrics import MetricsEndpoint
+from engine.watch.upkeep import SupervisorContext, Upkeep
+
+
+def upkeep(settings: UpkeepSettings, context: WatchContext, recovery_lock, events, trouble) -> Upkeep:
+    jobs = Upkeep(settings, SupervisorContext(context), recovery_lock=recovery_lock, events=events, trouble=trouble)
+    jobs.start()
+    return jobs
+
+
+def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], None], events) -> NoticePoller | None:
+    if not settings.enabled:
+        return None
+
+    def noticed(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
+        request_stop(f"watcher saw a cloud interruption notice ({text})")
+        events("warning", text=f"{text}: saving and stopping")
+
+    poller = NoticePoller(settings, noticed, events)
+    poller.start()
+    return poller
+
+
+def metrics_endpoint(settings: MetricsSettings, run_dir, ledger, journal, events,
+                     state_and_snapshot: Callable[[], tuple]) -> MetricsEndpoint | None:
+    """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
+    supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
+    if settings.port is None:
+        return None
+    layout, out_dir = ledger.layout, ledger.out_dir
+    endpoint = MetricsEndpoint(settings, run_dir, state_and_snapshot,
+                               lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
+    try:
+        url = endpoint.start()
+    except OSError as error:
+        events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
+               f"({error.strerror or error}); watching without it")
+        journal.append("metrics_endpoint", error=str(error))
+        return None
+    journal.append("metrics_endpoint", url=url)
+    return endpoint
