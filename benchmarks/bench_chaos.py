@@ -1,18 +1,27 @@
 """Chaos run: one fault schedule on the real tiny litgpt model, three contenders, one table.
 
-    python benchmarks/bench_chaos.py              # default: reference, runbook, naive loop, NaN segment; writes docs
-    python benchmarks/bench_chaos.py --quick      # restart cap 3, no NaN segment; docs untouched unless --write
+    python benchmarks/bench_chaos.py              # default: reference, runbook, naive loop, NaN segment; prints the tables
+    python benchmarks/bench_chaos.py --write      # the same, and writes its section of docs/benchmarks.md
+    python benchmarks/bench_chaos.py --quick      # restart cap 3, no NaN segment
     python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing the OOM and the hang
+    python benchmarks/bench_chaos.py --smoke      # the test suite's: --quick without (b'), the disk and the NaN segment,
+                                                  # patience 10 s; <root>/results.json holds the outcomes
+
+docs/benchmarks.md is written only with --write (never with --smoke). The contenders' run folders, the
+data cache and results.json are under --root; the repository's run folder is never read for data nor written.
 
 The run: the repo's tiny GPT and data, global batch 256 sequences of 64 tokens, 12 optimizer steps
-(196,608 tokens), a checkpoint every 2 steps, keep_last_k 3, the trainer under a 1160 MB
-address-space limit (RLIMIT_AS: runbook's trainer.memory_limit_mb; `ulimit -v` for the naive loop),
-hang floor 5 s (engine/watch/faults.py `hang`). litgpt's preprocessed data cache is made once and copied
-into every contender's run folder. Measured here with the cache present (VmPeak of the trainer):
-micro-batch 64 about 980 MB, 128 about 1060-1110 MB, 256 about 1270 MB.
+(196,608 tokens), a checkpoint every 2 steps, keep_last_k 3, the trainer under an address-space limit
+(RLIMIT_AS: runbook's trainer.memory_limit_mb; `ulimit -v` for the naive loop), hang floor 5 s
+(engine/watch/faults.py `hang`). litgpt's preprocessed data cache is made once and copied into every
+contender's run folder. The limit is measured, not fixed (issue 29): the reference runs without it and
+records the trainer's peak address space (VmPeak) at micro-batch 128, a one-step probe does the same at
+256, and the limit is their midpoint (<root>/memory.json), so the OOM at start and the fit after it are
+the same in every run. Measured earlier with the cache present: micro-batch 64 about 980 MB, 128 about
+1060-1110 MB, 256 about 1270 MB (the fixed limit was 1160 MB; --memory-limit-mb 1160 runs it so).
 
 The schedule (the same for every contender that gets that far):
-  1. OOM at start: the run config asks for micro_batch_size 256 under the 1160 MB limit.
+  1. OOM at start: the run config asks for micro_batch_size 256 under the measured limit.
   2. SIGTERM to the trainer once checkpoint step 4 is saved       (engine/watch/faults.py preemption injector)
   3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/watch/faults.py hang injector)
   4. once checkpoint step 10 is saved: truncate it, flip a byte in the one before, SIGKILL
@@ -49,7 +58,7 @@ from benchmarks.chaos_report import (  # noqa: E402
 )
 from benchmarks import chaos_contenders as harness  # noqa: E402
 from benchmarks.chaos_contenders import (  # noqa: E402
-    BATCH, BLOCK, GOOD_MB, MEMORY_LIMIT_MB, OOM_MB, SAVE_INTERVAL, SCHEDULE, TMPFS_MB, data_cache, run_naive,
+    BATCH, BLOCK, GOOD_MB, OOM_MB, SAVE_INTERVAL, SCHEDULE, TMPFS_MB, data_cache, run_naive,
     run_reference, run_runbook, settings,
 )
 from engine.watch import faults  # noqa: E402
@@ -63,7 +72,7 @@ HANG_FLOOR_S = settings(GOOD_MB, 1)["watch"]["hang_floor_s"]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="restart cap 3, no NaN segment; docs untouched unless --write")
+    parser.add_argument("--quick", action="store_true", help="restart cap 3, no NaN segment")
     parser.add_argument("--assisted", action="store_true", help="also run the naive loop with a human fixing the OOM and the hang")
     parser.add_argument("--restart-cap", type=int, default=None, help="naive loop restarts (default 5, --quick 3)")
     parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
@@ -74,11 +83,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=900.0, help="per contender")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-chaos"))
-    parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md even with --quick")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: the trainer on the GPU, without the memory limit and so without the OOM at start")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to write")
+    parser.add_argument("--memory-limit-mb", type=int, default=None,
+                        help="the trainer's address-space limit (default: the midpoint of the footprints measured at "
+                             f"micro-batch {GOOD_MB} and {OOM_MB} in this run)")
+    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10 --timeout 300")
     args = parser.parse_args()
+    if args.smoke:
+        args.quick, args.no_warm, args.no_disk, args.no_nan = True, True, True, True
+        args.patience, args.timeout = min(args.patience, 10.0), min(args.timeout, 300.0)
     harness.DEVICE = args.device
     start_mb = OOM_MB if harness.DEVICE == "cpu" else GOOD_MB
     cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)
@@ -91,6 +106,12 @@ def main() -> int:
     cache = data_cache(args.root)
     reference = run_reference(args.root / "reference", args.steps, cache)
     print(f"  reference: {reference.wall_s:.0f} s, steps {reference.steps}", flush=True)
+    if harness.DEVICE == "cpu" and args.memory_limit_mb is None and not args.only_nan:
+        harness.probe_footprint(args.root / "footprint-probe", OOM_MB, cache)
+    args.memory_text = harness.set_memory_limit(args.memory_limit_mb) if harness.DEVICE == "cpu" else "no limit on cuda"
+    print(f"  memory: {args.memory_text}", flush=True)
+    (args.root / "memory.json").write_text(json.dumps({"limit_mb": harness.MEMORY_LIMIT_MB, "footprints_mb": harness.FOOTPRINTS,
+                                                       "text": args.memory_text}, indent=1))
     contenders = [reference]
     if args.only_nan:
         return report_nan_only(args, reference, cap, cache)
@@ -131,8 +152,7 @@ def main() -> int:
         nan_table = common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8})
         print("\n" + nan_table + "\n\n" + details_table(nan_rows[1]))
     (args.root / "results.json").write_text(json.dumps([o.__dict__ for o in contenders + nan_rows[1:]], indent=1, default=str))
-    if args.quick and not args.write:
-        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+    if not common.should_write(args):
         return 0
     body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
                     details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None,
@@ -167,7 +187,7 @@ def report_nan_only(args, reference: Outcome, cap: int, cache: Path) -> int:
 def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference,
              nan_rb=None, warm=None) -> str:
     mode = ("quick" if args.quick else "default") + (" mode with --assisted" if args.assisted else " mode")
-    oom = (f"OOM at start (micro_batch_size {OOM_MB}: about 1270 MB of address space; {GOOD_MB} needs about 1060-1110 MB)"
+    oom = (f"OOM at start (micro_batch_size {OOM_MB} under the limit; {args.memory_text})"
            if harness.DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
            "CUDA OOM is benchmarks/gpu_drill.sh's drill)")
     steps = ", ".join(f"({i}) {label} once checkpoint {step} is saved" for i, (step, label, _) in enumerate(SCHEDULE, 2))
@@ -203,7 +223,7 @@ roughly (the load average at each contender's start is in the table).
 
 The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {args.steps} optimizer steps
 ({BATCH * BLOCK * args.steps:,} tokens), a checkpoint every {SAVE_INTERVAL} steps, keep_last_k 3, the trainer under a
-{MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/watch/faults.py `hang`); litgpt's preprocessed data cache is made once
+{harness.MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/watch/faults.py `hang`); litgpt's preprocessed data cache is made once
 and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/watch/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
 (a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive

@@ -1,7 +1,9 @@
 """Checkpoint verification throughput beside sha256sum and the disk's own read speed.
 
-    python benchmarks/bench_checkpoint_verify.py            # 10 MB, 100 MB, 1 GB; 3 rounds; writes docs
-    python benchmarks/bench_checkpoint_verify.py --quick    # 10 MB, 100 MB; 2 rounds; docs untouched
+    python benchmarks/bench_checkpoint_verify.py            # 10 MB, 100 MB, 1 GB; 5 rounds; prints the table
+    python benchmarks/bench_checkpoint_verify.py --write    # the same, and writes its section of docs/benchmarks.md
+    python benchmarks/bench_checkpoint_verify.py --quick    # 10 MB, 100 MB; 3 rounds
+    python benchmarks/bench_checkpoint_verify.py --smoke    # the test suite's: 2 MB, 1 round
 
 Synthetic checkpoints made like litgpt's: `torch.save` of a dict of random float32 tensors (a
 "model" and an AdamW-like "optimizer" state, iter_num, step_count) as `step-XXXXXXXX/lit_model.pth`,
@@ -151,18 +153,20 @@ def measure(ckpt: ckpts.Checkpoint, rounds: int, cold: bool) -> dict[str, list[f
     return times
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="10 and 100 MB, 3 rounds; docs untouched unless --write")
+    parser.add_argument("--quick", action="store_true", help="10 and 100 MB, 3 rounds")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="MB")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--root", type=Path, default=Path("/var/tmp/runbook-bench-verify"))
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
+    common.docs_flags(parser, "a 2 MB checkpoint, 1 round, warm cache only")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.rounds = args.sizes or [2], args.rounds or 1
     sizes = args.sizes or (SIZES_MB[:2] if args.quick else SIZES_MB)
     rounds = args.rounds or (3 if args.quick else 5)
     load_start = common.load_average()
-    cold_problem = drop_caches()
+    cold_problem = "--smoke: the page cache is left alone" if args.smoke else drop_caches()
     t0 = time.time()
     free = shutil.disk_usage(args.root.parent if not args.root.exists() else args.root).free
     if free < 2 * max(sizes) * 10**6:
@@ -213,8 +217,7 @@ def main() -> int:
     else:
         verdict = f"Goal (issue 7) not measured: the page cache could not be dropped ({cold_problem}); warm figures only."
     print("\n" + text + "\n\n" + verdict)
-    if args.quick and not args.write:
-        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+    if not common.should_write(args):
         return 0
     body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode: {rounds} interleaved rounds
 per size and cache state, {elapsed / 60:.1f} min in all).

@@ -1,8 +1,10 @@
 """Detection and recovery latency per fault class, on real tiny litgpt runs under `runbook watch`.
 
-    python benchmarks/bench_latency.py                 # each class once; writes docs
+    python benchmarks/bench_latency.py                 # each class once; prints the table
+    python benchmarks/bench_latency.py --write         # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_latency.py --repeats 3     # more samples per class
-    python benchmarks/bench_latency.py --quick         # the preemptions, SIGKILL and hang only; docs untouched
+    python benchmarks/bench_latency.py --quick         # the preemptions, SIGKILL and hang only
+    python benchmarks/bench_latency.py --smoke         # the test suite's: sigkill only, once; <root>/results.json
 
 Each class is one scratch run (runbook drill's: 40 optimizer steps of 16 x 64 tokens, a checkpoint
 every 10) with engine/watch/faults.py's fault applied:
@@ -28,6 +30,7 @@ Times, all from the same clock (time.time()):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
 import signal
@@ -188,14 +191,16 @@ def fmt(x, spec=".2f") -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the three preemptions, sigkill, hang; docs untouched unless --write")
+    parser.add_argument("--quick", action="store_true", help="the three preemptions, sigkill, hang")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--classes", nargs="*", default=None, choices=list(CLASSES))
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-latency"))
-    parser.add_argument("--write", action="store_true")
+    common.docs_flags(parser, "the sigkill class once (or --classes), timeout 300 s")
     args = parser.parse_args()
-    classes = args.classes or ([*PREEMPTIONS, "sigkill", "hang"] if args.quick else list(CLASSES))
+    if args.smoke:
+        args.repeats, args.timeout = 1, min(args.timeout, 300.0)
+    classes = args.classes or (["sigkill"] if args.smoke else [*PREEMPTIONS, "sigkill", "hang"] if args.quick else list(CLASSES))
     load_start = common.load_average()
     t0 = time.time()
     results = []
@@ -229,8 +234,9 @@ def main() -> int:
     goal2 = f"runbook's own share of a recovery under 1 s (verify_checkpoints excluded): worst {max(own):.3f} s, " + ("met" if max(own) < 1 else "**missed**") if own else "no recovered sample"
     goal3 = notice_goals(results)
     print("\n" + text + "\n\nGoals: " + goal1 + "; " + goal2 + ".\n" + goal3)
-    if args.quick and not args.write:
-        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+    args.root.mkdir(parents=True, exist_ok=True)
+    (args.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    if not common.should_write(args):
         return 0
     killed = next((r for r in results if r["class"] == "sigkill" and r.get("playbook")), None)
     sigkill_text = "" if killed is None else (

@@ -1,7 +1,10 @@
 """Supervisor overhead: what `runbook watch` costs a training run in throughput, two ways.
 
-    python benchmarks/bench_overhead.py            # 4 bare/watched pairs + 5 alternating-blocks runs (~22 min); writes docs
-    python benchmarks/bench_overhead.py --quick    # 2 pairs + 1 alternating run; docs untouched unless --write
+    python benchmarks/bench_overhead.py            # 4 bare/watched pairs + 5 alternating-blocks runs (~22 min); prints the tables
+    python benchmarks/bench_overhead.py --write    # the same, and writes its section of docs/benchmarks.md
+    python benchmarks/bench_overhead.py --quick    # 2 pairs + 1 alternating run
+    python benchmarks/bench_overhead.py --smoke    # the test suite's: 1 pair of 16 steps + 1 short alternating run;
+                                                   # <root>/results.json
 
 1. Within one watched run, the watcher paused (SIGSTOP) and running (SIGCONT) in alternating blocks,
    each running block against the paused blocks either side of it (benchmarks/alternating_blocks.py).
@@ -34,13 +37,14 @@ bounds the throughput cost from above.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -328,15 +332,17 @@ def alternating_report(results: list[PairedResult]) -> tuple[str, str, bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 pairs, 1 alternating run; docs untouched unless --write")
+    parser.add_argument("--quick", action="store_true", help="2 pairs, 1 alternating run")
     parser.add_argument("--steps", type=int, default=400, help="optimizer steps per run of a pair (default 400)")
     parser.add_argument("--repeats", type=int, default=None, help="pairs (bare + watched); default 4, --quick 2")
     parser.add_argument("--alt-steps", type=int, default=4000, help="optimizer steps of an alternating-blocks run")
     parser.add_argument("--alt-runs", type=int, default=None, help="alternating-blocks runs (default 5, --quick 1)")
     parser.add_argument("--block-s", type=float, default=1.5, help="seconds per paused / running block")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-overhead"))
-    parser.add_argument("--write", action="store_true")
+    common.docs_flags(parser, "1 pair of 16-step runs, 1 alternating run of 240 steps in 0.5 s blocks")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.repeats, args.alt_steps, args.alt_runs, args.block_s = 16, 1, 240, 1, 0.5
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 4)
     alt_runs = args.alt_runs if args.alt_runs is not None else (1 if args.quick else 5)
     load_start = common.load_average()
@@ -351,11 +357,16 @@ def main() -> int:
         results.append(result)
     elapsed = time.time() - t0
 
+    args.root.mkdir(parents=True, exist_ok=True)
+    (args.root / "results.json").write_text(json.dumps({
+        "pairs": [{"bare": asdict(b), "watched": asdict(w), "load": load} for b, w, load in pairs],
+        "alternating": [{"ratios": r.ratios, "paused_rate": r.paused_rate, "running_rate": r.running_rate} for r in results],
+    }, indent=1))
+    measured = [r for r in results if r.ratios]   # a short run (--smoke) may hold no whole paused-running-paused triple
     pairs_table, pairs_text = pairs_report(pairs) if pairs else ("", "")
-    alt_table, verdict, _ = alternating_report(results) if results else ("", "No alternating-blocks run.", False)
+    alt_table, verdict, _ = alternating_report(measured) if measured else ("", "No alternating-blocks run measured.", False)
     print("\n" + pairs_table + "\n\n" + pairs_text + "\n\n" + alt_table + "\n\n" + verdict)
-    if args.quick and not args.write:
-        print("\n(--quick: docs/benchmarks.md not written; add --write)")
+    if not common.should_write(args):
         return 0
     body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode, {elapsed / 60:.1f} min in all).
 

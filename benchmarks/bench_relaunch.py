@@ -1,7 +1,8 @@
 """Where a relaunch's time goes, cold vs warm, on the default tiny model: relaunch -> first new step.
 
-    python benchmarks/bench_relaunch.py              # 3 cold + 3 warm, alternating; writes docs
-    python benchmarks/bench_relaunch.py --repeats 1 --no-write
+    python benchmarks/bench_relaunch.py              # 3 cold + 3 warm, alternating; prints the table
+    python benchmarks/bench_relaunch.py --write      # the same, and writes its section of docs/benchmarks.md
+    python benchmarks/bench_relaunch.py --smoke      # the test suite's: 1 cold + 1 warm; <root>/results.json
 
 A scratch copy of the default run trains 40 steps with plain `litgpt pretrain` (checkpoints every 10);
 then each sample is a fresh interpreter resuming from step 20 through runbook's entry path
@@ -29,10 +30,17 @@ SECTION = "Relaunch phases (cold vs warm spare)"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def trained_run(root: Path) -> tuple[Path, dict]:
-    """A finished 40-step run and a litgpt config resuming from its step 20; returns (config, env)."""
+def trained_run(root: Path, reuse: bool = False) -> tuple[Path, dict]:
+    """A finished 40-step run and a litgpt config resuming from its step 20; returns (config, env).
+    With reuse, the run an earlier call left in root is taken when it finished (its step 20 is still there)."""
     from ruamel.yaml import YAML
 
+    if reuse and (root / "configs" / "run_config.yaml").exists():
+        loaded = common.load_run(root / "configs" / "run_config.yaml")
+        resume = loaded.run_dir / "launches" / "train" / "resume.yaml"
+        if resume.exists() and common.final_progress(loaded.out_dir) and common.checkpoint_done(loaded.out_dir, 20):
+            spec = common.litgpt_launch(loaded.path, loaded.run_dir / "launches" / "reuse")
+            return resume, {**spec.env, "PYTHONPATH": str(REPO)}
     config = common.scratch_project(root)
     loaded = common.load_run(config)
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "train")
@@ -66,8 +74,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-relaunch"))
-    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--no-write", action="store_true", help="(the default now; kept for old command lines)")
+    common.docs_flags(parser, "one cold and one warm sample")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats = 1
     load_start = common.load_average()
     t0 = time.time()
     config, env = trained_run(args.root)
@@ -88,7 +99,8 @@ def main() -> int:
     verdict = (f"relaunch -> first new optimizer step: cold {cold_total:.2f} s, warm spare {warm_total:.2f} s "
                f"({args.repeats} samples each, medians)")
     print("\n" + text + "\n\n" + verdict)
-    if args.no_write:
+    (args.root / "results.json").write_text(json.dumps(samples, indent=1))
+    if args.no_write or not common.should_write(args):
         return 0
     body = f"""Command: `{common.command_line()}` ({(time.time() - t0) / 60:.1f} min in all).
 

@@ -2,6 +2,8 @@
 next spare once its launch trains (after the first trained launch), and why the spare waits niced.
 
     python benchmarks/bench_spare_contention.py --repeats 4
+    python benchmarks/bench_spare_contention.py --smoke      # the test suite's: one sample of each kind (on a
+                                                             # run bench_relaunch.py --smoke left in --root, if any)
 
 Each sample is benchmarks/relaunch_phases.py's `warm` relaunch of the default tiny run (imports done,
 then litgpt's CLI, data, checkpoint load, the first optimizer step); the clock is relaunch -> first new
@@ -49,9 +51,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-spare-contention"))
+    parser.add_argument("--smoke", action="store_true", help="one sample of each kind; <root>/results.json")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats = 1
     load = common.load_average()
-    config, env = bench_relaunch.trained_run(args.root)
+    config, env = bench_relaunch.trained_run(args.root, reuse=args.smoke)   # --smoke: bench_relaunch's run, when there
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for _ in range(args.repeats):
         for kind, nice in KINDS.items():
@@ -62,6 +67,7 @@ def main() -> int:
             for kind, v in samples.items()]
     print(f"\nload average at the start: {load}; end: {common.load_average()}")
     print(common.table(["warm relaunch -> first new optimizer step", "median s", "x alone", "samples s"], rows, right={1, 2}))
+    (args.root / "results.json").write_text(json.dumps(samples, indent=1))
     return 0
 
 

@@ -27,7 +27,9 @@ from engine.watch import faults  # noqa: E402
 BLOCK = 64
 BATCH = 256
 GOOD_MB, OOM_MB = 128, 256
-MEMORY_LIMIT_MB = 1160
+MEMORY_LIMIT_MB = 1160   # replaced by set_memory_limit() with the midpoint of the measured footprints (--memory-limit-mb fixes it)
+FOOTPRINTS: dict[int, float] = {}   # micro-batch -> the trainer's measured VmPeak (MB), filled by run_reference / probe_footprint
+MIN_GAP_MB = 60          # the OOM is deterministic when the limit lies this far from both footprints
 TMPFS_MB = 13
 SAVE_INTERVAL = 2
 DEVICE = "cpu"   # --device cuda: no address-space limit (a CUDA process cannot run under one), no OOM at start
@@ -98,9 +100,10 @@ def data_cache(root: Path) -> Path:
     once and copied into every contender's run folder, so no launch pays for it and every launch
     has the same memory footprint (the first launch's preprocessing adds about 200 MB of address
     space, which would otherwise decide whether a micro-batch fits)."""
+    from engine.trainers.litgpt.data_cache import is_complete
+
     cache = root / "data-cache"
-    key = common.data_hash(common.RUN_CONFIG).removeprefix("sha256:")[:16]  # runbook stages data per data hash
-    if (cache / key / "train" / "train" / "index.json").exists():
+    if cache.is_dir() and any(is_complete(folder) for folder in cache.iterdir()):   # made by an earlier run in root
         return cache
     warm_up = settings(GOOD_MB, 1)
     warm_up["trainer"]["memory_limit_mb"] = None  # preprocessing needs more than the limit allows
@@ -117,8 +120,13 @@ def data_cache(root: Path) -> Path:
 
 
 def project(root: Path, run_settings: dict, cache: Path) -> Path:
+    """A contender's scratch project with the benchmark's own data cache (common.scratch_project leaves
+    its run folder without data: whatever the repository's run folder holds, every contender reads
+    this same cache)."""
     config = common.scratch_project(root, **run_settings)
-    shutil.copytree(cache, common.load_run(config).run_dir / "data", symlinks=True)
+    data = common.load_run(config).run_dir / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(cache, data, symlinks=True)
     return config
 
 
@@ -182,13 +190,47 @@ def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
         time.sleep(0.02)
 
 
+def vm_peak_mb(pid: int) -> float | None:
+    """The process's peak address space (VmPeak, what RLIMIT_AS bounds), in MB (2^20 bytes)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class PeakWatch(threading.Thread):
+    """The largest VmPeak of a process and of each of its descendants (the limit is per process),
+    polled every 20 ms until it exits."""
+
+    def __init__(self, proc: subprocess.Popen):
+        super().__init__(daemon=True)
+        self.proc, self.peak_mb = proc, 0.0
+
+    def run(self) -> None:
+        import psutil
+
+        while self.proc.poll() is None:
+            try:
+                pids = [self.proc.pid] + [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+            except psutil.Error:
+                pids = [self.proc.pid]
+            for pid in pids:
+                self.peak_mb = max(self.peak_mb, vm_peak_mb(pid) or 0.0)
+            time.sleep(0.02)
+
+
 def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
+    """The reference run, without the memory limit: it measures the trainer's footprint at GOOD_MB
+    (FOOTPRINTS), which set_memory_limit() places the contenders' limit by."""
     from dataclasses import replace
 
     config = project(root, settings(GOOD_MB, steps), cache)
     loaded = common.load_run(config)
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "reference")
-    spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)])
+    spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)], memory_limit_bytes=None)
     out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
     started = time.time()
     log = loaded.run_dir / "logs" / "trainer-001.log"
@@ -196,15 +238,58 @@ def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
     found: dict = {}
     watcher = threading.Thread(target=first_progress_time, args=(log, proc, found), daemon=True)
     watcher.start()
+    peak = PeakWatch(proc)
+    peak.start()
     code = proc.wait()
     out.wall_s = time.time() - started
     watcher.join(timeout=1)
+    peak.join(timeout=1)
+    FOOTPRINTS[GOOD_MB] = peak.peak_mb
     out.timeline = {"started": started, "first_progress": found.get("at"),
                     "iter_s": sum(common.log_figures([log]).iter_ms) / 1000}
     delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
     out.completed = code == 0 and out.steps is not None
     out.note = "completed" if out.completed else f"exit {code}"
     return out
+
+
+def probe_footprint(root: Path, micro_batch: int, cache: Path) -> float:
+    """The trainer's VmPeak (MB) in a one-step bare run at micro_batch without the memory limit."""
+    run_settings = settings(micro_batch, 1)
+    run_settings["trainer"]["memory_limit_mb"] = None
+    config = project(root, run_settings, cache)
+    loaded = common.load_run(config)
+    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "probe")
+    proc = common.start_bare(spec, loaded.run_dir / "logs" / "probe.log")
+    peak = PeakWatch(proc)
+    peak.start()
+    if proc.wait() != 0:
+        raise RuntimeError(f"the footprint probe at micro-batch {micro_batch} failed: see {loaded.run_dir / 'logs' / 'probe.log'}")
+    peak.join(timeout=1)
+    FOOTPRINTS[micro_batch] = peak.peak_mb
+    return peak.peak_mb
+
+
+def set_memory_limit(fixed_mb: int | None = None) -> str:
+    """MEMORY_LIMIT_MB for the contenders: fixed_mb when given, else the midpoint of the measured
+    footprints at GOOD_MB (the reference) and OOM_MB (the probe), so the launch at OOM_MB runs out
+    of address space and the one at GOOD_MB fits, each by half the gap, every run alike (a fixed
+    number drifts out of that window as the machine and the libraries change). Returns a sentence
+    for the report."""
+    global MEMORY_LIMIT_MB
+    good, bad = FOOTPRINTS.get(GOOD_MB), FOOTPRINTS.get(OOM_MB)
+    measured = (f"measured peak address space (VmPeak): micro-batch {GOOD_MB} {good:.0f} MB (the reference)"
+                + (f", {OOM_MB} {bad:.0f} MB (a one-step probe)" if bad else "")) if good else "footprints not measured"
+    if fixed_mb is not None:
+        MEMORY_LIMIT_MB = fixed_mb
+        return f"limit {fixed_mb} MB, fixed by --memory-limit-mb; {measured}"
+    if not (good and bad):
+        return f"limit {MEMORY_LIMIT_MB} MB (default); {measured}"
+    MEMORY_LIMIT_MB = int(round((good + bad) / 2))
+    gap = (bad - good) / 2
+    warning = "" if gap >= MIN_GAP_MB else (f"; **the gap is only {gap:.0f} MB each side: the OOM at start may not be "
+                                            f"deterministic on this machine**")
+    return f"limit {MEMORY_LIMIT_MB} MB, the midpoint of the {measured} ({gap:.0f} MB each side){warning}"
 
 
 def mount_disk(loaded, use_tmpfs: bool) -> str | None:

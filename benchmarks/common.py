@@ -2,7 +2,10 @@
 
 Every benchmark trains the real tiny litgpt model of configs/run_config.yaml in scratch folders made
 by `runbook drill`'s own `make_scratch_project` (same data, same playbooks; the repo's run is never
-touched), and writes its own section of docs/benchmarks.md (other sections are kept as they are).
+touched, and its tokenized data is not shared: a benchmark measures the same whatever the repository's
+own run folder holds), and writes its own section of docs/benchmarks.md only with --write (other
+sections are kept as they are). Every benchmark has --smoke: a few steps, one sample, nothing written
+(tests/runs/test_benchmarks_smoke.py runs them).
 """
 
 from __future__ import annotations
@@ -108,7 +111,13 @@ def table(headers: list[str], rows: list[list], right: set[int] | None = None) -
 def scratch_project(root: Path, **settings) -> Path:
     """A scratch project under root trained on the repo's data with the repo's playbooks (runbook
     drill's make_scratch_project: a 40-step run, a checkpoint every 10 steps) plus `settings`
-    (top-level keys, or sections as dicts). Returns its run config path."""
+    (top-level keys, or sections as dicts). Returns its run config path.
+
+    make_scratch_project links the repository run's tokenized data caches into the scratch run
+    (share_run_data); they are unlinked here (the repository's files stay as they are), so the
+    scratch run starts as it does in a fresh clone: its first launch makes its own cache, or the
+    benchmark puts its own there. Either way no benchmark depends on, or writes through a link into,
+    the repository's run folder."""
     from runbook.commands.drill_cmd import make_scratch_project
     from engine.trainers.run_config import load_config
     from runbook.watch_command import prepare_data
@@ -117,7 +126,24 @@ def scratch_project(root: Path, **settings) -> Path:
     prepare_data(loaded, accept_data_change=False, record_hash=False)  # the default corpus must exist
     if root.exists():
         shutil.rmtree(root)
-    return make_scratch_project(loaded, SimpleNamespace(config=settings), root)
+    config = make_scratch_project(loaded, SimpleNamespace(config=settings), root)
+    shutil.rmtree(load_config(config).run_dir / "data", ignore_errors=True)   # links only: unlinking them
+    return config
+
+
+def docs_flags(parser, smoke_help: str) -> None:
+    """--write (docs/benchmarks.md is written only when asked) and --smoke (a few steps, one sample,
+    nothing written: what tests/runs/test_benchmarks_smoke.py runs)."""
+    parser.add_argument("--write", action="store_true", help="write this benchmark's section of docs/benchmarks.md")
+    parser.add_argument("--smoke", action="store_true", help=smoke_help + "; never writes docs")
+
+
+def should_write(args) -> bool:
+    """The docs are written only with --write, never in --smoke mode."""
+    if getattr(args, "smoke", False) or not getattr(args, "write", False):
+        print("\n(docs/benchmarks.md not written; add --write)")
+        return False
+    return True
 
 
 def load_run(config: Path):

@@ -1,0 +1,147 @@
+"""Every benchmark under benchmarks/ in its --smoke mode (a few steps, one sample): a product change
+that breaks a benchmark fails here, not on the day someone reruns it (issue 29).
+
+Each test checks the report's structure and the contenders' outcomes (not the speed: the suite runs on
+shared cores), and that the benchmark left the repository's run folder, checkpoints and
+docs/benchmarks.md as they were (a benchmark writes docs only with --write). The cheap benchmarks run
+in-process; the ones that train run as the README says they are run, `python benchmarks/X.py --smoke
+--root DIR`. Slow tier (tests/runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_TIMEOUT_S = 600
+
+
+def repo_state() -> dict:
+    """What a benchmark must leave alone: the repository's run folder and checkpoints (names and sizes)
+    and docs/benchmarks.md (its bytes)."""
+    state = {}
+    for top in ("runs", "checkpoints"):
+        for path in sorted((REPO / top).rglob("*")) if (REPO / top).exists() else []:
+            if path.is_file() and not path.is_symlink():
+                state[str(path.relative_to(REPO))] = path.stat().st_size
+    docs = REPO / "docs" / "benchmarks.md"
+    state["docs/benchmarks.md"] = hashlib.sha256(docs.read_bytes()).hexdigest() if docs.exists() else None
+    return state
+
+
+@pytest.fixture
+def untouched_repo():
+    before = repo_state()
+    yield
+    after = repo_state()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"a benchmark wrote into the repository: {changed[:10]}"
+
+
+def run_benchmark(script: str, root: Path, *extra: str) -> subprocess.CompletedProcess:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", "--root", str(root), *extra], cwd=REPO,
+                          capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    print(f"{script} --smoke: exit {done.returncode}, {time.monotonic() - started:.0f} s")
+    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert "docs/benchmarks.md not written" in done.stdout or script == "bench_spare_contention.py"
+    return done
+
+
+# --- in-process: no training -----------------------------------------------------------------
+
+
+def test_matching_smoke(untouched_repo):
+    from benchmarks import bench_matching
+
+    figures = bench_matching.main(["--smoke"])
+    assert figures["shipped_playbooks"] > 0 and figures["generated_playbooks"] == 200
+    assert figures["shipped_obs_per_s"] > 0 and figures["generated_obs_per_s"] > 0
+    assert figures["replay_lines"] == 10_000 and figures["replay_observations"] == 1_000
+    assert [name for name, _ in figures["rows"]][0].startswith("decide, shipped playbooks")
+
+
+def test_datascan_smoke(untouched_repo, capsys):
+    from benchmarks import bench_datascan
+
+    assert bench_datascan.main(["--smoke"]) == 0     # both scans found exactly the planted lines (asserted inside)
+    out = capsys.readouterr().out
+    assert "| seed per-line loop |" in out and "| runbook scan-data |" in out and "same findings:" in out
+
+
+def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):
+    from benchmarks import bench_checkpoint_verify
+
+    assert bench_checkpoint_verify.main(["--smoke", "--root", str(tmp_path / "verify")]) == 0
+    out = capsys.readouterr().out
+    for method in ("dd (disk read)", "sha256sum", "verify (CRC)", "seal"):
+        assert f"| warm | {method}" in out, method
+    assert "Goal (issue 7) not measured" in out        # --smoke leaves the page cache alone: warm figures only
+
+
+# --- subprocesses: real tiny litgpt runs --------------------------------------------------------
+
+
+def test_chaos_smoke(untouched_repo, tmp_path):
+    """The reference completes; runbook completes with the same steps and tokens after the schedule's
+    incidents, each recovered; the naive loop dies of the OOM at start."""
+    done = run_benchmark("bench_chaos.py", tmp_path / "chaos")
+    outcomes = {o["name"][:3]: o for o in json.loads((tmp_path / "chaos" / "results.json").read_text())}
+    reference, runbook, naive = outcomes["(a)"], outcomes["(b)"], outcomes["(c)"]
+    assert reference["completed"] and reference["steps"] == 12, reference
+    assert runbook["completed"], runbook
+    assert (runbook["steps"], runbook["tokens"]) == (reference["steps"], reference["tokens"])
+    assert [i.split(" (")[0] for i in runbook["incidents"]] == ["oom", "preemption", "hang", "corrupt-checkpoint"], runbook["incidents"]
+    assert all(i.endswith("(recovered)") for i in runbook["incidents"]), runbook["incidents"]
+    assert not naive["completed"] and "restart cap 3" in naive["note"], naive
+    assert all("OOM" in i for i in naive["incidents"]), naive["incidents"]
+    assert "| (b) runbook watch | yes | 12 |" in done.stdout
+
+
+def test_latency_smoke(untouched_repo, tmp_path):
+    done = run_benchmark("bench_latency.py", tmp_path / "latency")
+    [result] = json.loads((tmp_path / "latency" / "results.json").read_text())
+    assert result["class"] == "sigkill" and result["watch_exit"] == 0, result
+    assert result["outcome"] == "recovered" and result["exit_to_detected"] is not None, result
+    assert "| sigkill |" in done.stdout and "Goals: crash-class faults detected" in done.stdout
+
+
+def test_relaunch_and_spare_contention_smoke(untouched_repo, tmp_path):
+    """bench_relaunch trains the run; bench_spare_contention reuses it (--smoke on the same --root)."""
+    done = run_benchmark("bench_relaunch.py", tmp_path / "relaunch")
+    samples = json.loads((tmp_path / "relaunch" / "results.json").read_text())
+    assert len(samples["cold"]) == len(samples["warm"]) == 1
+    assert all("first optimizer step done" in s for s in samples["cold"] + samples["warm"])
+    assert "relaunch -> first new optimizer step: cold" in done.stdout
+    run_benchmark("bench_spare_contention.py", tmp_path / "relaunch")
+    contention = json.loads((tmp_path / "relaunch" / "results.json").read_text())
+    assert set(contention) == {"alone", "beside a spare's imports at nice +10", "beside a spare's imports at nice 0"}
+    assert all(len(v) == 1 and v[0] > 0 for v in contention.values())
+
+
+def test_overhead_smoke(untouched_repo, tmp_path):
+    done = run_benchmark("bench_overhead.py", tmp_path / "overhead")
+    results = json.loads((tmp_path / "overhead" / "results.json").read_text())
+    [pair] = results["pairs"]
+    assert pair["bare"]["steps"] == pair["watched"]["steps"] == 16, pair
+    assert pair["bare"]["tokens_per_s"] > 0 and pair["watched"]["tokens_per_s"] > 0
+    assert pair["watched"]["watcher_cpu_s"] is not None
+    assert len(results["alternating"]) == 1
+    assert "Separate runs: median watched/bare throughput ratio" in done.stdout
+
+
+def test_log_flood_smoke(untouched_repo, tmp_path):
+    run_benchmark("bench_log_flood.py", tmp_path / "flood")
+    results = json.loads((tmp_path / "flood" / "results.json").read_text())
+    assert results["alive"], results
+    assert [p["phase"].split(":")[0] for p in results["phases"]] == ["quiet (training only)", "flood", "huge line"]
+    assert all(p["caught_up_s"] is not None for p in results["phases"]), results["phases"]
