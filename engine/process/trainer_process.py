@@ -174,23 +174,29 @@ class TrainerProcess:
         return ticks is None or ticks == start_ticks(self.pid)
 
     def _launcher_writing(self) -> bool:
-        """The trainer is gone and its launcher may be writing its exit right now: report it as still
-        ending (True) while that launcher lives, for at most LAUNCHER_WRITE_WAIT_S after the trainer was
-        first seen gone. Never sleeps: the caller's next look finds the recorded exit."""
-        if self._gone_at is None:
-            self._gone_at = time.monotonic()
-        if self._final_status() is not None or time.monotonic() - self._gone_at > LAUNCHER_WRITE_WAIT_S:
+        """The trainer is gone: wait (briefly, once) for its launcher to record the exit. This may block
+        up to LAUNCHER_WRITE_WAIT_S: a non-blocking "still ending" state was tried and let a hang match a
+        trainer that had just finished (its last progress line long ago), so the wait stays for now."""
+        if self._gone_at is not None:
             return False
+        self._gone_at = time.monotonic()
         launcher_pid = read_exit_status(self.status_path).get("launcher_pid")
         if not isinstance(launcher_pid, int):
             return False
-        try:
-            writing = psutil.Process(launcher_pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            writing = False
-        if not writing and self._launcher is not None:
-            self._launcher.poll()
-        return writing and self._final_status() is None
+        deadline = self._gone_at + LAUNCHER_WRITE_WAIT_S
+        while time.monotonic() < deadline:
+            if self._final_status() is not None:
+                return False
+            try:
+                if psutil.Process(launcher_pid).status() == psutil.STATUS_ZOMBIE:
+                    if self._launcher is not None:
+                        self._launcher.poll()
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.01)
+        self._final_status()
+        return False
 
     @property
     def stopped(self) -> bool:
