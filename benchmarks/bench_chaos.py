@@ -89,11 +89,11 @@ def main() -> int:
     parser.add_argument("--memory-limit-mb", type=int, default=None,
                         help="the trainer's address-space limit (default: the midpoint of the footprints measured at "
                              f"micro-batch {GOOD_MB} and {OOM_MB} in this run)")
-    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10 --timeout 300")
+    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10")
     args = parser.parse_args()
     if args.smoke:
         args.quick, args.no_warm, args.no_disk, args.no_nan = True, True, True, True
-        args.patience, args.timeout = min(args.patience, 10.0), min(args.timeout, 300.0)
+        args.patience = min(args.patience, 10.0)
     harness.DEVICE = args.device
     start_mb = OOM_MB if harness.DEVICE == "cpu" else GOOD_MB
     cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)

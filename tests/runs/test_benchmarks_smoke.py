@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE_TIMEOUT_S = 600
+SMOKE_TIMEOUT_S = 1800   # a loaded CI machine runs these several times slower than idle cores
 
 
 def repo_state() -> dict:
