@@ -34,6 +34,12 @@ def finish(watcher, timeout=600) -> int:
         stop_process(watcher)
 
 
+def without_loss_spike(text: str) -> str:
+    """A playbook's text with loss-spike taken out of its `inhibits:` list (that playbook is left out)."""
+    return re.sub(r"^(inhibits: \[.*)$", lambda m: re.sub(r",?\s*loss-spike", "", m.group(1)).replace("[, ", "["),
+                  text, flags=re.M)
+
+
 def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project, tmp_path):
     # At lr 10 the loss first climbs (the loss-spike playbook would catch that first) and then the
     # gradients go non-finite around step 11; without loss-spike the NaN path is what is exercised.
@@ -41,7 +47,7 @@ def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project, tmp_path
     playbooks.mkdir()
     for source in (REPO / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
-            (playbooks / source.name).write_text(source.read_text().replace("inhibits: [unknown-crash, loss-spike]", "inhibits: [unknown-crash]"))
+            (playbooks / source.name).write_text(without_loss_spike(source.read_text()))
     project.set(lr=10.0, seed=SEED, playbooks={"paths": [str(playbooks)], "shipped": False})
     assert finish(project.watch()) == 0, project.watch_output()
 
