@@ -14,6 +14,7 @@ import signal
 
 from engine.process.trainer_process import TrainerProcess, read_exit_status
 from tests.conftest import REPO, stop_process, wait_for
+from tests.runs.test_dynamics_faults import without_loss_spike
 
 
 def journal(project) -> list[dict]:
@@ -126,7 +127,7 @@ def test_a_nan_crash_of_a_reattached_trainer_is_rolled_back(project, tmp_path):
     playbooks.mkdir()
     for source in (REPO / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
-            (playbooks / source.name).write_text(source.read_text().replace("inhibits: [unknown-crash, loss-spike]", "inhibits: [unknown-crash]"))
+            (playbooks / source.name).write_text(without_loss_spike(source.read_text()))
     project.set(lr=10.0, playbooks={"paths": [str(playbooks)], "shipped": False})
     watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=1)
     os.kill(trainer_pid, signal.SIGCONT)
