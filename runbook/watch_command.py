@@ -120,10 +120,13 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     from engine.language.playbook_set import load_run_playbooks
     from engine.core.state import RunState
     from engine.watch.supervisor import Supervisor
+    from engine.process.warm_spare import SparePool
+    from engine.watch.startup import prestart_spare
     from engine.trainers.run_config import load_config
     from runbook.console import PlainReporter
     from runbook.slack import make_notifier
 
+    spares = SparePool()   # this watcher's warm spare (trainer.warm_spare): started early, launched by the supervisor
     try:
         loaded = load_config(config_path)
         if read_journal_state(loaded) == RunState.COMPLETED:
@@ -135,9 +138,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         playbooks = load_run_playbooks(loaded)
         check_trainer(loaded)
         if not dry_run:   # trainer.warm_spare: the first launch's spare imports while the checks below run
-            from engine.watch.startup import prestart_spare
-
-            prestart_spare(loaded)
+            prestart_spare(loaded, spares)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()
         if dry_run:  # no Slack, no outbox folder: a dry run changes nothing
@@ -147,12 +148,15 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         else:
             notifier = make_notifier(loaded.config.notifications.slack, loaded.folder.outbox)
     except SourceError as error:
+        spares.discard()   # a watcher that refuses to start leaves no spare behind
         err.print("\n".join(error.messages), markup=False)
         return ExitCode.BAD_CONFIG
     except Refusal as refusal:
+        spares.discard()
         err.print(f"error: {refusal}", markup=False)
         return refusal.code
     except ValueError as error:  # e.g. Slack enabled without its token variable
+        spares.discard()
         err.print(f"error: {error}", markup=False)
         return ExitCode.BAD_CONFIG
 
@@ -162,7 +166,8 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
 
         reporter = live_view = LiveView(loaded)
     reporter = reporter or PlainReporter(quiet=quiet, as_json=as_json)
-    supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter)
+    supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter,
+                            spares=spares)
     try:
         with live_view or nullcontext():
             final = supervisor.run()

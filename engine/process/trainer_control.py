@@ -15,13 +15,15 @@ from engine.process.ranks import RANKS_DIR_ENV, RankWatch
 from engine.core.state import TrainerStatus
 from engine.process.trainer_env import trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
+from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble, passing
 
 LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly
 
 
 class TrainerControl:
-    def __init__(self, loaded, adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None):
+    def __init__(self, loaded, adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None,
+                 spares: SparePool | None = None):
         self.loaded = loaded              # the run config in force; a recovery may rewrite it
         self.adapter = adapter
         self.journal = journal
@@ -32,6 +34,7 @@ class TrainerControl:
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.trouble = trouble or WriteTrouble()
         self.ranks = RankWatch(None)      # the ranks of the current launch (engine/process/ranks.py)
+        self.spares = spares or SparePool()   # this watcher's warm spare (trainer.warm_spare)
 
     @property
     def folder(self):
@@ -62,7 +65,7 @@ class TrainerControl:
         spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
         spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
         log_path = folder.trainer_log(self.launches)
-        self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches))
+        self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches), self.spares)
         self._write_pid(self.process.pid)
         self.journal.append("launch", launch=self.launches, pid=self.process.pid, log=str(log_path),
                             exit_status=str(self.process.status_path), started=self.process.started_at,

@@ -70,14 +70,16 @@ class TrainerProcess:
         self.quit_signal = quit_signal       # it ends without a save (a recovery's stop)
 
     @classmethod
-    def launch(cls, spec: LaunchSpec, log_path: Path, status_path: Path) -> "TrainerProcess":
+    def launch(cls, spec: LaunchSpec, log_path: Path, status_path: Path,
+               spares: warm_spare.SparePool | None = None) -> "TrainerProcess":
+        """Start the trainer under its launcher, or hand the launch to `spares`' waiting spare when it matches."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status_path.parent.mkdir(parents=True, exist_ok=True)
         status_path.unlink(missing_ok=True)
         limit_memory = warm_spare.memory_limiter(spec.memory_limit_bytes)   # RLIMIT_AS, inherited by the trainer
         signals = ["--quit-signal", spec.quit_signal] + (["--notice-signal", spec.notice_signal] if spec.notice_signal else [])
         argv = [sys.executable, str(LAUNCHER), str(status_path), *signals, "--", *spec.argv]
-        taken = warm_spare.take_spare(spec, log_path, status_path)
+        taken = spares.take(spec, log_path, status_path) if spares is not None else None
         if taken is not None:
             pid, launcher = taken
         else:
@@ -90,7 +92,8 @@ class TrainerProcess:
                 )
             status = cls._wait_for_start(launcher, status_path)
             pid = status.get("trainer_pid") or launcher.pid
-        warm_spare.start_next_spare(spec, LAUNCHER, log_path)   # the next launch's (engine/process/warm_spare.py)
+        if spares is not None:
+            spares.start_next(spec, LAUNCHER, log_path)   # the next launch's (engine/process/warm_spare.py)
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:

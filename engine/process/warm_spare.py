@@ -14,11 +14,12 @@ memory limit, stop signals, imports, and environment (apart from variables read 
 RUNBOOK_*, WANDB_*, NCCL_*, GLOO_*, MASTER_*, TORCH_DISTRIBUTED_DEBUG, which spare_main re-applies).
 Otherwise it is discarded and the launch is cold.
 
-When: the first spare is started as the watcher starts (engine/watch/startup.py prestart_spare), so its
+Owned by one watcher (SparePool: its TrainerControl launches from it, its Supervisor discards what is
+left). When: the first spare is started as the watcher starts (engine/watch/startup.py prestart_spare), so its
 imports overlap the watcher's own start-up (config, data hash, litgpt's preflight parse) and the first
 launch is warm; until a launch has trained, each launch starts the next spare at once, so a launch that
 dies early (an OOM at start, a bad config) is still followed by a warm relaunch; after that the next
-spare starts once its launch trains (start_next_spare says why). The spare waits at nice +10
+spare starts once its launch trains (SparePool.start_next says why). The spare waits at nice +10
 where it may return to its priority when it becomes the trainer (root, or RLIMIT_NICE allows it): its
 imports then use the CPU the running trainer leaves idle.
 Costs: one more idle interpreter (~300 MB RSS with torch) and its imports' CPU beside the trainer.
@@ -108,11 +109,6 @@ def spare_key(spec) -> tuple:
             tuple(spec.warm_imports), tuple(sorted(early_env(spec.env).items())))
 
 
-_spare: Spare | None = None   # one watcher per process, one spare per watcher
-_lock = threading.Lock()
-_requested = False   # a spare was asked for in this watcher (a launch without one then says why)
-_trained = False     # a launch of this watcher has trained: later spares wait for their launch to train
-_pending: threading.Event | None = None   # set to cancel a spare not yet started
 MARKER_WAIT_S = 3600.0
 
 
@@ -129,114 +125,135 @@ def memory_limiter(limit: int | None):
     return limit_memory
 
 
-def start_next_spare(spec, launcher_path: Path, log_path: Path | None = None) -> None:
-    """Start the next launch's spare, in a thread (the launch never waits for it). Until a launch of this
-    watcher has trained (spec.training_marker starts a line of its log) it starts at once: a launch that
-    dies at start (an OOM, a bad setting) is then followed by a warm relaunch. Afterwards it starts once
-    this launch trains: its imports then never compete with this launch's own start (measured: a spare
-    importing beside a warm relaunch at nice 0 made relaunch -> first step about 3x longer under load)."""
-    global _requested, _pending
-    if spec.warm_spare_dir is None or not spec.warm_imports:
-        return
-    _requested = True
-    cancel = threading.Event()
-    with _lock:
-        if _pending is not None:
-            _pending.set()
-        _pending = cancel
-    offset = log_path.stat().st_size if log_path is not None and log_path.exists() else 0
-    marker = spec.training_marker.encode()
+class SparePool:
+    """One watcher's warm spare: at most one at a time, owned by the watcher that started it (its
+    TrainerControl launches from it; the Supervisor discards what is left as it ends)."""
 
-    def start() -> None:
-        with _lock:
-            if not cancel.is_set():
-                start_spare(spec, launcher_path, memory_limiter(spec.memory_limit_bytes))
+    def __init__(self) -> None:
+        self._spare: Spare | None = None
+        self._lock = threading.Lock()
+        self.requested = False   # a spare was asked for by this watcher (a launch without one then says why)
+        self.trained = False     # a launch of this watcher has trained: later spares wait for their launch to train
+        self._pending: threading.Event | None = None   # set to cancel a spare not yet started
 
-    def trains() -> bool:
-        if not marker:
-            return True
-        try:
-            with open(log_path, "rb") as fh:
-                fh.seek(offset)
-                text = fh.read()
-        except OSError:
-            return False
-        return (b"\n" + marker) in text or text.startswith(marker)
+    @property
+    def current(self) -> Spare | None:
+        """The spare waiting now (started, maybe still importing), or None."""
+        return self._spare
 
-    def wait_then_start() -> None:
-        global _trained
-        started = not _trained or log_path is None
-        if started:
-            start()
-        if log_path is None:
-            return   # the prestarted spare: no launch to watch yet
-        deadline = time.monotonic() + MARKER_WAIT_S
-        while not cancel.wait(0.2):
-            if trains() or time.monotonic() > deadline:
-                _trained = True
-                if not started:
-                    start()
-                return
+    def start_next(self, spec, launcher_path: Path, log_path: Path | None = None) -> None:
+        """Start the next launch's spare, in a thread (the launch never waits for it). Until a launch of this
+        watcher has trained (spec.training_marker starts a line of its log) it starts at once: a launch that
+        dies at start (an OOM, a bad setting) is then followed by a warm relaunch. Afterwards it starts once
+        this launch trains: its imports then never compete with this launch's own start (measured: a spare
+        importing beside a warm relaunch at nice 0 made relaunch -> first step about 3x longer under load)."""
+        if spec.warm_spare_dir is None or not spec.warm_imports:
+            return
+        self.requested = True
+        cancel = threading.Event()
+        with self._lock:
+            if self._pending is not None:
+                self._pending.set()
+            self._pending = cancel
+        offset = log_path.stat().st_size if log_path is not None and log_path.exists() else 0
+        marker = spec.training_marker.encode()
 
-    threading.Thread(target=wait_then_start, name="warm spare", daemon=True).start()
+        def start() -> None:
+            with self._lock:
+                if not cancel.is_set():
+                    self._start(spec, launcher_path, memory_limiter(spec.memory_limit_bytes))
 
+        def trains() -> bool:
+            if not marker:
+                return True
+            try:
+                with open(log_path, "rb") as fh:
+                    fh.seek(offset)
+                    text = fh.read()
+            except OSError:
+                return False
+            return (b"\n" + marker) in text or text.startswith(marker)
 
-def prestart(spec) -> None:
-    """The first launch's spare, started while the watcher starts up (engine/watch/startup.py)."""
+        def wait_then_start() -> None:
+            started = not self.trained or log_path is None
+            if started:
+                start()
+            if log_path is None:
+                return   # the prestarted spare: no launch to watch yet
+            deadline = time.monotonic() + MARKER_WAIT_S
+            while not cancel.wait(0.2):
+                if trains() or time.monotonic() > deadline:
+                    self.trained = True
+                    if not started:
+                        start()
+                    return
 
-    start_next_spare(spec, LAUNCHER)
+        threading.Thread(target=wait_then_start, name="warm spare", daemon=True).start()
 
+    def prestart(self, spec) -> None:
+        """The first launch's spare, started while the watcher starts up (engine/watch/startup.py)."""
+        self.start_next(spec, LAUNCHER)
 
-def start_spare(spec, launcher_path: Path, preexec_fn=None) -> Spare | None:
-    """Start a spare shaped like `spec` in spec.warm_spare_dir (replacing any earlier one). Under _lock."""
-    global _spare
-    old, _spare = _spare, None   # the caller holds _lock
-    if old is not None and old.alive() and old.key == spare_key(spec):
-        _spare = old   # already the right shape (the prestarted one, not yet taken)
-        return old
-    if old is not None:
-        old.discard()
-    if spec.warm_spare_dir is None or not spec.warm_imports:
-        return None
-    remove_ended(Path(spec.warm_spare_dir))
-    folder = Path(spec.warm_spare_dir) / f"spare-{time.time_ns()}"
-    folder.mkdir(parents=True)
-    status = folder / "exit-status.json"
-    signals = ["--quit-signal", spec.quit_signal] + (["--notice-signal", spec.notice_signal] if spec.notice_signal else [])
-    argv = [sys.executable, str(launcher_path), str(status), *signals, "--", spec.argv[0], "-m", "engine.process.spare_main",
-            str(folder), str(os.getpid()), *spec.warm_imports]
-    with open(folder / "spare.log", "ab") as log:
-        launcher = subprocess.Popen(argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn)
-    _spare = Spare(folder, launcher, spare_key(spec), status)
-    return _spare
+    def _start(self, spec, launcher_path: Path, preexec_fn=None) -> Spare | None:
+        """Start a spare shaped like `spec` in spec.warm_spare_dir (replacing any earlier one). Under _lock."""
+        old, self._spare = self._spare, None
+        if old is not None and old.alive() and old.key == spare_key(spec):
+            self._spare = old   # already the right shape (the prestarted one, not yet taken)
+            return old
+        if old is not None:
+            old.discard()
+        if spec.warm_spare_dir is None or not spec.warm_imports:
+            return None
+        remove_ended(Path(spec.warm_spare_dir))
+        folder = Path(spec.warm_spare_dir) / f"spare-{time.time_ns()}"
+        folder.mkdir(parents=True)
+        status = folder / "exit-status.json"
+        signals = ["--quit-signal", spec.quit_signal] + (["--notice-signal", spec.notice_signal] if spec.notice_signal else [])
+        argv = [sys.executable, str(launcher_path), str(status), *signals, "--", spec.argv[0], "-m",
+                "engine.process.spare_main", str(folder), str(os.getpid()), *spec.warm_imports]
+        with open(folder / "spare.log", "ab") as log:
+            launcher = subprocess.Popen(argv, cwd=spec.cwd, env=spec.env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn)
+        self._spare = Spare(folder, launcher, spare_key(spec), status)
+        return self._spare
 
-
-def take_spare(spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen] | None:
-    """Hand this launch to the spare when it matches: (trainer pid, its launcher); None: launch cold."""
-    global _spare
-    with _lock:   # a spare still being started is waited for
-        if _pending is not None:
-            _pending.set()
-        spare, _spare = _spare, None
-    if spare is None:
-        if _requested and spec.warm_spare_dir is not None and spec.warm_imports:
-            with open(log_path, "a", encoding="utf-8") as log:
-                log.write("runbook: no warm spare (none started: the launch before never reached training): cold launch\n")
-        return None
-    why = unusable(spare, spec)
-    if why is not None:
-        keep = spare.key == spare_key(spec) and spare.alive()   # right shape, but not this launch (a preprocessing step)
-        if keep:
-            with _lock:
-                _spare = spare if _spare is None else _spare
-            if _spare is not spare:
+    def take(self, spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen] | None:
+        """Hand this launch to the spare when it matches: (trainer pid, its launcher); None: launch cold."""
+        with self._lock:   # a spare still being started is waited for
+            if self._pending is not None:
+                self._pending.set()
+            spare, self._spare = self._spare, None
+        if spare is None:
+            if self.requested and spec.warm_spare_dir is not None and spec.warm_imports:
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write("runbook: no warm spare (none started: the launch before never reached training): cold launch\n")
+            return None
+        why = unusable(spare, spec)
+        if why is not None:
+            keep = spare.key == spare_key(spec) and spare.alive()   # right shape, but not this launch (a preprocessing step)
+            if keep:
+                with self._lock:
+                    self._spare = spare if self._spare is None else self._spare
+                if self._spare is not spare:
+                    spare.discard()
+            else:
                 spare.discard()
-        else:
+            with open(log_path, "a", encoding="utf-8") as log:   # the launch's own log says why it is cold
+                log.write(f"runbook: warm spare not used ({why}): cold launch" + (", the spare kept for the next" if keep else "") + "\n")
+            return None
+        return hand_over(spare, spec, log_path, status_path)
+
+    def discard(self) -> None:
+        with self._lock:
+            if self._pending is not None:
+                self._pending.set()
+            spare, self._spare = self._spare, None
+        if spare is not None:
             spare.discard()
-        with open(log_path, "a", encoding="utf-8") as log:   # the launch's own log says why it is cold
-            log.write(f"runbook: warm spare not used ({why}): cold launch" + (", the spare kept for the next" if keep else "") + "\n")
-        return None
+
+
+def hand_over(spare: Spare, spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen]:
+    """The spare becomes this launch: its status is this launch's, and it is told what to run (go.json)."""
     status = json.loads(spare.status_path.read_text())
     (spare.status_path.parent / (spare.status_path.name + ".redirect")).write_text(str(status_path))
     status_path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,16 +285,6 @@ def unusable(spare: Spare, spec) -> str | None:
     if spare.pid is None:
         return "its pid is unknown"
     return None
-
-
-def discard_spare() -> None:
-    global _spare
-    with _lock:
-        if _pending is not None:
-            _pending.set()
-        spare, _spare = _spare, None
-    if spare is not None:
-        spare.discard()
 
 
 def remove_ended(parent: Path) -> None:

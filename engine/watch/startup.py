@@ -76,11 +76,12 @@ def start_or_continue(sup) -> None:
     sup.launch(plan.file)
 
 
-def prestart_spare(loaded) -> None:
+def prestart_spare(loaded, spares: warm_spare.SparePool) -> None:
     """The first launch's warm spare (trainer.warm_spare, engine/process/warm_spare.py), started before the
     watcher's own start-up checks (the data hash, litgpt's preflight parse: 4-7 s on 2 cores) so that its
     imports run beside them and the first launch is warm too. A watcher that then refuses to start
-    leaves it behind until its imports are done (spare_main then sees its watcher gone and exits)."""
+    discards it (runbook/watch_command.py); one killed outright leaves it until spare_main sees its
+    watcher gone and exits."""
     from dataclasses import replace
 
 
@@ -93,5 +94,5 @@ def prestart_spare(loaded) -> None:
         return
     if spec is None:
         return
-    warm_spare.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications.slack)))
+    spares.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications.slack)))
 

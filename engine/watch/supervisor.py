@@ -31,7 +31,7 @@ from engine.watch.startup import start_or_continue
 from engine.core.state import TERMINAL_STATES, RunState
 from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
-from engine.process.warm_spare import discard_spare
+from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble
 from engine.watch import services as services_of_watch
 from engine.checkpoints import retention
@@ -40,7 +40,8 @@ DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims 
 
 
 class Supervisor:
-    def __init__(self, loaded, playbooks, notifier, data_hash: str, dry_run: bool = False, events=None):
+    def __init__(self, loaded, playbooks, notifier, data_hash: str, dry_run: bool = False, events=None,
+                 spares: SparePool | None = None):
         self.playbooks = playbooks
         self.notifier = notifier
         self.dry_run = dry_run
@@ -50,7 +51,7 @@ class Supervisor:
         self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
         self.journal = Journal(folder.journal, self.trouble)
         self.lock = RunLock(loaded.run_dir)
-        self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble)
+        self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble, spares)
         self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
                                        journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter,
@@ -93,7 +94,7 @@ class Supervisor:
             self.install_signal_handlers()
             if self.slurm is not None:
                 self.slurm.started()
-            services.callback(discard_spare)   # a warm spare nobody will launch (engine/process/warm_spare.py)
+            services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             self._start(services, lambda: services_of_watch.metrics_endpoint(
                 self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
                 lambda: (self.state, self.last_snapshot)))

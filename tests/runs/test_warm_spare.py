@@ -34,39 +34,39 @@ def spec(tmp_path: Path, name: str, **env) -> LaunchSpec:
                       training_marker="Epoch ")
 
 
-def ready_spare() -> warm_spare.Spare:
-    wait_for(lambda: warm_spare._spare is not None, 30, interval=0.01, what="the spare to be started")
-    spare = warm_spare._spare
+def ready_spare(pool: warm_spare.SparePool) -> warm_spare.Spare:
+    wait_for(lambda: pool.current is not None, 30, interval=0.01, what="the spare to be started")
+    spare = pool.current
     assert spare.wait_ready(60), (spare.folder / "spare.log").read_text()
     return spare
 
 
-def run(tmp_path: Path, name: str, launch_spec: LaunchSpec) -> tuple[TrainerProcess, str, dict]:
+def run(tmp_path: Path, name: str, launch_spec: LaunchSpec, pool: warm_spare.SparePool) -> tuple[TrainerProcess, str, dict]:
     log, status = tmp_path / f"{name}.log", tmp_path / f"{name}-status.json"
-    process = TrainerProcess.launch(launch_spec, log, status)
+    process = TrainerProcess.launch(launch_spec, log, status, pool)
     assert process.wait_exit(60), log.read_text()
     wait_for(lambda: "exit_code" in json.loads(status.read_text()), 30, what=f"{name}'s exit in its status file")
     return process, log.read_text(), json.loads(status.read_text())
 
 
 @pytest.fixture
-def no_spare_left():
-    yield
-    warm_spare.discard_spare()
-    warm_spare._requested = warm_spare._trained = False
+def pool():
+    spares = warm_spare.SparePool()
+    yield spares
+    spares.discard()
 
 
-def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_the_runs_progress(tmp_path, no_spare_left):
+def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_the_runs_progress(tmp_path, pool):
     first = spec(tmp_path, "first", RUNBOOK_ROLE="a", TORCH_DISTRIBUTED_DEBUG="OFF")
-    warm_spare.prestart(first)
-    spare = ready_spare()
+    pool.prestart(first)
+    spare = ready_spare(pool)
     if can_restore_priority(os.getpriority(os.PRIO_PROCESS, 0)):
         assert psutil.Process(spare.pid).nice() == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WAIT_NICE)
         assert os.sched_getscheduler(spare.pid) == os.SCHED_IDLE   # it waits on CPU nothing else wants
 
     # The launch differs only in variables read after the imports: it is the spare.
     launch1 = spec(tmp_path, "first", RUNBOOK_ROLE="b", TORCH_DISTRIBUTED_DEBUG="DETAIL")
-    process, log, status = run(tmp_path, "launch-1", launch1)
+    process, log, status = run(tmp_path, "launch-1", launch1, pool)
     assert log.startswith(f"runbook: warm spare pid {spare.pid} ") and process.pid == spare.pid, log
     assert status["exit_code"] == 0 and status["trainer_pid"] == spare.pid, status
     seen = json.loads((tmp_path / "first.json").read_text())
@@ -76,11 +76,11 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
     assert seen["policy"] == os.SCHED_OTHER                    # and the normal scheduling class
 
     # The next launch's spare was started with launch 1, not after it trained.
-    following = ready_spare()
+    following = ready_spare(pool)
     following_pid = following.pid   # its folder goes when it is discarded
     assert following_pid != spare.pid
     # A variable that may shape the imports differs: a cold launch, and its log says why.
-    process, log, status = run(tmp_path, "launch-2", spec(tmp_path, "second", RUNBOOK_ROLE="c", OMP_NUM_THREADS="7"))
+    process, log, status = run(tmp_path, "launch-2", spec(tmp_path, "second", RUNBOOK_ROLE="c", OMP_NUM_THREADS="7"), pool)
     assert "warm spare not used (started for another launch shape: environment: OMP_NUM_THREADS)" in log, log
     assert process.pid != following_pid and status["exit_code"] == 0
     assert json.loads((tmp_path / "second.json").read_text())["role"] == "c"
@@ -89,16 +89,16 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
 
     # Launch 3 trains (its log shows the training marker): from now on the next spare waits for its launch to
     # train, so a spare's imports never compete with a relaunch's own start.
-    ready_spare()
-    _, log, _ = run(tmp_path, "launch-3", spec(tmp_path, "third", OMP_NUM_THREADS="7", RUNBOOK_TRAIN="1"))
+    ready_spare(pool)
+    _, log, _ = run(tmp_path, "launch-3", spec(tmp_path, "third", OMP_NUM_THREADS="7", RUNBOOK_TRAIN="1"), pool)
     assert log.startswith("runbook: warm spare pid") and "Epoch 1 | iter 1 step 1" in log, log
-    wait_for(lambda: warm_spare._trained, 30, interval=0.05, what="the marker to be seen")
-    ready_spare()
-    _, log, _ = run(tmp_path, "launch-4", spec(tmp_path, "fourth", OMP_NUM_THREADS="7"))
+    wait_for(lambda: pool.trained, 30, interval=0.05, what="the marker to be seen")
+    ready_spare(pool)
+    _, log, _ = run(tmp_path, "launch-4", spec(tmp_path, "fourth", OMP_NUM_THREADS="7"), pool)
     assert log.startswith("runbook: warm spare pid"), log
     time.sleep(1.0)   # several polls of launch 4's log, which never shows the marker
-    assert warm_spare._spare is None
-    _, log, _ = run(tmp_path, "launch-5", spec(tmp_path, "fifth", OMP_NUM_THREADS="7"))
+    assert pool.current is None
+    _, log, _ = run(tmp_path, "launch-5", spec(tmp_path, "fifth", OMP_NUM_THREADS="7"), pool)
     assert log.startswith("runbook: no warm spare (none started: the launch before never reached training)"), log
 
 
