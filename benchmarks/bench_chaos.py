@@ -1,9 +1,12 @@
 """Chaos run: one fault schedule on the real tiny litgpt model, three contenders, one table.
 
-    python benchmarks/bench_chaos.py              # default: reference, runbook, naive loop, NaN segment; prints the tables
+    python benchmarks/bench_chaos.py              # default: reference, runbook (cold, warm), naive loop, assisted loop,
+                                                  # NaN segment; prints the tables
     python benchmarks/bench_chaos.py --write      # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_chaos.py --quick      # restart cap 3, no NaN segment
-    python benchmarks/bench_chaos.py --assisted   # also the naive loop with a human fixing the OOM and the hang
+    python benchmarks/bench_chaos.py --no-assisted   # without (c'), the naive loop with an on-call human
+    python benchmarks/bench_chaos.py --naive-at-oom  # the naive loops start at micro-batch 256 like runbook (they meet
+                                                  # only the OOM: the comparison before issue 27)
     python benchmarks/bench_chaos.py --smoke      # the test suite's: --quick without (b'), the disk and the NaN segment,
                                                   # patience 10 s; <root>/results.json holds the outcomes
 
@@ -21,7 +24,10 @@ the same in every run. Measured earlier with the cache present: micro-batch 64 a
 1060-1110 MB, 256 about 1270 MB (the fixed limit was 1160 MB; --memory-limit-mb 1160 runs it so).
 
 The schedule (the same for every contender that gets that far):
-  1. OOM at start: the run config asks for micro_batch_size 256 under the measured limit.
+  1. OOM at start: runbook's run config asks for micro_batch_size 256 under the measured limit. The naive
+     loops start at 128, which fits (issue 27): a restart loop relaunches the same config and cannot halve
+     the micro-batch, so at 256 it met the OOM on every restart and never a later fault; the table says the
+     OOM does not apply to them and why (--naive-at-oom starts them at 256).
   2. SIGTERM to the trainer once checkpoint step 4 is saved       (engine/watch/faults.py preemption injector)
   3. SIGSTOP (a hang) once checkpoint step 6 is saved             (engine/watch/faults.py hang injector)
   4. once checkpoint step 10 is saved: truncate it, flip a byte in the one before, SIGKILL
@@ -38,7 +44,10 @@ Contenders:
   (b) `runbook watch` on the run config.
   (c) the naive loop, `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the
       config runbook's adapter generates, same environment) and a restart cap: NAIVE_LOOP in benchmarks/chaos_contenders.py,
-      written as naive_loop.sh into its run folder.
+      written as naive_loop.sh into its run folder. A hang it never notices is given up on after --patience s.
+  (c') the same loop with an on-call human who SIGKILLs a hung trainer after --patience s without progress
+      (each kill a human action; the wait is in its wall time, the human's reaction time is not counted).
+      The table's "stopped at" column says which fault ended each contender and what happened.
 """
 
 from __future__ import annotations
@@ -53,8 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from benchmarks.chaos_report import (  # noqa: E402
-    HEADERS, Outcome, accounting, details_table, divergence_note, floor_text, goals, ratio_goal, rows, time_budget,
-    warm_text,
+    HEADERS, Outcome, accounting, details_table, divergence_note, floor_text, goals, ratio_goal, rows, stops_table,
+    time_budget, warm_text,
 )
 from benchmarks import chaos_contenders as harness  # noqa: E402
 from benchmarks.chaos_contenders import (  # noqa: E402
@@ -64,7 +73,25 @@ from benchmarks.chaos_contenders import (  # noqa: E402
 from engine.watch import faults  # noqa: E402
 
 SECTION = "Chaos run"
-HANG_FLOOR_S = settings(GOOD_MB, 1)["watch"]["hang_floor_s"]
+
+
+def watch_settings():
+    """The contenders' watch settings (engine/core/config.py WatchSettings with the run's overrides): the
+    hang floor, factor and ceiling the floor's hang line is derived with."""
+    from engine.core.config import WatchSettings
+
+    return WatchSettings(**settings(GOOD_MB, 1)["watch"])
+
+
+WATCH = watch_settings()
+HANG_FLOOR_S = WATCH.hang_floor_s
+SCHEDULE_LABELS = [label for _step, label, _inject in SCHEDULE]
+
+
+def oom_not_applied(assisted: bool = False) -> str:
+    return (f"does not apply: it starts at micro-batch {GOOD_MB}, which fits under the limit (a restart loop relaunches "
+            f"the same config and cannot halve the micro-batch: at {OOM_MB} it meets the OOM on every restart and no "
+            f"later fault; --naive-at-oom runs it so)" + (" -- the same start as (c)" if assisted else ""))
 
 
 # --- the run and its report -------------------------------------------------------------------
@@ -73,7 +100,10 @@ HANG_FLOOR_S = settings(GOOD_MB, 1)["watch"]["hang_floor_s"]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="restart cap 3, no NaN segment")
-    parser.add_argument("--assisted", action="store_true", help="also run the naive loop with a human fixing the OOM and the hang")
+    parser.add_argument("--assisted", action="store_true", help="(the default now: kept for old command lines)")
+    parser.add_argument("--no-assisted", action="store_true", help="skip (c'), the naive loop with an on-call human")
+    parser.add_argument("--naive-at-oom", action="store_true",
+                        help=f"start the naive loops at micro-batch {OOM_MB} like runbook (they then meet only the OOM)")
     parser.add_argument("--restart-cap", type=int, default=None, help="naive loop restarts (default 5, --quick 3)")
     parser.add_argument("--patience", type=float, default=60.0, help="s without progress after the SIGSTOP before the naive loop counts as hung")
     parser.add_argument("--no-disk", action="store_true", help="skip the tmpfs disk fault")
@@ -96,6 +126,9 @@ def main() -> int:
         args.patience = min(args.patience, 10.0)
     harness.DEVICE = args.device
     start_mb = OOM_MB if harness.DEVICE == "cpu" else GOOD_MB
+    naive_mb = start_mb if args.naive_at_oom else GOOD_MB
+    args.assisted = not args.no_assisted
+    rb_oom = "applied" if start_mb == OOM_MB else "does not apply on cuda (no address-space limit)"
     cap = args.restart_cap if args.restart_cap is not None else (3 if args.quick else 5)
     nan_segment = not (args.quick or args.no_nan)
     use_tmpfs = not args.no_disk
@@ -118,6 +151,7 @@ def main() -> int:
     runbook = run_runbook(args.root / "runbook", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout,
                           "(b) runbook watch", cache)
     print(f"  runbook: {runbook.wall_s:.0f} s, completed {runbook.completed}, {runbook.incidents}", flush=True)
+    runbook.oom = rb_oom
     contenders.append(runbook)
     warm = None
     if not args.no_warm:
@@ -126,27 +160,35 @@ def main() -> int:
         warm = run_runbook(args.root / "runbook-warm", warm_settings, SCHEDULE, use_tmpfs, args.timeout,
                            "(b') runbook watch, warm spare", cache)
         print(f"  runbook warm: {warm.wall_s:.0f} s, completed {warm.completed}, {warm.incidents}", flush=True)
+        warm.oom = rb_oom
         contenders.append(warm)
-    naive = run_naive(args.root / "naive", settings(start_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
-                      f"(c) naive loop, cap {cap}", cache, patience=args.patience)
+    naive = run_naive(args.root / "naive", settings(naive_mb, args.steps), SCHEDULE, use_tmpfs, args.timeout, cap,
+                      f"(c) naive loop, cap {cap}, micro-batch {naive_mb}", cache, patience=args.patience)
+    naive.oom = "applied" if naive_mb == OOM_MB else oom_not_applied()
     print(f"  naive: {naive.wall_s:.0f} s, completed {naive.completed}, {naive.note}", flush=True)
     contenders.append(naive)
     if args.assisted:
+        fixed = naive_mb != GOOD_MB
         helped = run_naive(args.root / "naive-assisted", settings(GOOD_MB, args.steps), SCHEDULE, use_tmpfs, args.timeout,
-                           cap, f"(c') naive loop, cap {cap}, micro-batch fixed by hand, hung trainer killed by hand",
-                           cache, patience=args.patience, assisted=True)
-        helped.human_actions += 1  # the micro-batch edit before the launch
+                           cap, f"(c') naive loop, cap {cap}, " + ("micro-batch fixed by hand, " if fixed else "")
+                           + "a human kills a hung trainer", cache, patience=args.patience, assisted=True)
+        if fixed:
+            helped.human_actions += 1  # the micro-batch edit before the launch
+            helped.oom = f"fixed by hand: the human set micro-batch {GOOD_MB} before the launch (a human action)"
+        else:
+            helped.oom = oom_not_applied(assisted=True)
         print(f"  naive assisted: {helped.wall_s:.0f} s, completed {helped.completed}, {helped.note}", flush=True)
         contenders.append(helped)
     nan_rows = run_nan_segment(args, reference, cap, cache) if nan_segment else []
     elapsed = time.time() - t0
 
     main_table = common.table(HEADERS, rows(contenders, reference), right={2, 3, 4, 5, 8})
-    print("\n" + main_table)
+    stops = stops_table(contenders[1:], SCHEDULE_LABELS)
+    print("\n" + main_table + "\n\n" + stops)
     print("\n" + details_table(runbook))
     for contender in filter(None, [runbook, warm]):
         print("\n" + accounting(contender, reference))
-    print("\n" + floor_text(warm or runbook, reference, HANG_FLOOR_S))
+    print("\n" + floor_text(warm or runbook, reference, WATCH))
     nan_table = ""
     if nan_rows:
         nan_table = common.table(HEADERS, rows(nan_rows, reference), right={2, 3, 4, 5, 8})
@@ -154,7 +196,8 @@ def main() -> int:
     (args.root / "results.json").write_text(json.dumps([o.__dict__ for o in contenders + nan_rows[1:]], indent=1, default=str))
     if not common.should_write(args):
         return 0
-    body = doc_body(args, cap, load_start, elapsed, main_table, details_table(runbook), nan_table,
+    body = doc_body(args, cap, load_start, elapsed, main_table + "\n\nWhere each contender stopped, and why:\n\n" + stops,
+                    details_table(runbook), nan_table,
                     details_table(nan_rows[1]) if nan_rows else "", runbook, reference, nan_rows[1] if nan_rows else None,
                     warm)
     common.write_section(args.section, body, first=True)
@@ -186,17 +229,26 @@ def report_nan_only(args, reference: Outcome, cap: int, cache: Path) -> int:
 
 def doc_body(args, cap, load_start, elapsed, main_table, rb_details, nan_table, nan_details, runbook, reference,
              nan_rb=None, warm=None) -> str:
-    mode = ("quick" if args.quick else "default") + (" mode with --assisted" if args.assisted else " mode")
+    mode = ("quick" if args.quick else "default") + (" mode" if args.assisted else " mode without (c')")
     oom = (f"OOM at start (micro_batch_size {OOM_MB} under the limit; {args.memory_text})"
            if harness.DEVICE == "cpu" else "no OOM at start: a CUDA process cannot run under an address-space limit (the real "
            "CUDA OOM is benchmarks/gpu_drill.sh's drill)")
     steps = ", ".join(f"({i}) {label} once checkpoint {step} is saved" for i, (step, label, _) in enumerate(SCHEDULE, 2))
     disk = (f"({len(SCHEDULE) + 2}) out_dir is a {TMPFS_MB} MB tmpfs (each checkpoint is 2 MB; litgpt deletes none)"
             + (" -- skipped (--no-disk)" if args.no_disk else ""))
-    assisted = ("" if not args.assisted else f"""
-(c') is the naive loop with an on-call human: the micro-batch fixed by hand to {GOOD_MB} before the launch,
-and the hung trainer SIGKILLed by hand after {args.patience:g} s without progress (each counted as a human action;
-the human's own reaction time is not counted).""")
+    naive_mb = OOM_MB if args.naive_at_oom and harness.DEVICE == "cpu" else GOOD_MB
+    naive_start = (f"The naive loops start at micro-batch {naive_mb}, which fits: the OOM at start does not apply to them "
+                   f"(a restart loop relaunches the same config and cannot halve the micro-batch, so at {OOM_MB} it met the OOM "
+                   "on every restart and never a later fault: the comparison before issue 27), so they meet every later "
+                   "fault runbook meets." if naive_mb == GOOD_MB else
+                   f"The naive loop starts at micro-batch {OOM_MB} like runbook (--naive-at-oom).")
+    assisted = (f"\n{naive_start} (c) is given up on after {args.patience:g} s without progress after the SIGSTOP (it never "
+                "notices a hang)." + ("" if not args.assisted else f"""
+(c') is the naive loop with an on-call human: {'the micro-batch fixed by hand to ' + str(GOOD_MB) + ' before the launch, and ' if naive_mb != GOOD_MB else ''}the hung trainer SIGKILLed by hand after {args.patience:g} s without progress, the
+loop going on after it. Counted as the seed's `--assisted` counted them: each hand action is one in "human
+actions", the {args.patience:g} s the human waits before each kill is inside (c')'s wall time, and the human's own
+reaction time (noticing, logging in) is not counted. Neither loop does anything about a corrupt checkpoint or a
+full disk: `resume: auto` loads the newest `step-*` folder whatever it holds, and litgpt deletes no checkpoint."""))
     nan_text = (f"""
 **Divergence / NaN segment**: engine/watch/faults.py `nan` (lr {faults.FAULTS['nan'].config['lr']:g} in the run config), otherwise
 the same run, no other fault. It runs as its own segment: a mid-run lr change cannot be injected into both
@@ -226,7 +278,8 @@ The run: the repo's tiny GPT and data, global batch {BATCH} x {BLOCK} tokens, {a
 {harness.MEMORY_LIMIT_MB} MB address-space limit (RLIMIT_AS; on cpu only), hang floor {HANG_FLOOR_S:g} s (engine/watch/faults.py `hang`); litgpt's preprocessed data cache is made once
 and copied into each contender's run folder. Trainer device: {harness.DEVICE}. The schedule: (1) {oom}, {steps}, {disk}. Injections are engine/watch/faults.py's
 own injectors, keyed to the checkpoint step so every contender gets them at the same point of training.
-(a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch`; (c) the naive
+(a) is `litgpt pretrain` of the same run at micro-batch {GOOD_MB} with no fault; (b) `runbook watch` (starting at micro-batch
+{OOM_MB if harness.DEVICE == "cpu" else GOOD_MB}); (c) the naive
 loop `until litgpt pretrain --config X; do :; done` with `resume: auto` in X (the litgpt config runbook's adapter
 generates; same environment and memory limit), at most {cap} restarts (`NAIVE_LOOP` in benchmarks/chaos_contenders.py).
 Goodput: reference wall / contender wall (for a completed run), and optimizer steps in the delivered model / all
@@ -251,10 +304,15 @@ measured from the journal, the incidents and the trainer logs; the last line is 
 {("" if warm is None else chr(10) + accounting(warm, reference) + chr(10))}
 Goal (issue 14): runbook's wall time at most 2.0x the reference's: {ratio_goal(runbook, warm, reference)}.
 
-The floor of this schedule (benchmarks/chaos_report.py `floor_lines`, measured in this run): what any supervisor
-would spend beyond the reference, before its own start-up, actions and relaunches.
+The floor of this schedule (benchmarks/chaos_report.py `floor_lines`): what any supervisor would spend beyond
+the reference, before its own start-up, actions and relaunches. Each line says whether it is measured in this run
+or set (with the setting's value); the hang line is the run's own derived hang timeout: the watcher's function
+(engine/observe/observer.py `Observer.hang_timeout`: {WATCH.hang_safety_factor:g} x the longest gap between progress
+lines, clamped to the floor {WATCH.hang_floor_s:g} s and the ceiling {WATCH.hang_timeout_s:g} s) applied to the
+longest progress gap measured in the reference run (each progress line stamped as it appeared in the log, polled
+every 20 ms), beside the timeout runbook's own watcher used in this run.
 
-{floor_text(warm or runbook, reference, HANG_FLOOR_S)}
+{floor_text(warm or runbook, reference, WATCH)}
 {nan_text}"""
 
 

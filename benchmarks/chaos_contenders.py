@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
+from benchmarks.bench_math import longest_gap  # noqa: E402
 from benchmarks.chaos_report import Outcome  # noqa: E402
 from engine.watch import faults  # noqa: E402
 
@@ -183,10 +184,19 @@ def litgpt_executable() -> str:
 
 
 def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
-    """found['at'] = when the log's first progress line appeared (polled every 20 ms)."""
-    while proc.poll() is None and "at" not in found:
-        if log.exists() and b"\nEpoch " in log.read_bytes():
-            found["at"] = time.time()
+    """found['at'] = when the log's first progress line appeared, found['times'] = when each new progress
+    line appeared (the log polled every 20 ms, as the watcher stamps a line when it reads it), until the
+    process ends."""
+    found["times"] = []
+    seen = 0
+    while proc.poll() is None:
+        if log.exists():
+            count = len(common.PROGRESS.findall(common.read_log(log)))
+            if count > seen:
+                now = time.time()
+                found.setdefault("at", now)
+                found["times"].extend([now] * (count - seen))
+                seen = count
         time.sleep(0.02)
 
 
@@ -246,7 +256,8 @@ def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
     peak.join(timeout=1)
     FOOTPRINTS[GOOD_MB] = peak.peak_mb
     out.timeline = {"started": started, "first_progress": found.get("at"),
-                    "iter_s": sum(common.log_figures([log]).iter_ms) / 1000}
+                    "iter_s": sum(common.log_figures([log]).iter_ms) / 1000,
+                    "longest_gap_s": longest_gap(found.get("times") or [])}
     delivered(loaded.out_dir, loaded.run_dir, trainer_logs(loaded.run_dir), out)
     out.completed = code == 0 and out.steps is not None
     out.note = "completed" if out.completed else f"exit {code}"
@@ -320,6 +331,7 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         out.completed = code == 0 and out.steps is not None
         records = common.incidents(loaded.run_dir)
         out.timeline = runbook_timeline(loaded.run_dir, started, records, injector.injected)
+        out.injected = [label for label, _at in injector.injected]
         answered = answering_incidents(records, injector.injected)
         for record in records:
             out.incidents.append(f"{record['playbook']} ({record['outcome']})")
@@ -348,6 +360,7 @@ def runbook_timeline(run_dir: Path, started: float, records: list[dict], injecte
             "iter_s": sum(common.log_figures(trainer_logs(run_dir)).iter_ms) / 1000,
             "incidents": [{"playbook": r["playbook"], "detected_at": r["detected_at"], "closed_at": r.get("closed_at"),
                            "runbook_s": r.get("runbook_seconds") or 0.0, "restart_s": r.get("trainer_restart_seconds") or 0.0,
+                           "hang_timeout_s": (r.get("snapshot") or {}).get("hang_timeout_s"),
                            "steps_lost": r.get("steps_lost") or 0} for r in records],
             "injected": [at for _label, at in injected],
             # launches that were a warm spare (engine/process/spare_main.py's first line in the launch's log)
@@ -461,6 +474,9 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
         delivered(loaded.out_dir, loaded.run_dir, logs, out)
         out.completed = code == 0 and out.steps is not None
         out.incidents, out.steps_lost = naive_incidents(logs)
+        out.injected = [label for label, _at in injector.injected]
+        if logs and not out.completed:
+            out.last_failure = classify(logs[-1])
         if hung and not assisted:
             out.incidents.append("hang (never detected)")
             out.steps_lost.append(None)

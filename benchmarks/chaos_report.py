@@ -25,6 +25,9 @@ class Outcome:
     load: str = ""
     details: list = field(default_factory=list)
     timeline: dict = field(default_factory=dict)   # times accounting() splits the wall time by
+    injected: list = field(default_factory=list)   # the labels of the mid-run faults injected into it, in order
+    last_failure: str = ""                          # what ended its last attempt (the naive loops), classified
+    oom: str | None = None                          # "applied", or why the OOM at start does not apply to it
 
 
 def fmt(x, spec="") -> str:
@@ -47,6 +50,18 @@ def rows(outcomes: list[Outcome], reference: Outcome) -> list[list]:
 HEADERS = ["contender", "completed", "optimizer steps", "tokens", "final val loss", "wall s", "incidents",
            "steps lost per incident", "goodput (ref wall / wall)", "useful / computed steps", "human actions", "outcome",
            "load avg at start"]
+
+
+def stops_table(outcomes: list[Outcome], schedule: list[str]) -> str:
+    """Where each contender stopped and why: the faults it met, the one it stopped at, what happened."""
+    from benchmarks.bench_math import stop_point
+
+    rows_ = []
+    for o in outcomes:
+        met, where, why = stop_point(o.completed, schedule, o.injected, o.note, o.oom, o.last_failure)
+        oom = "" if o.oom in (None, "applied") else f" OOM at start: {o.oom}."
+        rows_.append([o.name, met, where, why + oom])
+    return common.table(["contender", "faults met", "stopped at", "what happened"], rows_, right=set())
 
 
 def details_table(outcome: Outcome) -> str:
@@ -163,46 +178,72 @@ def accounting_lines(runbook: Outcome, reference: Outcome) -> list[tuple[str, fl
     return lines
 
 
-def floor_lines(runbook: Outcome, reference: Outcome, hang_floor_s: float) -> list[tuple[str, float]]:
+def floor_lines(runbook: Outcome, reference: Outcome, watch) -> list[tuple[str, float, str]]:
     """PURE. The seconds of this schedule that no supervisor can avoid beyond the reference's, from this
-    run's figures: one that lets the OOM at start happen (the trainer's own time until it dies), knows a hang
-    by its timeout, saves on the notice (the step in progress, then the save) and recomputes the steps the
-    corrupted checkpoints took with them. Relaunches are left out: they are the part a supervisor can shrink."""
+    run's figures, as (what, seconds, source) where source says whether the line is measured in this run or
+    a setting (with its value): one that lets the OOM at start happen (the trainer's own time until it dies),
+    knows a hang by the run's own derived hang timeout (engine/observe/observer.py Observer.hang_timeout over
+    the reference's longest progress gap, `watch` holding the run's hang settings), saves on the notice (the
+    step in progress, then the save) and recomputes the steps the corrupted checkpoints took with them.
+    Relaunches are left out: they are the part a supervisor can shrink."""
+    from benchmarks.bench_math import derived_hang_timeout
+
     rb = runbook.timeline
     if not runbook.completed or not rb.get("launches") or not reference.steps:
         return []
     incidents, lines = rb.get("incidents", []), []
     if incidents and incidents[0]["playbook"] == "oom":
         lines.append(("the OOM launch: the trainer's own time from its launch to the OOM (and its detection)",
-                      incidents[0]["detected_at"] - rb["launches"][0]))
+                      incidents[0]["detected_at"] - rb["launches"][0], "measured: launch -> the oom incident's detected_at"))
     if hangs := sum(1 for i in incidents if i["playbook"] == "hang"):
-        lines.append((f"the hang timeout (the run's hang floor, {hang_floor_s:g} s), {hangs} hang(s)", hangs * hang_floor_s))
+        gap = reference.timeline.get("longest_gap_s")
+        settings = (f"settings: factor {watch.hang_safety_factor:g}, floor {watch.hang_floor_s:g} s, "
+                    f"ceiling {watch.hang_timeout_s:g} s")
+        if gap is not None:
+            timeout = derived_hang_timeout(gap, watch)
+            source = (f"derived: Observer.hang_timeout of the reference's measured longest progress gap {gap:.2f} s "
+                      f"({settings})")
+        else:
+            timeout = watch.hang_floor_s
+            source = f"setting: hang_floor_s = {watch.hang_floor_s:g} s (no progress gap measured)"
+        recorded = [i["hang_timeout_s"] for i in incidents if i["playbook"] == "hang" and i.get("hang_timeout_s")]
+        if recorded:
+            source += f"; {runbook.name}'s watcher used {', '.join(f'{t:.1f}' for t in recorded)} s"
+        lines.append((f"the hang timeout ({timeout:.1f} s), {hangs} hang(s)", hangs * timeout, source))
     notice = [d["after_injection_s"] for d in runbook.details
               if d["playbook"] == "preemption" and d["steps_lost"] == 0 and d["after_injection_s"] is not None]
     if notice:
-        lines.append(("the notice save: the step in progress and the save (injection -> incident)", sum(notice)))
+        lines.append(("the notice save: the step in progress and the save (injection -> incident)", sum(notice),
+                      "measured: SIGTERM -> the preemption incident's detected_at"))
     lost = sum(i["steps_lost"] for i in incidents)
     per_step = reference.timeline.get("iter_s", 0.0) / reference.steps
-    lines.append((f"{lost} optimizer steps computed again, at the reference's {per_step:.3f} s per step", lost * per_step))
+    lines.append((f"{lost} optimizer steps computed again, at the reference's {per_step:.3f} s per step", lost * per_step,
+                  "measured: the incidents' steps_lost x the reference's logged iteration time per step"))
     return lines
 
 
-def floor_text(runbook: Outcome, reference: Outcome, hang_floor_s: float) -> str:
-    """The floor as a table and what it means for the 2.0x goal."""
-    lines = floor_lines(runbook, reference, hang_floor_s)
+def floor_text(runbook: Outcome, reference: Outcome, watch) -> str:
+    """The floor as a table (each line measured or a setting) and what it means for the 2.0x goal, with
+    and without the hang line."""
+    from benchmarks.bench_math import floor_ratios
+
+    lines = floor_lines(runbook, reference, watch)
     if not lines or not reference.wall_s:
         return ""
-    floor = sum(s for _what, s in lines)
+    r = floor_ratios(reference.wall_s, lines)
+    floor = r["floor_s"]
     restarts = [i["restart_s"] for i in runbook.timeline.get("incidents", [])[1:] if i["restart_s"]]
-    rows_ = [[what, f"{s:.1f}"] for what, s in lines]
-    rows_.append([f"**floor beyond the reference ({reference.wall_s:.1f} s)**", f"**{floor:.1f}**"])
-    ratio = (reference.wall_s + floor) / reference.wall_s
+    rows_ = [[what, f"{s:.1f}", source] for what, s, source in lines]
+    rows_.append([f"**floor beyond the reference ({reference.wall_s:.1f} s)**", f"**{floor:.1f}**",
+                  "sum; without the hang line " + f"{r['floor_without_hang_s']:.1f} s"])
     with_restarts = (reference.wall_s + floor + sum(restarts)) / reference.wall_s
-    return (common.table([f"what no supervisor avoids on this schedule ({runbook.name}'s figures)", "s"], rows_, right={1})
+    return (common.table([f"what no supervisor avoids on this schedule ({runbook.name}'s figures)", "s", "measured or set"],
+                         rows_, right={1})
             + f"\n\nA supervisor with no start-up, no actions and no relaunch cost would still need {reference.wall_s + floor:.1f} s"
-            f" = **{ratio:.2f}x** the reference; with this run's {len(restarts)} relaunches after the faults injected mid-run ({sum(restarts):.1f} s, relaunch ->"
-            f" first new progress) {with_restarts:.2f}x. A ratio of 2.0x needs an undisturbed run of at least"
-            f" {floor:.1f} s{'' if not restarts else f' ({floor + sum(restarts):.1f} s with these relaunches)'}"
+            f" = **{r['ratio']:.2f}x** the reference; without the hang line {r['ratio_without_hang']:.2f}x"
+            f" ({reference.wall_s + r['floor_without_hang_s']:.1f} s); with this run's {len(restarts)} relaunches after the"
+            f" faults injected mid-run ({sum(restarts):.1f} s, relaunch -> first new progress) {with_restarts:.2f}x. A ratio of"
+            f" 2.0x needs an undisturbed run of at least {floor:.1f} s{'' if not restarts else f' ({floor + sum(restarts):.1f} s with these relaunches)'}"
             f" for this schedule; this one took {reference.wall_s:.1f} s.")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from benchmarks.alternating_blocks import Block, merge, paired_rates, steps_at
@@ -80,21 +82,99 @@ def test_chaos_accounting_lines_sum_to_runbooks_extra_wall_time():
     assert accounting_lines(Outcome("x", timeline={}), reference) == []
 
 
+WATCH = SimpleNamespace(hang_timeout_s=120.0, hang_floor_s=5.0, hang_safety_factor=5.0)
+
+
 def test_the_chaos_floor_counts_only_what_no_supervisor_avoids_and_says_what_2x_needs():
     from benchmarks.chaos_report import Outcome, floor_lines, floor_text
 
     reference = Outcome("(a)", completed=True, wall_s=8.0, steps=12,
-                        timeline={"started": 0.0, "first_progress": 3.0, "iter_s": 1.2})
+                        timeline={"started": 0.0, "first_progress": 3.0, "iter_s": 1.2, "longest_gap_s": 1.4})
     incidents = [{"playbook": "oom", "detected_at": 5.5, "runbook_s": 0.1, "restart_s": 3.0, "steps_lost": 0},
                  {"playbook": "preemption", "detected_at": 9.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0},
-                 {"playbook": "hang", "detected_at": 16.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0},
+                 {"playbook": "hang", "detected_at": 16.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 0,
+                  "hang_timeout_s": 7.2},
                  {"playbook": "corrupt-checkpoint", "detected_at": 20.0, "runbook_s": 0.1, "restart_s": 1.0, "steps_lost": 4}]
     details = [{"playbook": i["playbook"], "steps_lost": i["steps_lost"], "after_injection_s": a}
                for i, a in zip(incidents, [None, 0.4, 5.0, 0.1])]
     runbook = Outcome("(b')", completed=True, wall_s=30.0, details=details,
                       timeline={"started": 0.0, "launches": [2.0, 5.6, 9.1, 16.1, 20.1], "incidents": incidents})
-    lines = floor_lines(runbook, reference, hang_floor_s=5.0)
-    assert [round(s, 2) for _what, s in lines] == [3.5, 5.0, 0.4, 0.4]   # OOM launch, hang, notice save, 4 x 0.1 s
-    text = floor_text(runbook, reference, hang_floor_s=5.0)
-    assert "**2.16x**" in text and "3 relaunches" in text and "at least 9.3 s (12.3 s with these relaunches)" in text
-    assert floor_lines(Outcome("x", completed=False), reference, 5.0) == []
+    lines = floor_lines(runbook, reference, WATCH)
+    # OOM launch, the hang timeout derived as the watcher does (5 x the reference's 1.4 s gap), notice save, 4 x 0.1 s
+    assert [round(s, 2) for _what, s, _source in lines] == [3.5, 7.0, 0.4, 0.4]
+    sources = [source for _what, _s, source in lines]
+    assert all(s.startswith(("measured", "derived", "setting")) for s in sources), sources
+    assert "longest progress gap 1.40 s" in sources[1] and "watcher used 7.2 s" in sources[1]
+    text = floor_text(runbook, reference, WATCH)
+    # (8 + 11.3) / 8 with the hang line, (8 + 4.3) / 8 without it
+    assert "**2.41x**" in text and "without the hang line 1.54x" in text
+    assert "3 relaunches" in text and "at least 11.3 s (14.3 s with these relaunches)" in text
+    assert floor_lines(Outcome("x", completed=False), reference, WATCH) == []
+
+
+def test_the_floors_hang_line_falls_back_to_the_floor_setting_when_no_gap_was_measured():
+    from benchmarks.chaos_report import Outcome, floor_lines
+
+    reference = Outcome("(a)", completed=True, wall_s=8.0, steps=12, timeline={"iter_s": 1.2})
+    runbook = Outcome("(b)", completed=True, wall_s=30.0, timeline={
+        "launches": [0.0], "incidents": [{"playbook": "hang", "detected_at": 9.0, "steps_lost": 0, "restart_s": 1.0}]})
+    what, seconds, source = floor_lines(runbook, reference, WATCH)[0]
+    assert seconds == 5.0 and source == "setting: hang_floor_s = 5 s (no progress gap measured)"
+
+
+def test_the_derived_hang_timeout_is_the_watchers_own_function():
+    from benchmarks.bench_math import derived_hang_timeout, longest_gap
+
+    assert derived_hang_timeout(0.3, WATCH) == 5.0      # 1.5 s, below the floor
+    assert derived_hang_timeout(2.0, WATCH) == 10.0     # 5 x the gap
+    assert derived_hang_timeout(60.0, WATCH) == 120.0   # the ceiling
+    assert derived_hang_timeout(None, WATCH) == 120.0   # no progress yet: the ceiling, as the watcher does
+    assert longest_gap([3.0, 1.0, 1.5, 4.2]) == pytest.approx(1.5) and longest_gap([1.0]) is None
+
+
+def test_floor_ratios_with_and_without_the_hang_line():
+    from benchmarks.bench_math import floor_ratios
+
+    lines = [("the OOM launch", 2.0, "measured"), ("the hang timeout (5.0 s), 1 hang(s)", 5.0, "setting"),
+             ("4 steps", 1.0, "measured")]
+    r = floor_ratios(10.0, lines)
+    assert (r["floor_s"], r["floor_without_hang_s"]) == (8.0, 3.0)
+    assert r["ratio"] == pytest.approx(1.8) and r["ratio_without_hang"] == pytest.approx(1.3)
+    assert floor_ratios(0.0, lines)["ratio"] is None
+
+
+def test_median_and_worst_of_repeated_samples():
+    from benchmarks.bench_math import summarize
+
+    s = summarize([3.0, 1.0, None, 2.0, 10.0])
+    assert (s.n, s.of, s.median, s.worst) == (4, 5, 2.5, 10.0)
+    assert s.text() == "2.50 / 10.00 (4 of 5)"
+    assert summarize([1.0, 2.0, 3.0]).text(".1f") == "2.0 / 3.0 (3)"
+    assert summarize([None, None]).text() == "- (0 of 2)" and summarize([]).median is None
+
+
+def test_where_a_chaos_contender_stopped():
+    from benchmarks.bench_math import stop_point
+
+    schedule = ["SIGTERM", "SIGSTOP hang", "corrupt"]
+    assert stop_point(True, schedule, schedule, "completed", "applied") == (
+        "OOM at start, SIGTERM, SIGSTOP hang, corrupt", "- (completed)", "met every fault of the schedule it was given")
+    met, where, why = stop_point(False, schedule, ["SIGTERM", "SIGSTOP hang"], "hung: no progress", "does not apply")
+    assert (met, where, why) == ("SIGTERM, SIGSTOP hang", "SIGSTOP hang", "hung: no progress")
+    assert stop_point(False, schedule, [], "gave up", "applied")[1] == "OOM at start"
+    assert stop_point(False, schedule, [], "exit 2", "does not apply")[1] == "before the first fault (SIGTERM)"
+    assert stop_point(False, schedule, schedule, "gave up", None, last_failure="disk full")[1].startswith("the disk fault")
+
+
+def test_spurious_incidents_of_an_undisturbed_run():
+    from benchmarks.bench_math import spurious
+
+    slow = {"playbook": "slow-training", "diagnosis": {"cause": "contention"},
+            "actions": [{"verb": "diagnose_slowness"}, {"verb": "notify"}, {"verb": "wait_for"}]}
+    assert spurious(slow) == (False, "slow-training, diagnosis names an outside cause (contention), no relaunch")
+    assert spurious({**slow, "diagnosis": {"cause": "compute"}})[0] is True
+    assert spurious({**slow, "diagnosis": None})[0] is True
+    assert spurious({**slow, "actions": slow["actions"] + [{"verb": "resume"}]})[0] is True
+    assert spurious({**slow, "actions": slow["actions"] + [{"verb": "stop", "skipped": True}]})[0] is False
+    assert spurious({**slow, "resumed_step": 10})[0] is True
+    assert spurious({"playbook": "hang", "actions": []}) == (True, "hang in an undisturbed run")
