@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_capability
+
 SLURM_CONF_TEMPLATE = """\
 ClusterName=runbooktest
 SlurmctldHost={host}
@@ -102,20 +104,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ensure_installed() -> None:
-    if shutil.which("sbatch") and shutil.which("slurmctld") and shutil.which("munged"):
+def _ensure_installed(programs=("sbatch", "slurmctld", "munged"), packages=("slurm-wlm", "munge")) -> None:
+    if all(shutil.which(program) for program in programs):
         return
     if os.geteuid() != 0:
-        pytest.skip("SLURM is not installed and installing Debian's slurm-wlm needs root (CI runs as root)")
+        require_capability("SLURM is not installed and installing Debian's slurm-wlm needs root (CI runs as root)")
     if not shutil.which("apt-get"):
-        pytest.skip("SLURM is not installed and this machine has no apt-get to install Debian's slurm-wlm")
+        require_capability("SLURM is not installed and this machine has no apt-get to install Debian's slurm-wlm")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-qq", "slurm-wlm", "munge"]
+    install = ["apt-get", "install", "-y", "-qq", *packages]
     if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
         subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
         done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            pytest.skip(f"could not install Debian's slurm-wlm and munge: {done.stderr.strip()[-300:]}")
+            require_capability(f"could not install Debian's {', '.join(packages)}: {done.stderr.strip()[-300:]}")
 
 
 def _ensure_munge() -> bool:
@@ -126,14 +128,14 @@ def _ensure_munge() -> bool:
     shutil.chown("/run/munge", "munge", "munge")
     started = subprocess.run(["runuser", "-u", "munge", "--", "munged"], capture_output=True, text=True, timeout=30)
     if started.returncode != 0:
-        pytest.skip(f"munged (SLURM's authentication) did not start: {started.stderr.strip()}")
+        require_capability(f"munged (SLURM's authentication) did not start: {started.stderr.strip()}")
     return True
 
 
 def start_cluster(root: Path) -> SlurmCluster:
     _ensure_installed()
     if os.geteuid() != 0:
-        pytest.skip("slurmd must run as root to start jobs as their user (CI runs as root)")
+        require_capability("slurmd must run as root to start jobs as their user (CI runs as root)")
     started_munge = _ensure_munge()
     for folder in ("state", "spool"):
         (root / folder).mkdir(parents=True, exist_ok=True)
