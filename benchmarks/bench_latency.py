@@ -1,8 +1,9 @@
 """Detection and recovery latency per fault class, on real tiny litgpt runs under `runbook watch`.
 
-    python benchmarks/bench_latency.py                 # each class once; prints the table
+    python benchmarks/bench_latency.py                 # each class 5 times; prints median and worst per class
     python benchmarks/bench_latency.py --write         # the same, and writes its section of docs/benchmarks.md
-    python benchmarks/bench_latency.py --repeats 3     # more samples per class
+    python benchmarks/bench_latency.py --repeats 9     # more samples per class
+    python benchmarks/bench_latency.py --classes sigkill hang   # some classes only
     python benchmarks/bench_latency.py --quick         # the preemptions, SIGKILL and hang only
     python benchmarks/bench_latency.py --smoke         # the test suite's: sigkill only, once; <root>/results.json
 
@@ -24,7 +25,14 @@ Times, all from the same clock (time.time()):
   injected   when the fault was injected (the SIGSTOP for a hang)
   detected   the incident's detected_at (the time of the observation that matched)
   relaunched the incident's closed_at (runbook's own share ends: detected -> relaunched = runbook_seconds)
-  progress   the incident's first_progress_at (the first new progress line runbook read after the relaunch)
+  progress   the incident's first_progress_at: the first new progress line runbook read after the relaunch.
+             A progress line is litgpt's per-iteration log line (one micro-batch: `iter N step M`), so
+             "progress" here is the first iteration after the resume, NOT the first optimizer step (with 4
+             micro-batches per step that comes 3 iterations later; benchmarks/bench_relaunch.py times
+             relaunch -> the first optimizer step).
+
+Every figure is reported over the samples (--repeats, default 5) as median / worst (the largest), with the
+number of samples that had it; results.json keeps every sample.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
+from benchmarks.bench_math import summarize  # noqa: E402
 from engine.watch import faults  # noqa: E402
 from engine.core.merge import deep_merge  # noqa: E402
 from engine.trainers import adapter_for  # noqa: E402
@@ -185,6 +194,40 @@ def notice_goals(results: list[dict]) -> str:
     return "; ".join(parts) + "."
 
 
+SUMMARY_HEADER = (
+    "Median / worst (samples) per fault class. \"progress\" in this table is the **first progress line** runbook "
+    "read after the relaunch: litgpt's log line of one iteration (a micro-batch), not the first optimizer step "
+    "(benchmarks/bench_relaunch.py times that one). Worst is the largest value.")
+
+
+def summary_table(results: list[dict], classes: list[str]) -> str:
+    """One line per fault class: each figure's median / worst over its samples (bench_math.summarize)."""
+    rows = []
+    for name in classes:
+        rs = [r for r in results if r["class"] == name]
+        if not rs:
+            continue
+        firsts = sorted({f"{r.get('playbook', '-')} ({r.get('outcome', '-')})" for r in rs})
+        extra = sum(max(0, len(r["incidents"]) - 1) for r in rs)
+        own = [r["runbook_s"] - r["verify_s"] if r.get("runbook_s") is not None else None for r in rs]
+        watch_bad = sum(1 for r in rs if r["watch_exit"] != 0)
+        rows.append([name, str(len(rs)), ", ".join(firsts),
+                     summarize(r.get("exit_to_detected") for r in rs).text(".3f"),
+                     summarize(r.get("injected_to_detected") for r in rs).text(".2f"),
+                     summarize(r.get("hang_timeout") for r in rs).text(".1f") if name.endswith("hang") else "-",
+                     summarize(r.get("runbook_s") for r in rs).text(".3f"),
+                     summarize(own).text(".3f"),
+                     summarize(r.get("restart_s") for r in rs).text(".2f"),
+                     summarize(r.get("to_progress") for r in rs).text(".2f"),
+                     summarize(r.get("steps_lost") for r in rs).text("g"),
+                     str(extra), f"{len(rs) - watch_bad}/{len(rs)}"])
+    headers = ["fault", "samples", "first incident: playbook (outcome)", "exit -> detected s", "injected -> detected s",
+               "hang timeout s", "runbook s (detected -> relaunched)", "runbook s without verify_checkpoints",
+               "trainer restart s (relaunch -> first progress line)", "fault -> first progress line s", "steps lost",
+               "further incidents (all samples)", "watch exit 0"]
+    return common.table(headers, rows, right=set(range(1, 13)) - {2})
+
+
 def fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -192,7 +235,7 @@ def fmt(x, spec=".2f") -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the three preemptions, sigkill, hang")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5, help="samples per class (default 5; --smoke 1)")
     parser.add_argument("--classes", nargs="*", default=None, choices=list(CLASSES))
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-latency"))
@@ -224,16 +267,17 @@ def main() -> int:
                      str(r["watch_exit"]), r["load"]])
     headers = ["fault", "playbook (outcome)", "exit -> detected s", "injected -> detected s", "runbook s (detected -> relaunched)",
                "of which verify_checkpoints s", "of which resume s", "runbook s without verify_checkpoints",
-               "trainer restart s (relaunch -> progress)", "fault -> first new progress s", "steps lost", "trainer exit",
+               "trainer restart s (relaunch -> first progress line)", "fault -> first progress line s", "steps lost", "trainer exit",
                "all incidents of the run",
                "watch exit", "load avg after"]
     text = common.table(headers, rows, right=set(range(2, 10)))
+    summary = summary_table(results, classes)
     crash = [r["exit_to_detected"] for r in results if r.get("exit_to_detected") is not None]
     own = [r["runbook_s"] - r["verify_s"] for r in results if r.get("runbook_s") is not None and r.get("outcome") == "recovered"]
     goal1 = f"crash-class faults detected within 0.5 s of the exit: worst {max(crash):.3f} s, " + ("met" if max(crash) <= 0.5 else "**missed**") if crash else "no crash-class sample"
     goal2 = f"runbook's own share of a recovery under 1 s (verify_checkpoints excluded): worst {max(own):.3f} s, " + ("met" if max(own) < 1 else "**missed**") if own else "no recovered sample"
     goal3 = notice_goals(results)
-    print("\n" + text + "\n\nGoals: " + goal1 + "; " + goal2 + ".\n" + goal3)
+    print("\nEvery sample:\n\n" + text + "\n\n" + SUMMARY_HEADER + "\n\n" + summary + "\n\nGoals: " + goal1 + "; " + goal2 + ".\n" + goal3)
     args.root.mkdir(parents=True, exist_ok=True)
     (args.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
     if not common.should_write(args):
@@ -243,7 +287,7 @@ def main() -> int:
         f" A SIGKILL with no message in the log was answered by the `{killed['playbook']}` playbook ({killed['outcome']}"
         f", watch exit {killed['watch_exit']}).")
     body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode, {args.repeats} run(s) per
-fault class, {elapsed / 60:.1f} min in all).
+fault class, {len(classes)} class(es), {elapsed / 60:.1f} min in all).
 
 Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: the trainer restart times
 (litgpt start-up: imports, data loader, model) stretch with the load; runbook's own figures much less.
@@ -270,7 +314,9 @@ save, so the steps the no-notice line loses are few here; on a real run a preemp
 save interval (half of it lost on average). steps lost = the incident's `steps_lost` (step at the failure -
 step resumed).
 
-{text}
+{SUMMARY_HEADER}
+
+{summary}
 
 Goals (issue 7): {goal1}; {goal2}.
 Goals (issue 14): {goal3}"""

@@ -201,7 +201,11 @@ def floor_lines(runbook: Outcome, reference: Outcome, watch) -> list[tuple[str, 
                     f"ceiling {watch.hang_timeout_s:g} s")
         if gap is not None:
             timeout = derived_hang_timeout(gap, watch)
+            raw = watch.hang_safety_factor * gap
+            binds = ("the floor setting binds" if raw < watch.hang_floor_s else
+                     "the ceiling setting binds" if raw > watch.hang_timeout_s else "the measured gap binds")
             source = (f"derived: Observer.hang_timeout of the reference's measured longest progress gap {gap:.2f} s "
+                      f"= min(ceiling, max(floor, {watch.hang_safety_factor:g} x {gap:.2f} = {raw:.2f} s)), {binds} "
                       f"({settings})")
         else:
             timeout = watch.hang_floor_s

@@ -138,6 +138,7 @@ def test_latency_smoke(untouched_repo, tmp_path):
     # exit_to_detected may be "-" on a loaded machine: the benchmark's pidfd thread can stamp the exit after
     # the watcher's detected_at; that is a figure, not an outcome
     assert "| sigkill |" in done.stdout and "Goals: crash-class faults detected" in done.stdout
+    assert "Median / worst (samples) per fault class" in done.stdout and "first progress line" in done.stdout
 
 
 @TRAINING_SMOKE
@@ -147,7 +148,8 @@ def test_relaunch_and_spare_contention_smoke(untouched_repo, tmp_path):
     samples = json.loads((tmp_path / "relaunch" / "results.json").read_text())
     assert len(samples["cold"]) == len(samples["warm"]) == 1
     assert all("first optimizer step done" in s for s in samples["cold"] + samples["warm"])
-    assert "relaunch -> first new optimizer step: cold" in done.stdout
+    assert "relaunch -> first new optimizer step (progress = the first optimizer step done" in done.stdout
+    assert "cold median" in done.stdout and "worst" in done.stdout
     run_benchmark("bench_spare_contention.py", tmp_path / "relaunch")
     contention = json.loads((tmp_path / "relaunch" / "results.json").read_text())
     assert set(contention) == {"alone", "beside a spare's imports at nice +10", "beside a spare's imports at nice 0"}
@@ -173,3 +175,17 @@ def test_log_flood_smoke(untouched_repo, tmp_path):
     assert results["alive"], results
     assert [p["phase"].split(":")[0] for p in results["phases"]] == ["quiet (training only)", "flood", "huge line"]
     assert all(p["caught_up_s"] is not None for p in results["phases"]), results["phases"]
+
+
+@TRAINING_SMOKE
+def test_false_alarms_smoke(untouched_repo, tmp_path):
+    """One undisturbed run beside the busy loops: it completes, each incident is classified, the busy loops
+    are gone afterwards."""
+    done = run_benchmark("bench_false_alarms.py", tmp_path / "false-alarms")
+    results = json.loads((tmp_path / "false-alarms" / "results.json").read_text())
+    [run] = results["runs"]
+    assert run["completed"] and run["watch_exit"] == 0, run
+    assert run["spurious"] == sum(i["spurious"] for i in run["incidents"]), run
+    assert all(i["why"] for i in run["incidents"]), run["incidents"]
+    assert results["busy"] >= 1 and "busy loop" in results["contention"], results
+    assert "spurious incidents:" in done.stdout and "| run | wall s | completed |" in done.stdout
