@@ -464,9 +464,11 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
                     hung = 1
                     common.stop(proc)
                     break
-                os.kill(int((loaded.run_dir / "trainer.pid").read_text()), signal.SIGKILL)  # the on-call human
-                out.human_actions += 1
-                hung += 1
+                pid = int((loaded.run_dir / "trainer.pid").read_text())
+                if process_stopped(pid):   # the on-call human kills a trainer that is stopped, not one starting up
+                    os.kill(pid, signal.SIGKILL)
+                    out.human_actions += 1
+                    hung += 1
                 last_change = time.monotonic()
         out.wall_s = time.time() - started
         injector.join(timeout=5)
@@ -495,6 +497,14 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
             keep_disk_evidence(loaded.out_dir, root)
             common.unmount(loaded.out_dir)
     return out
+
+
+def process_stopped(pid: int) -> bool:
+    """The process is stopped (state T: SIGSTOP), as `ps` shows an on-call human."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def last_error(log: Path) -> str:
