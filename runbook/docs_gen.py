@@ -57,7 +57,8 @@ STATE_NOTES = {
     "startup_timeout_s": "`watch.startup_timeout_s`: the longest a launch may take to its first progress line",
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",
     "trainer.ranks.ranks": "each rank: rank, node, pid, alive, stopped, exit_code, signal, step, iter_num, phase, "
-                           "seconds_since_heartbeat, work_seconds",
+                           "seconds_since_heartbeat, work_seconds, host, seconds_since_record (a rank on another "
+                           "host: age of its host's record, the only word of it the watcher has)",
     "trainer.ranks.exited": "ranks whose process is gone",
     "trainer.ranks.failed": "ranks that ended with a non-zero code or a signal",
     "trainer.ranks.first_failed": "the rank that failed first (the others followed it)",
@@ -67,8 +68,10 @@ STATE_NOTES = {
     "trainer.ranks.straggler": "a rank whose own work per micro-batch is over 1.5 x the other ranks' median and 50 ms over it",
     "trainer.ranks.straggler_ratio": "that rank's work time / the other ranks' median",
     "trainer.ranks.nodes": "with several nodes (docs/nodes.md), each node's launcher agent: node, pid, alive, exit_code, "
-                           "signal, requested (ended by runbook), notice (a signal it got from outside), ranks",
-    "trainer.ranks.dead_nodes": "nodes whose agent was killed by a fault signal (SIGKILL, ...), not by runbook",
+                           "signal, requested (ended by runbook), notice (a signal it got from outside), ranks, host, "
+                           "lost (another host whose records stopped), seconds_since_record",
+    "trainer.ranks.dead_nodes": "nodes whose agent was killed by a fault signal (SIGKILL, ...), not by runbook, or whose "
+                                "host was lost (its records not renewed for 4 s)",
     "trainer.ranks.noticed_nodes": "nodes whose agent was told to stop from outside (SIGTERM to that node's launcher)",
     "metrics.step": "optimizer steps",
     "metrics.iter_num": "micro-batches",

@@ -47,6 +47,8 @@ class RankStatus(Frozen):
     phase: str | None = None            # "work" (data + forward) or "sync" (backward with the gradient all-reduce)
     seconds_since_heartbeat: float | None = None
     work_seconds: float | None = None   # median of the rank's own work per micro-batch (no collective wait)
+    host: str | None = None             # across hosts: the host it runs on (its heartbeat's)
+    seconds_since_record: float | None = None   # a rank on another host: age of its host's record (host_records.py)
 
 
 class NodeStatus(Frozen):
@@ -60,6 +62,9 @@ class NodeStatus(Frozen):
     requested: bool = False             # ended by runbook's own stop, not by a fault
     notice: str | None = None           # a signal its agent said it got from outside ("SIGTERM": that node preempted)
     ranks: list[int] = Field(default_factory=list)
+    host: str | None = None             # the host the agent runs on
+    lost: bool = False                  # another host whose records stopped being renewed: the host is gone
+    seconds_since_record: float | None = None   # another host: age of its newest record
 
 
 class RanksStatus(Frozen):
