@@ -138,12 +138,15 @@ def previous_ending(rows: list[dict[str, str]], started: str | None) -> str | No
 
 
 def job_script(*, project_dir: Path, config_path: Path, runbook: str, output: Path, settings: SlurmSettings,
-               job_name: str) -> str:
+               job_name: str, nodes: int = 1) -> str:
     """PURE. The batch script: its only step is `runbook watch`, exec'd so that the batch shell IS the
-    watcher (the B: signal ahead of the time limit and `scancel -b` reach it, with no shell in between)."""
+    watcher (the B: signal ahead of the time limit and `scancel -b` reach it, with no shell in between).
+    nodes > 1 (trainer.num_nodes): that many hosts, one task each; the watcher runs on the first and starts
+    one torchrun agent per host through `srun` (engine/trainers/litgpt/nodes.py)."""
+    tasks = [f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1"] if nodes > 1 else ["#SBATCH --ntasks=1"]
     lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}", "#SBATCH --requeue",
              f"#SBATCH --signal=B:TERM@{settings.signal_lead_s}", "#SBATCH --open-mode=append",
-             f"#SBATCH --output={output}", "#SBATCH --ntasks=1"]
+             f"#SBATCH --output={output}", *tasks]
     if settings.partition:
         lines.append(f"#SBATCH --partition={settings.partition}")
     if settings.time:

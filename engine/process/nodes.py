@@ -96,17 +96,26 @@ def signal_of(code: int | None) -> str | None:
 
 
 def nodes_status(starts: dict[int, NodeStart], exits: dict[int, NodeExit], alive: dict[int, bool],
-                 rank_nodes: dict[int, int | None]) -> tuple[list[NodeStatus], list[int]]:
-    """PURE. Every node and the dead ones. alive: node -> agent_alive(); rank_nodes: rank -> its node."""
+                 rank_nodes: dict[int, int | None], lost: dict[int, str] | None = None,
+                 record_ages: dict[int, float] | None = None) -> tuple[list[NodeStatus], list[int]]:
+    """PURE. Every node and the dead ones. alive: node -> agent_alive() (another host's: its records are
+    fresh); rank_nodes: rank -> its node; lost: node -> host of another host whose records stopped
+    (engine/process/host_records.lost_hosts), dead whatever its agent's last word; record_ages: node ->
+    age of its host's newest record."""
+    lost, record_ages = lost or {}, record_ages or {}
     nodes, dead = [], []
-    for node in sorted(set(starts) | set(exits)):
+    for node in sorted(set(starts) | set(exits) | set(lost)):
         start, end = starts.get(node), exits.get(node)
         code = end.exit_code if end else None
         status = NodeStatus(
-            node=node, pid=start.pid if start else end.pid, alive=end is None and alive.get(node, False),
+            node=node, pid=start.pid if start else end.pid if end else None,
+            alive=end is None and alive.get(node, False) and node not in lost,
             exit_code=code, signal=signal_of(code), requested=bool(end and end.requested), notice=end.notice if end else None,
-            ranks=sorted(r for r, n in rank_nodes.items() if n == node))
+            ranks=sorted(r for r, n in rank_nodes.items() if n == node),
+            host=(start.host if start and start.host else lost.get(node)), lost=node in lost and not (end and end.requested),
+            seconds_since_record=record_ages.get(node))
         nodes.append(status)
-        if end is not None and not end.requested and status.signal is not None and status.signal not in STOP_REQUESTS:
+        if status.lost or (end is not None and not end.requested and status.signal is not None
+                           and status.signal not in STOP_REQUESTS):
             dead.append(node)
     return nodes, dead

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.observe.diagnosis import RankSample, straggler
 from engine.core.state import NodeStatus, RanksStatus, RankStatus
+from engine.process.host_records import is_remote, lost_hosts, read_host_records, record_ages, remote_state
 from engine.process.nodes import agent_alive, nodes_status, read_nodes
 from engine.process.record_pairs import read_record_pairs
 
@@ -44,6 +46,7 @@ class RankHeartbeat(BaseModel):
     phase: str = "work"
     time: float                         # when this heartbeat was written
     work_seconds: float | None = None   # median of its own work per micro-batch, recent ones
+    host: str = ""                      # the host it runs on (its hostname): another host's pid means nothing here
 
 
 class RankExit(BaseModel):
@@ -100,7 +103,8 @@ def _signal_name(code: int | None) -> str | None:
 
 def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], states: dict[int, str | None],
                  now: float, rank0_exit: tuple[int, float] | None = None,
-                 nodes: tuple[list[NodeStatus], list[int]] = ([], [])) -> RanksStatus:
+                 nodes: tuple[list[NodeStatus], list[int]] = ([], []),
+                 record_ages: dict[int, float] | None = None) -> RanksStatus:
     """PURE. The snapshot's view of the ranks: states maps rank -> process_state(); rank0_exit is the
     trainer process's own (exit code, ended) when its launcher recorded it; nodes is
     engine/process/nodes.nodes_status() with several nodes (every node and the dead ones)."""
@@ -126,7 +130,8 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
             step=beat.step if beat else None, iter_num=beat.iter_num if beat else None,
             phase=beat.phase if beat else None,
             seconds_since_heartbeat=round(now - beat.time, 3) if beat else None,
-            work_seconds=beat.work_seconds if beat else None))
+            work_seconds=beat.work_seconds if beat else None, host=(beat.host or None) if beat else None,
+            seconds_since_record=(record_ages or {}).get(rank)))
     failed = [r for r in ranks if r.exit_code not in (None, 0)]
     first = min(failed, key=lambda r: (r.ended_at is None, r.ended_at or 0.0, r.rank)) if failed else None
     stopped = [r.rank for r in ranks if r.stopped]
@@ -169,12 +174,26 @@ class RankWatch:
         self.folder = folder
 
     def status(self, rank0_exit: tuple[int, float] | None = None) -> RanksStatus:
+        """Ranks and agents of this host by their processes; those of another host (issue 28) only by the
+        records its agent wrapper renews on the shared filesystem (engine/process/host_records.py)."""
         beats, exits = read_folder(self.folder)
-        states = {rank: process_state(beat) for rank, beat in beats.items()}
+        records = read_host_records(self.folder)
+        host, now = socket.gethostname(), time.time()
+        states = {rank: (remote_state(records.get(rank), now, fallback=beat.time) if is_remote(beat.host, host)
+                         else process_state(beat)) for rank, beat in beats.items()}
         starts, ends = read_nodes(self.folder)
-        nodes = nodes_status(starts, ends, {n: agent_alive(s) for n, s in starts.items()},
-                             {rank: beat.node for rank, beat in beats.items()}) if starts or ends else ([], [])
-        return ranks_status(beats, exits, states, time.time(), rank0_exit, nodes)
+        if not (starts or ends):
+            return ranks_status(beats, exits, states, now, rank0_exit)
+        lost = lost_hosts(records, host, now)
+        node_ages = {}
+        for record in records.values():
+            if is_remote(record.host, host):
+                age = round(now - record.time, 3)
+                node_ages[record.node] = min(age, node_ages.get(record.node, age))
+        alive = {n: (n not in lost if is_remote(s.host, host) else agent_alive(s)) for n, s in starts.items()}
+        nodes = nodes_status(starts, ends, alive, {rank: beat.node for rank, beat in beats.items()}, lost, node_ages)
+        remote_ages = {r: a for r, a in record_ages(records, now).items() if is_remote(records[r].host, host)}
+        return ranks_status(beats, exits, states, now, rank0_exit, nodes, remote_ages)
 
     def stop_leftovers(self, wait_s: float = 5.0) -> list[str]:
         """SIGKILL to every rank process of this launch still there once rank 0 is gone or being
@@ -182,11 +201,14 @@ class RankWatch:
         broken it has nothing left to save). Only processes whose pid and start time match a
         heartbeat: never someone else's."""
         beats, _ = read_folder(self.folder)
-        left = {rank: beat for rank, beat in beats.items() if process_state(beat) is not None}
+        host = socket.gethostname()   # another host's ranks are its agent wrapper's to kill (srun forwards the stop)
+        left = {rank: beat for rank, beat in beats.items()
+                if not is_remote(beat.host, host) and process_state(beat) is not None}
         for beat in left.values():
             _signal(beat.pid, signal.SIGKILL)
         # With several nodes, the launcher agents too (a killed node group leaves them waiting in a barrier).
-        agents = [start for start in read_nodes(self.folder)[0].values() if agent_alive(start)]
+        agents = [start for start in read_nodes(self.folder)[0].values()
+                  if not is_remote(start.host, host) and agent_alive(start)]
         for start in agents:
             _signal(start.pid, signal.SIGKILL)
         deadline = time.monotonic() + wait_s

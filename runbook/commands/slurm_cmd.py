@@ -86,7 +86,8 @@ def submit(
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     script_text = job_script(project_dir=loaded.project_dir, config_path=loaded.path, runbook=runbook_executable(),
                              output=folder / "job-%j.out", settings=settings,
-                             job_name=settings.job_name or f"runbook-{loaded.run_dir.name}")
+                             job_name=settings.job_name or f"runbook-{loaded.run_dir.name}",
+                             nodes=loaded.config.trainer.num_nodes)
     script = folder / "job.sbatch"
     argv = submit_argv(script, options)
     if dry_run:

@@ -33,6 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
+from engine.process.host_records import allocation, lost_hosts, lost_in_allocation, previous_launch_folder, read_host_records
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
 from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
 
@@ -53,6 +54,26 @@ def agent_argv(python: str, num_nodes: int, nproc_per_node: int, endpoint: str, 
     return [python, "-m", "torch.distributed.run", f"--nnodes={num_nodes}", f"--nproc-per-node={nproc_per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}", "--max-restarts=0",
             "--no-python", python, "-m", "engine.trainers.litgpt.ranks", "--record-exit", str(folder), "--", *command]
+
+
+SRUN_MODULE = "engine.trainers.litgpt.host_agent"
+
+
+def across_hosts(environ, num_nodes: int) -> bool:
+    """PURE. Inside a SLURM allocation of at least num_nodes hosts (num_nodes > 1): one agent per host,
+    started by `srun` (issue 28); elsewhere every agent runs on this host."""
+    nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
+    return num_nodes > 1 and bool(environ.get("SLURM_JOB_ID")) and nodes.isdigit() and int(nodes) >= num_nodes
+
+
+def srun_argv(python: str, num_nodes: int, nproc_per_node: int, endpoint: str, rdzv_id: str,
+              command: list[str]) -> list[str]:
+    """PURE. One `srun` step with one task per host, each the host's agent wrapper (host_agent.py), which
+    runs that host's torchrun agent and writes its ranks' records; a failed task does not kill the step's
+    other tasks (the watcher decides)."""
+    return ["srun", f"--nodes={num_nodes}", f"--ntasks={num_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+            "--export=ALL", python, "-m", SRUN_MODULE, "--nodes", str(num_nodes), "--nproc-per-node",
+            str(nproc_per_node), "--endpoint", endpoint, "--rdzv-id", rdzv_id, "--", *command]
 
 
 def group_exit_code(rank0_code: int | None, agent_codes: list[int]) -> int:
@@ -81,10 +102,14 @@ class NodeGroup:
         self.codes: dict[int, int] = {}
         self.killing = False
         self.forwarded = False   # a notice came through this group (the watcher's): no node was told alone
+        self.srun: subprocess.Popen | None = None   # across hosts: the one srun step of every host's agent
+        self.waiting_for_slurm = False
 
     def start(self) -> None:
         import psutil
 
+        if across_hosts(os.environ, self.num_nodes):
+            return self.start_srun()
         endpoint, rdzv_id = f"127.0.0.1:{free_port()}", uuid.uuid4().hex
         print(f"runbook: {self.num_nodes} nodes x {self.nproc} ranks, torchrun c10d rendezvous {rdzv_id} at {endpoint}", flush=True)
         for node in range(self.num_nodes):
@@ -103,8 +128,60 @@ class NodeGroup:
             write_record(start_path(self.folder, node), NodeStart(node=node, pid=agent.pid, started=started,
                                                                    host=socket.gethostname()))
 
+    def start_srun(self) -> None:
+        """Across hosts: the rendezvous on this host (the allocation's first, where the watcher runs). A host
+        lost in the launch before, in this same allocation, would fail this one's start: wait for SLURM to
+        call its node down and end the allocation (it requeues the job), saying so every few seconds."""
+        previous = previous_launch_folder(self.folder)
+        lost = lost_in_allocation(read_host_records(previous), socket.gethostname(), time.time(), allocation()) \
+            if previous else {}
+        if lost:
+            self.waiting_for_slurm = True
+            while True:
+                print(f"runbook: host(s) {', '.join(sorted(lost.values()))} of job {os.environ.get('SLURM_JOB_ID')} "
+                      "were lost in the previous launch: not starting on them; waiting for SLURM to end this "
+                      "allocation (node failure) and requeue the job", flush=True)
+                time.sleep(5)
+        endpoint, rdzv_id = f"{socket.gethostname()}:{free_port()}", uuid.uuid4().hex
+        print(f"runbook: {self.num_nodes} hosts x {self.nproc} ranks through srun (job {os.environ.get('SLURM_JOB_ID')}), "
+              f"torchrun c10d rendezvous {rdzv_id} at {endpoint}", flush=True)
+        self.srun = subprocess.Popen(srun_argv(sys.executable, self.num_nodes, self.nproc, endpoint, rdzv_id, self.command),
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def wait_srun(self) -> int:
+        """Until srun ends. A host none of whose records was renewed for STALE_S is lost: once this host's
+        ranks ended too, srun (which would wait for SLURM to call that node down) is killed. So is an srun
+        still there LINGER_S after every rank ended."""
+        ranks_done_at = lost_at = stop_at = None
+        killed = False
+        host = socket.gethostname()
+        while self.srun.poll() is None:
+            if self._every_rank_ended():
+                ranks_done_at = ranks_done_at or time.monotonic()
+            lost = lost_hosts(read_host_records(self.folder), host, time.time())
+            if lost and lost_at is None:
+                lost_at = time.monotonic()
+                print(f"runbook: host(s) {', '.join(sorted(lost.values()))} lost: no record renewed", flush=True)
+            if self.killing and stop_at is None:
+                stop_at = time.monotonic()
+            due = [t for t in (ranks_done_at, lost_at, stop_at) if t is not None]
+            if due and time.monotonic() - min(due) > LINGER_S and not killed:
+                killed = self.killing = True
+                _send(self.srun.pid, signal.SIGKILL)
+            time.sleep(0.1)
+        _, exits = read_folder(self.folder)
+        code = self.srun.returncode
+        return group_exit_code(exits[0].exit_code if 0 in exits else None, [code] if code is not None else [])
+
     def handle(self, signum, _frame) -> None:
         sig = signal.Signals(signum)
+        if self.waiting_for_slurm:   # nothing started, nothing to save
+            os._exit(128 + sig.value)
+        if self.srun is not None:   # srun forwards signals to every host's agent wrapper (SIGINT would only make it print)
+            if sig == signal.SIGUSR2:
+                self.killing = True
+            _send(self.srun.pid, signal.SIGTERM if sig == signal.SIGINT else sig)
+            return
         if sig == signal.SIGUSR2:
             self.kill_all()
         elif sig in FORWARDED:
@@ -129,6 +206,8 @@ class NodeGroup:
                 _send(beat.pid, signal.SIGKILL)
 
     def wait(self) -> int:
+        if self.srun is not None:
+            return self.wait_srun()
         ranks_done_at = None
         while len(self.codes) < len(self.agents):
             for node, agent in self.agents.items():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -104,6 +105,7 @@ class Heartbeat:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.node = int(os.environ[NODE_ENV]) if os.environ.get(NODE_ENV, "").isdigit() else None
         self.started = _create_time()
+        self.host = socket.gethostname()
         self.work = deque(maxlen=WORK_WINDOW)
         self.work_started: float | None = None
         self.synced_at: float | None = None     # when this rank's last gradient bucket was ready
@@ -114,7 +116,7 @@ class Heartbeat:
             write_record(heartbeat_path(self.folder, self.rank), RankHeartbeat(
                 rank=self.rank, world_size=self.world_size, node=self.node, pid=os.getpid(), started=self.started,
                 step=state.get("step_count"), iter_num=state.get("iter_num"), phase=phase, time=time.time(),
-                work_seconds=round(statistics.median(self.work), 4) if self.work else None))
+                work_seconds=round(statistics.median(self.work), 4) if self.work else None, host=self.host))
         except OSError:
             pass   # a full disk must not stop training; the watcher then sees an old heartbeat
 
