@@ -211,6 +211,31 @@ def vm_peak_mb(pid: int) -> float | None:
     return None
 
 
+class ProgressStamps(threading.Thread):
+    """When each progress line of a run's trainer logs appeared (the newest logs polled every 50 ms, as the
+    watcher stamps a line when it reads it): per log, so a gap never spans a relaunch (the watcher's tracker
+    measures gaps within a launch)."""
+
+    def __init__(self, run_dir: Path, proc: subprocess.Popen):
+        super().__init__(daemon=True)
+        self.run_dir, self.proc = run_dir, proc
+        self.stamps: dict[str, list[float]] = {}
+
+    def run(self) -> None:
+        while self.proc.poll() is None:
+            logs = trainer_logs(self.run_dir)
+            for log in logs[-2:]:   # the newest, and the one before it (its last lines may have come late)
+                seen = self.stamps.setdefault(log.name, [])
+                count = len(common.PROGRESS.findall(common.read_log(log)))
+                if count > len(seen):
+                    seen.extend([time.time()] * (count - len(seen)))
+            time.sleep(0.05)
+
+    def longest_gap_before(self, until: float | None) -> float | None:
+        gaps = [longest_gap([t for t in times if until is None or t <= until]) for times in self.stamps.values()]
+        return max((g for g in gaps if g is not None), default=None)
+
+
 class PeakWatch(threading.Thread):
     """The largest VmPeak of a process and of each of its descendants (the limit is per process),
     polled every 20 ms until it exits."""
@@ -319,6 +344,8 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         proc = common.start_watch(config, root / "watch.log")
         injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
         injector.start()
+        stamps = ProgressStamps(loaded.run_dir, proc)
+        stamps.start()
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -332,6 +359,9 @@ def run_runbook(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeo
         records = common.incidents(loaded.run_dir)
         out.timeline = runbook_timeline(loaded.run_dir, started, records, injector.injected)
         out.injected = [label for label, _at in injector.injected]
+        stamps.join(timeout=2)
+        hang_at = next((at for label, at in injector.injected if "SIGSTOP" in label), None)
+        out.timeline["longest_gap_s"] = stamps.longest_gap_before(hang_at)   # what the watcher had seen at the hang
         answered = answering_incidents(records, injector.injected)
         for record in records:
             out.incidents.append(f"{record['playbook']} ({record['outcome']})")
@@ -484,7 +514,7 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
             out.steps_lost.append(None)
         if not out.note:
             out.note = "completed" if out.completed else f"gave up: restart cap {cap} reached" if code == 1 else f"exit {code}"
-        if out.incidents:
+        if out.incidents and not (hung and not assisted):   # a hung trainer's log ends with no failure in it
             out.note += f"; last failure: {last_error(logs[-1])}" if not out.completed else ""
         if disk_skip and use_tmpfs:
             out.note += f"; disk fault skipped: {disk_skip}"

@@ -59,9 +59,8 @@ def stops_table(outcomes: list[Outcome], schedule: list[str]) -> str:
     rows_ = []
     for o in outcomes:
         met, where, why = stop_point(o.completed, schedule, o.injected, o.note, o.oom, o.last_failure)
-        oom = "" if o.oom in (None, "applied") else f" OOM at start: {o.oom}."
-        rows_.append([o.name, met, where, why + oom])
-    return common.table(["contender", "faults met", "stopped at", "what happened"], rows_, right=set())
+        rows_.append([o.name, o.oom or "-", met, where, why])
+    return common.table(["contender", "OOM at start", "faults met", "stopped at", "what happened"], rows_, right=set())
 
 
 def details_table(outcome: Outcome) -> str:
@@ -196,7 +195,8 @@ def floor_lines(runbook: Outcome, reference: Outcome, watch) -> list[tuple[str, 
         lines.append(("the OOM launch: the trainer's own time from its launch to the OOM (and its detection)",
                       incidents[0]["detected_at"] - rb["launches"][0], "measured: launch -> the oom incident's detected_at"))
     if hangs := sum(1 for i in incidents if i["playbook"] == "hang"):
-        gap = reference.timeline.get("longest_gap_s")
+        own, ref = rb.get("longest_gap_s"), reference.timeline.get("longest_gap_s")
+        gap, whose = (own, f"{runbook.name}'s run before the SIGSTOP") if own is not None else (ref, "the reference run")
         settings = (f"settings: factor {watch.hang_safety_factor:g}, floor {watch.hang_floor_s:g} s, "
                     f"ceiling {watch.hang_timeout_s:g} s")
         if gap is not None:
@@ -204,7 +204,7 @@ def floor_lines(runbook: Outcome, reference: Outcome, watch) -> list[tuple[str, 
             raw = watch.hang_safety_factor * gap
             binds = ("the floor setting binds" if raw < watch.hang_floor_s else
                      "the ceiling setting binds" if raw > watch.hang_timeout_s else "the measured gap binds")
-            source = (f"derived: Observer.hang_timeout of the reference's measured longest progress gap {gap:.2f} s "
+            source = (f"derived: Observer.hang_timeout of the longest progress gap measured in {whose}, {gap:.2f} s "
                       f"= min(ceiling, max(floor, {watch.hang_safety_factor:g} x {gap:.2f} = {raw:.2f} s)), {binds} "
                       f"({settings})")
         else:
@@ -212,7 +212,9 @@ def floor_lines(runbook: Outcome, reference: Outcome, watch) -> list[tuple[str, 
             source = f"setting: hang_floor_s = {watch.hang_floor_s:g} s (no progress gap measured)"
         recorded = [i["hang_timeout_s"] for i in incidents if i["playbook"] == "hang" and i.get("hang_timeout_s")]
         if recorded:
-            source += f"; {runbook.name}'s watcher used {', '.join(f'{t:.1f}' for t in recorded)} s"
+            source += f"; the watcher's own value in the run: {', '.join(f'{t:.1f}' for t in recorded)} s"
+        if ref is not None and gap is not ref:
+            source += f"; from the reference's longest gap ({ref:.2f} s) it would be {derived_hang_timeout(ref, watch):.1f} s"
         lines.append((f"the hang timeout ({timeout:.1f} s), {hangs} hang(s)", hangs * timeout, source))
     notice = [d["after_injection_s"] for d in runbook.details
               if d["playbook"] == "preemption" and d["steps_lost"] == 0 and d["after_injection_s"] is not None]

@@ -123,8 +123,8 @@ def test_chaos_smoke(untouched_repo, tmp_path):
     assert "hang (never detected)" in naive["incidents"] and not any("OOM" in i for i in naive["incidents"]), naive["incidents"]
     assert helped["human_actions"] >= 1 and helped["injected"][:2] == ["SIGTERM", "SIGSTOP hang"], helped
     assert "| (b) runbook watch | yes | 12 |" in done.stdout
-    assert "| contender | faults met | stopped at | what happened |" in done.stdout
-    assert "| (c) naive loop, cap 3, micro-batch 128 | SIGTERM, SIGSTOP hang | SIGSTOP hang |" in done.stdout
+    assert "| contender | OOM at start | faults met | stopped at | what happened |" in done.stdout
+    assert "| SIGTERM, SIGSTOP hang | SIGSTOP hang | hung: no progress" in done.stdout   # (c)
     assert "without the hang line" in done.stdout and "Observer.hang_timeout" in done.stdout
 
 

@@ -104,7 +104,14 @@ def test_the_chaos_floor_counts_only_what_no_supervisor_avoids_and_says_what_2x_
     assert [round(s, 2) for _what, s, _source in lines] == [3.5, 7.0, 0.4, 0.4]
     sources = [source for _what, _s, source in lines]
     assert all(s.startswith(("measured", "derived", "setting")) for s in sources), sources
-    assert "longest progress gap 1.40 s" in sources[1] and "watcher used 7.2 s" in sources[1]
+    assert "measured in the reference run, 1.40 s" in sources[1] and "the measured gap binds" in sources[1]
+    assert "the watcher's own value in the run: 7.2 s" in sources[1]
+    # the contender's own gaps before the SIGSTOP come first: the run's own derived hang timeout
+    runbook.timeline["longest_gap_s"] = 1.44
+    what, seconds, source = floor_lines(runbook, reference, WATCH)[1]
+    assert seconds == pytest.approx(7.2) and "measured in (b')'s run before the SIGSTOP, 1.44 s" in source
+    assert "from the reference's longest gap (1.40 s) it would be 7.0 s" in source
+    del runbook.timeline["longest_gap_s"]
     text = floor_text(runbook, reference, WATCH)
     # (8 + 11.3) / 8 with the hang line, (8 + 4.3) / 8 without it
     assert "**2.41x**" in text and "without the hang line 1.54x" in text
