@@ -1,27 +1,42 @@
 """Fuzz the record readers: whatever a journal line or an incident record holds, no traceback.
 
 A journal line is accepted (then rebuild() and the status code paths use it) or skipped with a
-reason; the real lines around it are always read. An incident record is valid (then every formatter
-that shows it runs) or refused with a reason. HYPOTHESIS_PROFILE=long for a deeper run; the counts
-per family are printed at the end (`-s`) for docs/reliability.md.
+reason; the real lines around it are always read. An incident record is generated from the reader's own
+schema, valid in at least half the cases, and then read back by the store and shown by every formatter
+that shows one (`incidents` table, `incidents show`, `incidents --json`, the report's incident table,
+the run-log entry, the Slack opened and closed notices, `replay`): each names the incident and stays
+bounded. The other cases are a valid record broken in one named way, and problem() (or the store's typed
+check) must name that field. The test counts valid and broken cases and the runs of each formatter,
+asserts them, and prints them with the seed (RUNBOOK_FUZZ_SEED=<seed> makes the same cases again).
+HYPOTHESIS_PROFILE=long for a deeper run; every count is printed in the run's final summary (tests/conftest.py)
+for docs/reliability.md.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import math
+import re
+import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from engine.records.incident_checks import problem
+from engine.records.incident_checks import (_COUNTS, _LISTS_OF_TEXT, _OBJECTS, _SECONDS, _TEXTS, _TIMES, ID_PATTERN,
+                                            problem)
+from engine.records.incident_store import BadIncidentRecord, IncidentStore
 from engine.records.journal import Journal, rebuild
-from engine.records.journal_lines import BadLine, decode, encode
+from engine.records.journal_lines import MAX_INT, MAX_TIME, BadLine, decode, encode
+from engine.records.run_log import render_entry
 from runbook.commands import incidents_cmd
 from runbook.commands.report_cmd import incident_table
+from tests.conftest import REPO, hypothesis_profile, hypothesis_seed, record_evidence, seeded
 
 TRIED: Counter = Counter()
 T = 1_790_000_000.0
@@ -66,7 +81,7 @@ def read_with(tmp_path, middle: bytes) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _print_counts():
     yield
-    print("\ninputs tried per family (0 tracebacks):", dict(TRIED))
+    record_evidence(f"record fuzz, inputs tried per family ({hypothesis_profile()}; 0 tracebacks): {dict(TRIED)}")
 
 
 @given(value=values)
@@ -105,27 +120,329 @@ def test_a_real_line_torn_at_every_byte_offset(tmp_path):
                     decode(body[:cut])   # a torn checksummed line is never taken for a whole one
 
 
-@given(fields=st.dictionaries(st.sampled_from(RECORD_KEYS), values, max_size=8), valid_id=st.booleans())
-def test_any_incident_record_is_refused_or_shown(fields, valid_id):
-    TRIED["incident record: random fields"] += 1
-    record = {**({"id": "incident-3"} if valid_id else {}), **fields}
-    if problem(record) is not None:
-        return
+# --- incident records: valid ones through every formatter, broken ones named (issue 27 item 6) ----------
+# A record is built from the reader's own schema (engine/records/incident_checks.py for the checked
+# fields, engine/records/incident.py for the types the store then validates): about two in three
+# generated cases are valid and go through every formatter that shows a record; the rest are a valid
+# record broken in one named way, and the reader must name that field.
+KEBAB = st.from_regex(r"[a-z][a-z0-9]{0,10}(-[a-z0-9]{1,8}){0,3}", fullmatch=True)
+TEXT = st.text(max_size=40)
+COUNT = st.integers(min_value=-MAX_INT, max_value=MAX_INT)
+SECONDS = st.floats(min_value=0, max_value=MAX_TIME) | st.integers(min_value=0, max_value=int(MAX_TIME))
+JSON_LEAF = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | TEXT
+JSON_TREE = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+                         max_leaves=8)
+SIGNALS = st.sampled_from([None, "SIGTERM", "SIGKILL", "SIGSEGV", "SIGABRT"])
+
+
+def _snapshot(alive, exit_code, signal_name, step, tail, since, when) -> dict:
+    from engine.core.state import Metrics, StateSnapshot, TrainerStatus
+
+    return StateSnapshot(time=when, seconds_since_progress=since, tail=tail, new_lines=tail[-3:],
+                         trainer=TrainerStatus(pid=4242, alive=alive, exit_code=None if alive else exit_code,
+                                               signal=None if alive else signal_name),
+                         metrics=Metrics(step=step)).model_dump(mode="json")
+
+
+REAL_SNAPSHOT = st.builds(
+    _snapshot, st.booleans(), st.none() | st.integers(-64, 255), SIGNALS, st.none() | st.integers(0, 10**9),
+    st.lists(st.sampled_from(["Traceback (most recent call last):", "torch.OutOfMemoryError: CUDA out of memory",
+                              "loss is nan", "SIGTERM received", "Killed", "iter 40 step 10 | loss train: 5.1"]) | TEXT,
+             max_size=6),
+    st.floats(0, 10**5), st.floats(0, MAX_TIME))
+ACTION = st.fixed_dictionaries(
+    {"index": st.integers(0, MAX_INT), "verb": KEBAB, "ok": st.booleans()},
+    optional={"summary": TEXT, "description": TEXT, "skipped": st.booleans(),
+              "seconds": st.floats(-MAX_TIME, MAX_TIME) | st.integers(-int(MAX_TIME), int(MAX_TIME))})
+PLAN_STEP = st.fixed_dictionaries({"verb": KEBAB}, optional={"description": TEXT, "params": st.dictionaries(KEBAB, JSON_LEAF, max_size=3)})
+# problem() lets null through everywhere; the typed model (engine/records/incident.py) refuses it where
+# the field is not Optional (the store then names the field: see the random-fields test below).
+REQUIRED = {"attempt", "decision_reason"}
+CHECKED = {   # every field problem() checks, with values of its real type
+    **{key: COUNT if key in REQUIRED else st.none() | COUNT for key in _COUNTS},
+    **{key: st.none() | SECONDS for key in _SECONDS + _TIMES},
+    **{key: TEXT if key in REQUIRED else st.none() | TEXT for key in _TEXTS if key not in ("playbook", "outcome", "decision")},
+    **{key: st.lists(TEXT, max_size=4) for key in _LISTS_OF_TEXT},
+    "config_before": st.dictionaries(TEXT, JSON_TREE, max_size=4), "config_after": st.none() | st.dictionaries(TEXT, JSON_TREE, max_size=4),
+    "snapshot": REAL_SNAPSHOT | REAL_SNAPSHOT | st.dictionaries(KEBAB, JSON_TREE, max_size=3)   # unknown keys: replay refuses
+                | st.sampled_from([{"time": "yesterday"}, {"trainer": {"alive": "maybe"}}, {"metrics": {"step": "ten"}}]),
+    "actions": st.lists(ACTION, max_size=4),
+    "config_changes": st.dictionaries(TEXT, st.lists(JSON_LEAF, min_size=2, max_size=2), max_size=3),
+    "decision": st.sampled_from(["recover", "escalate"]),
+}
+VALID_RECORD = st.fixed_dictionaries(
+    {"id": st.integers(1, 10**15 - 1).map(lambda n: f"incident-{n}"), "playbook": KEBAB,
+     "outcome": st.sampled_from(["open", "recovered", "escalated", "failed"])},
+    optional={**CHECKED, "schema_version": st.sampled_from([1, 2, 3]), "plan": st.lists(PLAN_STEP, max_size=4),
+              "same_as": st.none() | st.integers(1, 99).map(lambda n: f"incident-{n}"),
+              "x-unknown-field": JSON_TREE})   # unknown fields are kept
+
+NOT_A_COUNT = (st.booleans() | st.floats() | TEXT | st.integers(min_value=MAX_INT + 1, max_value=10**400)
+               | st.integers(min_value=-10**400, max_value=-MAX_INT - 1))
+NOT_SECONDS = (st.floats(max_value=-1e-9) | st.floats(min_value=MAX_TIME * 1.0001) | st.sampled_from([math.nan, math.inf, -math.inf])
+               | st.booleans() | TEXT | st.integers(min_value=int(MAX_TIME) + 1, max_value=10**400) | st.lists(JSON_LEAF, max_size=2))
+NOT_TEXT = st.booleans() | st.integers() | st.floats() | st.lists(JSON_LEAF, max_size=2) | st.dictionaries(TEXT, JSON_LEAF, max_size=2)
+NOT_A_LIST_OF_TEXT = (st.booleans() | st.integers() | TEXT | st.dictionaries(TEXT, JSON_LEAF, max_size=2)
+                      | st.lists(TEXT, max_size=2).flatmap(lambda ok: st.sampled_from([1, None, [], {}, True]).map(lambda bad: ok + [bad])))
+NOT_AN_OBJECT = st.booleans() | st.integers() | TEXT | st.lists(JSON_LEAF, max_size=2)
+NOT_AN_ID = (st.none() | st.integers() | st.sampled_from(["incident-", "incident-1234567890123456", "Incident-1", "incident-1 ",
+                                                          "incident--1", "incident-1.5"])
+             | TEXT.filter(lambda t: not ID_PATTERN.match(t)))
+# One way to break a valid record: (the broken field, its bad values, what the reader must say).
+BREAKS = (
+    [("id", NOT_AN_ID, "'id'")]
+    + [(key, NOT_A_COUNT, f"'{key}'") for key in _COUNTS]
+    + [(key, NOT_SECONDS, f"'{key}'") for key in _SECONDS + _TIMES]
+    + [(key, NOT_TEXT, f"'{key}'") for key in _TEXTS]
+    + [(key, NOT_A_LIST_OF_TEXT, f"'{key}'") for key in _LISTS_OF_TEXT]
+    + [(key, NOT_AN_OBJECT, f"'{key}'") for key in _OBJECTS]
+    + [("actions", NOT_AN_OBJECT.filter(lambda v: not isinstance(v, list)) | st.lists(NOT_AN_OBJECT, min_size=1, max_size=2), "'actions'"),
+       ("actions[].index", st.integers(max_value=-1) | st.integers(min_value=MAX_INT + 1) | st.booleans() | TEXT | st.floats(),
+        "an action's 'index'"),
+       ("actions[].seconds", st.sampled_from([math.nan, math.inf, -math.inf, MAX_TIME * 2, -MAX_TIME * 2]) | TEXT | st.booleans(),
+        "an action's 'seconds'"),
+       ("config_changes", NOT_AN_OBJECT | st.dictionaries(TEXT, st.lists(JSON_LEAF, max_size=4).filter(lambda v: len(v) != 2)
+                                                             | JSON_LEAF, min_size=1, max_size=2), "'config_changes'"),
+       ("outcome not one of the four", TEXT.filter(lambda t: t not in ("open", "recovered", "escalated", "failed")),
+        "'outcome'"),   # the store's typed check
+       ("the whole record", st.lists(JSON_LEAF, max_size=3) | JSON_LEAF, "not an object")]
+)
+BREAK_NAMES = [name for name, _, _ in BREAKS]
+
+
+def _break(record: dict, how: str, bad) -> object:
+    if how == "the whole record":
+        return bad
+    broken = dict(record)
+    if how == "outcome not one of the four":
+        how = "outcome"
+    if how.startswith("actions[]."):
+        action = {"index": 0, "verb": "resume", "ok": True, how.split(".")[1]: bad}
+        broken["actions"] = [*(record.get("actions") or []), action]
+    else:
+        broken[how] = bad
+    return broken
+
+
+@st.composite
+def incident_cases(draw):
+    """("valid", record) in about half the cases or more, else ("broken: FIELD", record, what the reader must say)."""
+    record = draw(VALID_RECORD)
+    if draw(st.sampled_from(["valid", "broken"])) == "valid":
+        return "valid", record, None
+    how, bad_values, says = BREAKS[draw(st.sampled_from(range(len(BREAKS))))]
+    return how, _break(record, how, draw(bad_values)), says
+
+
+SHOWN: Counter = Counter()   # per fuzz run: cases by kind, and how often each formatter ran
+FORMATTERS = ("incidents (table)", "incidents show", "incidents --json", "report (incident table)", "run-log entry",
+              "slack: opened notice", "slack: closed notice", "replay")
+
+
+class _SlackCapture:
+    """Stands in for SlackNotifier's self: its real incident_opened/incident_closed build the message;
+    _enqueue (the real one) appends it to the outbox, here to a list."""
+
+    def __init__(self) -> None:
+        from engine.core.config import SlackSettings
+
+        self._settings = SlackSettings(mention="<!here>")
+        self.messages: list[dict] = []
+        self._held_lock, self._held, self._wake = threading.Lock(), self.messages, threading.Event()
+
+    def _store_held(self) -> None:
+        pass
+
+
+def _slack_messages(incident) -> list[dict]:
+    from engine.watch.incident_runner import closing_summary, signature_fields
+    from runbook.slack import SlackNotifier, message_problem
+
+    slack = _SlackCapture()
+    slack._enqueue = SlackNotifier._enqueue.__get__(slack)
+    title = f"{incident.playbook} ({incident.severity})"
+    SlackNotifier.incident_opened(slack, incident.id, title, incident.symptom or "",
+                                  {"step": str(incident.step_at_failure), "decision": incident.decision_reason,
+                                   **signature_fields(incident)})
+    SHOWN["slack: opened notice"] += 1
+    SlackNotifier.incident_closed(slack, incident.id, incident.outcome, closing_summary(incident),
+                                  escalate=incident.outcome != "recovered")
+    SHOWN["slack: closed notice"] += 1
+    for message in slack.messages:
+        assert message_problem(message) is None, message   # what the sender reads back from the outbox
+        assert message["incident_id"] == incident.id and len(message["text"]) <= 3000
+        assert f"`{incident.id}`" in message["blocks"][-1]["elements"][0]["text"]
+        for block in message["blocks"]:
+            text = block.get("text", {}).get("text", "")
+            assert len(text) <= (150 if block["type"] == "header" else 3000)
+            assert all(len(field["text"]) <= 2000 for field in block.get("fields", []))
+    return slack.messages
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped():
+    """The shipped playbooks and run config, as `runbook replay` loads them in this repository."""
+    from engine.language.loader import load_playbooks
+    from engine.trainers.run_config import load_config
+
+    loaded = load_config(REPO / "configs" / "run_config.yaml")
+    return loaded, load_playbooks(loaded.playbook_paths)
+
+
+def show_everywhere(record: dict, store_dir: Path) -> None:
+    """A record the reader accepts, read back by the store as every command reads it, through every
+    formatter that shows one: each runs, names the incident (and its playbook), and stays bounded."""
+    from runbook.commands.replay_cmd import _replay_one
+
+    (store_dir / f"{record['id']}.json").write_text(json.dumps(record))
+    incident = IncidentStore(store_dir.parent).read(record["id"])   # problem() and the typed model: accepted
+    shown = incident.to_json()
+    rid, playbook = shown["id"], shown["playbook"]
+    budget = 4_000 + 2 * len(json.dumps(shown, ensure_ascii=False))   # no formatter amplifies a record
+
     console = Console(file=io.StringIO(), width=120)
     incidents_cmd.out, saved = console, incidents_cmd.out
     try:
-        incidents_cmd.print_table([record])
-        incidents_cmd.print_record(record)
-        json.dumps(incidents_cmd.row(record), allow_nan=False)
-        incident_table([record])
+        incidents_cmd.print_table([shown])
+        table = console.file.getvalue()
+        SHOWN["incidents (table)"] += 1
+        assert rid in table and playbook in table
+        console.file = io.StringIO()
+        incidents_cmd.print_record(shown)
+        detail = console.file.getvalue()
+        SHOWN["incidents show"] += 1
+        assert detail.startswith(f"{rid}: {playbook} (")
     finally:
         incidents_cmd.out = saved
+    row = json.loads(json.dumps(incidents_cmd.row(shown), allow_nan=False))
+    SHOWN["incidents --json"] += 1
+    assert row["id"] == rid and row["playbook"] == playbook
+    report = "\n".join(incident_table([shown]))
+    SHOWN["report (incident table)"] += 1
+    assert f"| {rid} | {playbook} |" in report and len(report) <= budget
+    entry = render_entry(shown)
+    SHOWN["run-log entry"] += 1
+    assert entry.lstrip("\n").startswith(f"### {rid} — {playbook} (") and len(entry) <= budget, len(entry)
+    _slack_messages(incident)
+    loaded, playbooks = _shipped()
+    replayed = _replay_one(shown, playbooks, loaded, [shown], config_now=False)
+    SHOWN["replay"] += 1
+    if isinstance(replayed, str):   # a record replay cannot use (a snapshot that is no StateSnapshot): one sentence
+        SHOWN["replay: one sentence"] += 1
+        assert replayed.startswith(rid) and "\n" not in replayed and replayed.endswith("nothing was changed")
+    else:
+        SHOWN["replay: rendered"] += 1
+        text = replayed.render()
+        assert text.startswith(f"{rid}: ") and f"by '{playbook}'" in text and len(text) <= budget + 10_000
+        json.dumps(replayed.to_dict(), allow_nan=False)
+
+
+def check_incident_case(case, store_dir: Path) -> None:
+    kind, record, says = case
+    if kind == "valid":
+        SHOWN["valid"] += 1
+        assert problem(record) is None, problem(record)
+        show_everywhere(record, store_dir)
+        return
+    SHOWN["broken"] += 1
+    SHOWN[f"broken: {kind}"] += 1
+    if kind == "outcome not one of the four":   # problem() leaves the outcome to the typed model; the store names it
+        assert problem(record) is None
+        with pytest.raises(BadIncidentRecord, match="'outcome'"):
+            (store_dir / f"{record['id']}.json").write_text(json.dumps(record))
+            IncidentStore(store_dir.parent).read(record["id"])
+        return
+    reason = problem(record)
+    assert reason is not None and says in reason and "\n" not in reason, (kind, reason)
+    if isinstance(record, dict) and kind != "id":   # the store refuses it with the same reason
+        (store_dir / f"{record['id']}.json").write_text(json.dumps(record, default=str))
+        with pytest.raises(BadIncidentRecord) as refused:
+            IncidentStore(store_dir.parent).read(record["id"])
+        assert reason in str(refused.value)
+
+
+def test_incident_records_are_shown_by_every_formatter_or_refused_naming_the_field(tmp_path):
+    """Valid records (>= half the cases) through every formatter; broken ones named by problem() and the store."""
+    store_dir = tmp_path / "incidents"
+    store_dir.mkdir()
+    SHOWN.clear()
+    seed = hypothesis_seed()
+
+    @given(case=incident_cases())
+    def one_case(case):
+        for stale in store_dir.iterdir():
+            stale.unlink()
+        check_incident_case(case, store_dir)
+
+    try:
+        seeded(one_case, seed)()
+    finally:   # the seed is said on a failure too: RUNBOOK_FUZZ_SEED=<it> makes the same cases again
+        print(f"\nincident-record fuzz seed: RUNBOOK_FUZZ_SEED={seed}")
+    cases = SHOWN["valid"] + SHOWN["broken"]
+    record_evidence(f"incident-record fuzz ({hypothesis_profile()}, RUNBOOK_FUZZ_SEED={seed}): {cases} cases, "
+                    f"{SHOWN['valid']} valid ({SHOWN['valid'] / max(cases, 1):.0%}), {SHOWN['broken']} broken in "
+                    f"{sum(1 for n in BREAK_NAMES if SHOWN['broken: ' + n])} of {len(BREAKS)} named ways; formatters ran: "
+                    + ", ".join(f"{name} {SHOWN[name]}" for name in FORMATTERS)
+                    + f" (replay rendered {SHOWN['replay: rendered']}, refused in one sentence {SHOWN['replay: one sentence']})")
+    TRIED["incident record: valid, through every formatter"] += SHOWN["valid"]
+    TRIED["incident record: broken in one named way"] += SHOWN["broken"]
+    assert SHOWN["valid"] >= 0.5 * cases, dict(SHOWN)
+    for name in FORMATTERS:   # every valid record went through every formatter
+        assert SHOWN[name] == SHOWN["valid"], (name, dict(SHOWN))
+    assert SHOWN["replay: rendered"] >= 0.5 * SHOWN["valid"], dict(SHOWN)
+    assert SHOWN["broken"] >= 0.1 * cases, dict(SHOWN)
+
+
+@pytest.mark.xfail(strict=True, reason="found by the fuzz above: ID_PATTERN's \\d matches any Unicode digit, so "
+                   "'incident-١' (Arabic-Indic one) passes as incident-N and sorts as incident-1 (int('١') == 1); "
+                   "engine/records/incident_checks.py is the records owner's to fix ([0-9] or re.ASCII)")
+def test_an_id_with_a_non_ascii_digit_is_refused():
+    assert problem({"id": "incident-\u0661", "playbook": "a", "outcome": "open"}) is not None
+
+
+@pytest.mark.xfail(strict=True, reason="found by the fuzz above: replay's refusal quotes a snapshot key as it is, so a "
+                   "key holding a newline makes `runbook replay`'s one-sentence error two lines ('incident-1: snapshot.\\n: "
+                   "Extra inputs are not permitted'); engine/language/replay.py snapshot_of is its owner's to fix")
+def test_a_snapshot_key_with_a_newline_is_refused_in_one_line():
+    from runbook.commands.replay_cmd import _replay_one
+
+    loaded, playbooks = _shipped()
+    record = {"id": "incident-1", "playbook": "a", "outcome": "open", "snapshot": {"\n": None}}
+    refused = _replay_one(record, playbooks, loaded, [record], config_now=False)
+    assert isinstance(refused, str) and "\n" not in refused
+
+
+@given(fields=st.dictionaries(st.sampled_from(RECORD_KEYS), values, max_size=8), valid_id=st.booleans())
+def test_random_values_in_the_record_fields_are_named_or_shown(tmp_path_factory, fields, valid_id):
+    """Random JSON in the fields readers use: refused naming a field the record has, or shown everywhere."""
+    TRIED["incident record: random fields"] += 1
+    record = {**({"id": "incident-3"} if valid_id else {}), **fields}
+    reason = problem(record)
+    if reason is None:
+        record.setdefault("playbook", "unknown")
+        if isinstance(record.get("outcome"), str) and record["outcome"] not in ("open", "recovered", "escalated", "failed"):
+            return   # the store's typed check refuses it (the 'outcome' break above covers that branch)
+        store_dir = tmp_path_factory.mktemp("r") / "incidents"
+        store_dir.mkdir()
+        try:
+            show_everywhere(record, store_dir)
+        except BadIncidentRecord as refused:   # the typed model refuses what problem() leaves to it (an action without a verb)
+            named = re.findall(r"'([a-z_]+)[.']", str(refused))
+            assert named and named[0] in record, (str(refused), record)
+    else:
+        named = re.findall(r"'([a-z_]+)'", reason)
+        assert named and (named[0] in record or named[0] in ("id", "index", "seconds")), (reason, record)
 
 
 @given(value=values)
-def test_any_json_value_as_an_incident_record(value):
+def test_any_json_value_as_an_incident_record_is_refused_naming_why(value):
     TRIED["incident record: random JSON value"] += 1
-    assert problem(value) is not None or isinstance(value, dict)
+    reason = problem(value)
+    assert reason is not None and "\n" not in reason   # no random value is a record: it has no incident-N id
+    if not isinstance(value, dict):
+        assert reason == f"a JSON {type(value).__name__}, not an object"
+    elif not (isinstance(value.get("id"), str) and ID_PATTERN.match(value["id"])):
+        assert reason.startswith("'id' is ")
 
 
 # --- run-folder JSON records, outbox messages, tokenizer.json, COLUMNS (issue 26, round two, CLI side) -----

@@ -22,7 +22,7 @@ import pytest
 from engine.trainers.run_config import load_config
 from engine.records.journal import Journal
 from engine.core.write_trouble import WriteTrouble
-from tests.conftest import REPO, RUNBOOK, stop_process, wait_for
+from tests.conftest import REPO, RUNBOOK, require_capability, stop_process, wait_for
 from tests.runs.test_process_faults import _can_mount_tmpfs
 from tests.runs.test_toy_trainer import STEPS, make_toy_project
 from tests.toy_trainer import trainer as toy
@@ -35,7 +35,7 @@ def tmpfs():
     def mount(where: Path, size: str) -> Path:
         reason = _can_mount_tmpfs(where)
         if reason:
-            pytest.skip(reason)
+            require_capability(reason)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
         mounted.append(where)
         return where

@@ -16,7 +16,7 @@ import pytest
 from engine.trainers.litgpt.launch import cuda_available
 from engine.trainers.litgpt.preflight import checkpoint_estimate, device_problems, tokenizer_problems
 from runbook.exit_codes import ExitCode
-from tests.conftest import RUNBOOK, make_project
+from tests.conftest import RUNBOOK, make_project, require_capability
 from tests.runs.test_process_faults import _can_mount_tmpfs
 
 
@@ -149,7 +149,7 @@ def test_a_config_key_litgpt_rejects_is_refused_by_litgpt_s_own_parser(project):
 def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(project):
     reason = _can_mount_tmpfs(project.out_dir)
     if reason:
-        pytest.skip(reason)
+        require_capability(reason)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(project.out_dir)], check=True)
     try:
         done = check(project)

@@ -13,7 +13,7 @@ import pytest
 from engine.checkpoints.store import MANIFEST_NAME, list_checkpoints, verify_checkpoint
 from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.records.journal import Journal
-from tests.conftest import stop_process, wait_for
+from tests.conftest import require_capability, stop_process, wait_for
 
 
 def finish(watcher, project, timeout=300) -> int:
@@ -169,7 +169,7 @@ def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_n
     mount_point = project.out_dir
     reason = _can_mount_tmpfs(mount_point)
     if reason:
-        pytest.skip(reason)
+        require_capability(reason)
     # Each checkpoint is ~2 MB: 4 step checkpoints + final need ~10 MB; 9 MB only suffices with pruning.
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs", str(mount_point)], check=True)
     try:

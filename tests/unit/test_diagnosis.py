@@ -14,7 +14,7 @@ import pytest
 
 from engine.observe.diagnosis import OtherProcess, RankSample, SlownessEvidence, report, straggler, verdict
 from engine.observe.slowness_sampling import sample
-from tests.conftest import REPO
+from tests.conftest import REPO, require_capability
 
 HOG = "while True: pass"
 
@@ -113,33 +113,59 @@ def test_a_cpu_hog_beside_the_trainer_is_named_as_contention(tmp_path):
     assert found.trainer_pids == [trainer.pid]
 
 
-CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")   # cgroup v1's cpu controller (v1 or hybrid hosts: CI's machine)
+CGROUP_V2 = Path("/sys/fs/cgroup")       # the unified hierarchy, where a cgroup-v2-only host has its cpu controller
 
 
-def _quota_cgroup(name: str) -> Path:
+def _quota_cgroup(name: str) -> tuple[Path, str]:
+    """A cgroup holding its processes to 0.2 cores, and which cgroup version it is: v1 where the host has
+    v1's cpu controller, v2 on a cgroup-v2-only host; the diagnosis reads either."""
     if os.geteuid() != 0:
-        pytest.skip("a cgroup with a CPU quota needs root")
-    folder = CGROUP_V1 / name
-    try:
-        folder.mkdir(exist_ok=True)
-        (folder / "cpu.cfs_period_us").write_text("100000")
-        (folder / "cpu.cfs_quota_us").write_text("20000")     # 0.2 cores
-    except OSError as error:
-        pytest.skip(f"no writable cgroup v1 cpu controller at {CGROUP_V1}: {error}")
-    return folder
+        require_capability("a cgroup with a CPU quota needs root")
+    if (CGROUP_V1 / "cpu.cfs_quota_us").exists():
+        folder = CGROUP_V1 / name
+        try:
+            folder.mkdir(exist_ok=True)
+            (folder / "cpu.cfs_period_us").write_text("100000")
+            (folder / "cpu.cfs_quota_us").write_text("20000")     # 0.2 cores
+        except OSError as error:
+            require_capability(f"cgroup v1's cpu controller at {CGROUP_V1} is not writable: {error}")
+        return folder, "v1"
+    controllers = CGROUP_V2 / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        folder = CGROUP_V2 / name
+        try:
+            control = CGROUP_V2 / "cgroup.subtree_control"
+            if "cpu" not in control.read_text().split():
+                control.write_text("+cpu")
+            folder.mkdir(exist_ok=True)
+            (folder / "cpu.max").write_text("20000 100000")      # 0.2 cores
+        except OSError as error:
+            require_capability(f"cgroup v2's cpu controller at {CGROUP_V2} is not writable: {error}")
+        return folder, "v2"
+    require_capability(f"no cgroup cpu controller: neither v1's at {CGROUP_V1} nor v2's in {controllers}")
 
 
 def test_a_trainer_over_its_cgroup_quota_is_throttled_not_contended(tmp_path):
-    folder = _quota_cgroup(f"runbook-test-{os.getpid()}")
+    from engine.observe.slowness_sampling import _cgroup_of
+
+    name = f"runbook-test-{os.getpid()}"
+    folder, version = _quota_cgroup(name)
     busy = subprocess.Popen([sys.executable, "-c", HOG])
     try:
         (folder / "cgroup.procs").write_text(str(busy.pid))
         time.sleep(0.3)
+        path, read_from, read_as = _cgroup_of(busy.pid)
         found = sample(busy.pid, 1.5)
     finally:
         _stop(busy)
         time.sleep(0.1)
         folder.rmdir()
+    if version == "v1":   # read from v1's cpu controller (cpu.cfs_quota_us, cpu.stat throttled_time)
+        assert read_as == "v1" and read_from.resolve() == folder.resolve(), (read_as, read_from)   # cpu may link to cpu,cpuacct
+    else:                 # read from the unified hierarchy (cpu.max, cpu.stat throttled_usec)
+        assert read_as == "v2" and read_from == folder, (read_as, read_from)
+    assert path is not None and path.endswith(name) and found.cgroup == path
     result = verdict(found)
     assert result.cause == "throttled", (result, found)
     assert found.cgroup_quota_cores == pytest.approx(0.2)

@@ -39,7 +39,7 @@ from engine.observe.evidence import (
 from engine.observe.observer import Observer
 from engine.trainers.litgpt.adapter import LitGPTAdapter
 from runbook.cli import app
-from tests.conftest import REPO
+from tests.conftest import REPO, require_capability
 from tests.unit.test_checkpoints import make_ckpt
 
 PLAYBOOKS = ["oom", "killed", "disk_full", "disk_low", "corrupt_checkpoint", "unknown_crash", "preemption", "hang"]
@@ -61,12 +61,12 @@ def tmpfs():
 
     def mount(where: Path, size: str) -> Path:
         if os.geteuid() != 0:
-            pytest.skip("mounting a tmpfs needs root")
+            require_capability("mounting a tmpfs needs root")
         where.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            pytest.skip(f"mount refused: {done.stderr.strip()}")
+            require_capability(f"mount refused: {done.stderr.strip()}")
         mounted.append(where)
         return where
 
@@ -207,7 +207,7 @@ def memory_cgroup():
     def make(limit: int) -> Path:
         child, reason = _child_cgroup(limit)
         if child is None:
-            pytest.skip(f"cannot create a memory cgroup: {reason}")
+            require_capability(f"cannot create a memory cgroup (v2 or v1): {reason}")
         made.append(child)
         return child
 
@@ -275,7 +275,7 @@ def test_this_process_cgroup_counter_reads_and_a_plain_sigkill_is_no_oom_kill(tm
     for a real process killed by SIGKILL in it."""
     counter = oom_counter_of("self")
     if counter is None:
-        pytest.skip("no memory cgroup counter (memory.events / memory.oom_control) readable for this process")
+        require_capability("no memory cgroup counter (v2 memory.events / v1 memory.oom_control) readable for this process")
     assert isinstance(counter.read(), int)
     gatherer = EvidenceGatherer(tmp_path, kmsg_path=str(tmp_path / "no-kmsg"))
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])

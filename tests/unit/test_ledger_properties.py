@@ -13,8 +13,11 @@ validation), as the trainer would. Invariants, checked after every operation:
 - no file runbook did not write is deleted (foreign files seeded before and dropped during the run);
 - a resume never picks an unverified file.
 
-Profiles (tests/conftest.py): quick by default, HYPOTHESIS_PROFILE=long for a long run.
-LEDGER_STATS=path.json writes the counts (histories, operations, foreign files seen and deleted).
+Profiles (tests/conftest.py): quick by default, HYPOTHESIS_PROFILE=long for a long run. The counts
+(histories, operations by kind, foreign files seen and deleted) are printed at the end of every run
+with the profile and the seed; RUNBOOK_FUZZ_SEED=<that seed> generates the same histories again (the
+example database is off for this test, so earlier runs do not change them). LEDGER_STATS=path.json
+also writes them to a file.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.checkpoints import store as ckpts
@@ -46,6 +49,7 @@ from engine.watch.upkeep import SupervisorContext, Upkeep, UpkeepSettings
 from engine.trainers.run_config import load_config
 from engine.core.notifier import NullNotifier
 from engine.core.yaml_source import update_yaml_values
+from tests.conftest import hypothesis_profile, hypothesis_seed, record_evidence, seeded
 
 LAYOUT = LitGPTLayout()
 REPO = Path(__file__).resolve().parents[2]
@@ -304,8 +308,7 @@ operation = st.sampled_from(KINDS).flatmap(lambda kind: ARGUMENTS.get(kind, st.j
 # the invariant holds the best only where the prune keeps it.
 @example(keep_last_k=1, history=[("save", "complete")] * 5 + [("validate", 1.0), ("save", "complete"),
                                                               ("prune", None, False, False)])
-@pytest.mark.slow
-def test_the_checkpoint_ledger_keeps_its_invariants(keep_last_k, history):
+def ledger_history(keep_last_k, history):
     world = World(keep_last_k)
     try:
         world.check()
@@ -317,3 +320,19 @@ def test_the_checkpoint_ledger_keeps_its_invariants(keep_last_k, history):
         _write_stats()  # after each history: a long run stopped early still leaves its counts
     finally:
         world.close()
+
+
+@pytest.mark.slow
+def test_the_checkpoint_ledger_keeps_its_invariants():
+    """Every generated history (and the @examples) keeps the invariants; the counts are printed at the end
+    of the run with the profile and the seed (RUNBOOK_FUZZ_SEED=<seed> makes the same histories again)."""
+    STATS.clear()
+    seed = hypothesis_seed()
+    try:
+        seeded(ledger_history, seed)()
+    finally:
+        record_evidence(f"checkpoint-ledger properties ({hypothesis_profile()}, RUNBOOK_FUZZ_SEED={seed}): "
+                        f"{STATS['histories']} histories, {STATS['operations']} operations, "
+                        f"{STATS['foreign_seen']} foreign files seen, {STATS['foreign_deleted']} deleted; operations by kind: "
+                        + ", ".join(f"{k[3:]} {v}" for k, v in sorted(STATS.items()) if k.startswith("op_")))
+    assert STATS["histories"] >= settings.default.max_examples and STATS["foreign_deleted"] == 0, dict(STATS)

@@ -108,7 +108,7 @@ def test_no_exit_given_is_an_exit_nobody_saw(tmp_path):
     assert any("pass --exit N or --signal NAME" in note for note in data["missing"])
 
 
-@pytest.mark.parametrize("make", ["missing", "folder", "fifo", "unreadable"])
+@pytest.mark.parametrize("make", ["missing", "folder", "fifo", "unreadable", "regular but refuses reads"])
 def test_an_unreadable_log_is_not_found(tmp_path, make):
     path = tmp_path / "trainer.log"
     if make == "folder":
@@ -118,11 +118,19 @@ def test_an_unreadable_log_is_not_found(tmp_path, make):
     elif make == "unreadable":
         path.write_text(OOM_LOG)
         path.chmod(0)
-        if os.access(path, os.R_OK):
-            pytest.skip("running as root: permissions do not apply")
+    elif make == "regular but refuses reads":
+        path = Path("/proc/self/mem")   # a regular file that opens, then fails the read (EIO at offset 0), root or not
     code, output = run(str(path), "--exit", "1")
+    if make == "unreadable" and os.access(path, os.R_OK):
+        # root (CI): mode 000 does not stop it, so the log is read and judged like any other
+        assert code == ExitCode.OK and "'oom' fires" in output, output
+        return
     assert code == ExitCode.NOT_FOUND, output
     assert output.startswith("error: ") and "Traceback" not in output
+    if make == "unreadable":
+        assert "cannot read: Permission denied" in output, output
+    if make == "regular but refuses reads":
+        assert "cannot read: Input/output error" in output, output   # triage.read_log's OSError branch
 
 
 def test_a_huge_binary_log_reads_only_its_end(tmp_path):
