@@ -7,6 +7,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 
+from engine.cluster.sacct import FORMAT, by_allocation, parse_allocation_ends
 from engine.cluster.slurm import JobQuery, JobView, job_view, parse_sacct, parse_show_job
 
 MAX_OUTPUT = 64 * 1024   # a job's description is a few hundred bytes
@@ -71,3 +72,15 @@ def sacct_allocations(job_id: str, timeout_s: float) -> tuple[list[dict[str, str
     if not answer.ok:
         return [], answer.text
     return parse_sacct(answer.text), None
+
+
+def sacct_ends(job_ids: list[str], timeout_s: float):
+    """How each allocation of these jobs ended, as sacct says (engine/cluster/sacct.py), keyed by (job id,
+    restart); {} and why where there is no answer (no sacct, accounting disabled, a slow database)."""
+    if not job_ids:
+        return {}, None
+    answer = run_command(["sacct", "-j", ",".join(job_ids), "--duplicates", "-X", "--parsable2", "--noheader",
+                          f"--format={FORMAT}"], timeout_s)
+    if not answer.ok:
+        return {}, answer.text
+    return by_allocation(parse_allocation_ends(answer.text)), None

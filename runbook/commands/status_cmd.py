@@ -138,7 +138,7 @@ def gather(loaded, now: float | None = None) -> dict:
     for r in h.incidents:
         outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
     newest = h.incidents[-1] if h.incidents else None
-    slurm = slurm_status(loaded.run_dir)
+    slurm = slurm_status(loaded.run_dir, loaded.config.slurm.command_timeout_s)
     return {
         "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
         "state": h.journal.run_state.value,
@@ -167,9 +167,13 @@ def gather(loaded, now: float | None = None) -> dict:
     }
 
 
-def slurm_status(run_dir: Path) -> dict | None:
-    """The SLURM job and every allocation the run used (run_dir/slurm/, engine/cluster/slurm_records.py); None
-    for a run that never met SLURM."""
+def slurm_status(run_dir: Path, sacct_timeout_s: float | None = None) -> dict | None:
+    """The SLURM job and every allocation the run used (run_dir/slurm/, engine/cluster/slurm_records.py),
+    each with how sacct says it ended (engine/cluster/sacct.py: node failure, preemption, time limit,
+    cancellation...) when sacct is here and answers within sacct_timeout_s; None for a run that never met SLURM."""
+    from dataclasses import asdict
+
+    from engine.cluster.slurm_commands import sacct_ends
     from engine.cluster.slurm_records import read_allocations, read_submission
 
     submission = read_submission(run_dir)
@@ -177,9 +181,17 @@ def slurm_status(run_dir: Path) -> dict | None:
     if submission is None and not allocations:
         return None
     job_ids = list(dict.fromkeys([*([submission.job_id] if submission else []), *(a.job_id for a in allocations)]))
+    ends, why = ({}, "sacct is not on PATH") if sacct_timeout_s is None or not shutil.which("sacct") else \
+        sacct_ends(job_ids, sacct_timeout_s)
+    rows = []
+    for a in allocations:
+        row = a.model_dump(exclude={"schema_version"})
+        end = ends.get((a.job_id, a.restart))
+        row["sacct"] = asdict(end) if end else None
+        rows.append(row)
     return {"job_id": job_ids[-1], "job_ids": job_ids,
             "submitted_at": submission.submitted_at if submission else None,
-            "allocations": [a.model_dump(exclude={"schema_version"}) for a in allocations], "problems": problems}
+            "allocations": rows, "sacct_problem": why, "problems": problems}
 
 
 def _clock(epoch: float | None) -> str:
@@ -187,6 +199,8 @@ def _clock(epoch: float | None) -> str:
 
 
 def render_slurm(slurm: dict) -> list[str]:
+    from engine.cluster.sacct import AllocationEnd, describe
+
     allocations = slurm["allocations"]
     jobs = ", ".join(slurm["job_ids"])
     lines = [f"slurm     job {jobs}" + (f", submitted {_clock(slurm['submitted_at'])}" if slurm["submitted_at"] else "")
@@ -194,7 +208,8 @@ def render_slurm(slurm: dict) -> list[str]:
     for a in allocations:
         ended = a["ended"] or "running (or ended without a record yet)"
         lines.append(f"          job {a['job_id']} restart {a['restart']} on {a['node']}: {_clock(a['started_at'])} -> "
-                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['evidence']})" if a["evidence"] else ""))
+                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['evidence']})" if a["evidence"] else "")
+                     + (f"; {describe(AllocationEnd(**a['sacct']))}" if a.get("sacct") else ""))
     return lines
 
 
