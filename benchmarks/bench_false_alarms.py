@@ -2,6 +2,7 @@
 
     python benchmarks/bench_false_alarms.py              # 20 runs; prints per-run incidents and the total
     python benchmarks/bench_false_alarms.py --runs 5     # fewer runs
+    python benchmarks/bench_false_alarms.py --max-minutes 30   # no new run starts after 30 min (the report says how many ran)
     python benchmarks/bench_false_alarms.py --write      # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_false_alarms.py --smoke      # the test suite's: 1 run; <root>/results.json
 
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", type=int, default=None,
                         help="busy loops beside the runs (default: one per core this process may run on; 0: none)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="start no new run after this many minutes (the report says how many of --runs ran)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-false-alarms"))
     common.docs_flags(parser, "1 run")
     args = parser.parse_args(argv)
@@ -130,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for n in range(1, args.runs + 1):
+            if args.max_minutes is not None and time.time() - t0 > 60 * args.max_minutes:
+                print(f"  --max-minutes {args.max_minutes:g} reached: {n - 1} of {args.runs} runs done", flush=True)
+                break
             r = run_once(args.root / f"run-{n:02d}", args.steps, cache, args.timeout)
             results.append(r)
             print(f"  run {n}: {r['wall_s']:.0f} s, completed {r['completed']}, {len(r['incidents'])} incident(s), "
@@ -153,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                                                         "busy": busy_count, "steps": args.steps}, indent=1, default=str))
     if not common.should_write(args):
         return 0
-    short = "" if len(results) >= 20 else (f" **{len(results)} runs, not the 20 the benchmark runs by default** "
-                                           "(the time this session had).")
+    short = "" if len(results) >= 20 else (
+        f" **{len(results)} runs, not the 20 the benchmark runs by default**"
+        + (f" (--max-minutes {args.max_minutes:g}: the time this session had)." if len(results) < args.runs else "."))
     body = f"""Command: `{common.command_line()}` ({len(results)} run(s) of {args.steps} optimizer steps, {elapsed / 60:.1f} min in all).{short}
 
 Machine: {common.machine(load_start)}. The machine was shared with other engineers' test runs while this ran
