@@ -38,6 +38,11 @@ VERDICTS = [
     ({"steal_percent": 35.0}, "steal", ["steal", "35%"]),
     ({"others_cpu_percent": 158.0, "top_others": HOGS, "system_idle_percent": 2.0, "trainer_cpu_percent": 30.0},
      "contention", ["pid 4242", "pid 4243", "158%", "30%", "not a data-loading problem"]),
+    ({"cpu_pressure_some_avg10": 38.1, "trainer_cpu_percent": 107.0, "others_cpu_percent": 2.0, "system_idle_percent": 39.5},
+     "contention", ["outside this view", "38%", "107% of 2 cores", "in view 2%"]),
+    # Pressure from the trainer's own threads while it has every core is no outside cause.
+    ({"cpu_pressure_some_avg10": 38.1, "trainer_cpu_percent": 195.0, "system_idle_percent": 1.0}, "compute", ["no outside cause"]),
+    ({"cpu_pressure_some_avg10": 10.0, "trainer_cpu_percent": 107.0}, "compute", ["no outside cause"]),
     ({"iowait_percent": 45.0, "data_read_mb_s": 3.0}, "storage", ["45% iowait", "3 MB/s"]),
     ({"disk_sleep_fraction": 0.5}, "storage", ["disk sleep 50%"]),
     ({"num_workers": 2, "workers_cpu_percent": 190.0}, "data_loader", ["2 workers", "190%"]),
