@@ -195,7 +195,8 @@ def notice_goals(results: list[dict]) -> str:
     lost = [r.get("steps_lost") for r in noticed]
     cold = [r["restart_s"] for r in results if r["class"] == "preemption" and r.get("restart_s") is not None]
     warm = [r["restart_s"] for r in results if r["class"] == "preemption-warm" and r.get("restart_s") is not None]
-    parts = [f"a preemption with notice loses 0 optimizer steps: {lost}, " + ("met" if lost and all(x == 0 for x in lost) else "**missed**")]
+    parts = [f"a preemption with notice loses 0 optimizer steps: {lost}, " + ("met" if lost and all(x == 0 for x in lost) else "**missed**")
+             if noticed else "a preemption with notice loses 0 optimizer steps: not measured (no preemption class in this run)"]
     if cold and warm:
         parts.append(f"relaunch -> first new progress <= 1.5 s: cold {max(cold):.2f} s, warm spare {max(warm):.2f} s, "
                      + ("met" if max(warm) <= 1.5 else "**missed**"))
