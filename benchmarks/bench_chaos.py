@@ -267,7 +267,8 @@ runbook's incidents in this segment:
 {divergence_note(nan_rb, reference)}
 
 Goals (issue 7) for runbook in this segment: {goals(nan_rb, reference)}.
-""" if nan_table else "\nThe divergence/NaN segment was not run in this mode (--quick or --no-nan).\n")
+""" if nan_table else "\nThe divergence/NaN segment was not run in this mode (--quick or --no-nan); the last figures of it are in "
+                     "'After the package move (issue 25)' below (and in this section's history in git).\n")
     return f"""Command: `{common.command_line()}` ({mode}, {elapsed / 60:.1f} min in all).
 
 Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: wall times are comparable only
