@@ -50,6 +50,7 @@ STATE_NOTES = {
     "trainer.exit_code": "negative: killed by that signal number",
     "trainer.signal": "e.g. `SIGTERM`",
     "trainer.stopped": "process state T (SIGSTOP)",
+    "trainer.exit_pending": "gone a moment ago, its launcher still writing the exit (at most 2 s); the watch loop decides nothing on such an observation",
     "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
                      "compile), then `training`",
     "trainer.seconds_since_activity": "start-up only: seconds since the trainer last showed life (new output, or CPU "

@@ -74,19 +74,74 @@ class Project:
         return self.out_dir / f"step-{step:08d}"
 
     def incidents(self, include_slow: bool = False) -> list[dict]:
-        """Incident records in id order. slow-training incidents are left out unless asked for: on a
-        shared 2-core machine another job can really slow a test's run down, and that is not what
-        the other tests are about."""
+        """Every incident record, in id order, with one exception that is checked, never assumed: a
+        slow-training incident whose diagnosis names a cause outside the run (another process, the host, a
+        throttle) and that changed nothing (no relaunch, no setting) is the machine's load told right, and
+        is left out unless include_slow. A slow-training incident diagnosed inside the run ("compute",
+        "unknown"), or one that relaunched or changed the run, is a false alarm: it stays in the list and
+        fails the test's exact incident list (issue 27: no hidden false alarms)."""
         import json
 
         folder = self.run_dir / "incidents"
         records = [json.loads(p.read_text()) for p in sorted(folder.glob("incident-*.json"), key=_incident_number)] if folder.exists() else []
-        return [r for r in records if include_slow or r["playbook"] != "slow-training"]
+        return [r for r in records if include_slow or not machine_slowness(r)]
+
+    def final_weights(self) -> str:
+        return weights_digest(self.out_dir / "final" / "lit_model.pth")
+
+    def assert_same_result_as(self, reference: dict) -> None:
+        """Parity with an undisturbed run: the same counters and bit-identical final weights. On the CPU, in one
+        session, a litgpt resume restores the model, the optimizer and the data loader's position, so a
+        recovered run that kept every hyperparameter ends with the same bytes as the reference (measured:
+        kill -9, notice save, SIGSTOP hang, corrupt checkpoints, a re-run after an escalation)."""
+        assert self.final_progress() == reference["progress"]
+        assert self.final_weights() == reference["weights"], weights_difference(
+            reference["project"].out_dir / "final" / "lit_model.pth", self.out_dir / "final" / "lit_model.pth")
 
     def final_progress(self) -> dict:
         from engine.trainers.litgpt.resume import read_progress
 
         return read_progress(self.out_dir / "final" / "lit_model.pth")
+
+
+OUTSIDE_CAUSES = {"contention", "steal", "throttled", "stopped"}
+CHANGING_VERBS = {"resume", "rollback", "stop_trainer", "restart", "set_hyperparameters", "set_env", "prune_checkpoints"}
+
+
+def machine_slowness(record: dict) -> bool:
+    """A slow-training incident the machine's load explains (see Project.incidents)."""
+    if record.get("playbook") != "slow-training":
+        return False
+    cause = (record.get("diagnosis") or {}).get("cause")
+    verbs = {a.get("verb") for a in record.get("actions", [])}
+    return cause in OUTSIDE_CAUSES and not verbs & CHANGING_VERBS
+
+
+def _model_state(path: Path) -> dict:
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    return state.get("model", state)
+
+
+def weights_digest(path: Path) -> str:
+    """sha256 over every tensor of a litgpt checkpoint's model, in name order (names, dtypes, shapes, bytes)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(_model_state(path).items()):
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def weights_difference(reference: Path, got: Path) -> str:
+    """Where two final models differ (for the assertion message)."""
+    a, b = _model_state(reference), _model_state(got)
+    worst = sorted(((float((a[k].float() - b[k].float()).abs().max()), k) for k in a if k in b and a[k].shape == b[k].shape), reverse=True)
+    return f"final weights differ from the reference: largest differences {worst[:3]}; missing {sorted(set(a) ^ set(b))[:5]}"
 
 
 def _incident_number(path: Path) -> int:
@@ -148,7 +203,7 @@ def reference_run(tmp_path_factory, shared_data) -> dict:
     project = make_project(tmp_path_factory.mktemp("reference") / "project", shared_data)
     proc = project.watch()
     assert proc.wait(timeout=300) == 0, project.watch_output()
-    return {"progress": project.final_progress(), "project": project}
+    return {"progress": project.final_progress(), "weights": project.final_weights(), "project": project}
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition") -> None:

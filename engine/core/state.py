@@ -93,6 +93,9 @@ class TrainerStatus(Frozen):
     launches: int = 0
     seconds_running: float = 0.0
     stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
+    # Gone a moment ago, its launcher still writing the exit (at most 2 s): alive until that is recorded;
+    # the watch loop decides nothing on such an observation (no hang, no exit yet).
+    exit_pending: bool = False
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
     # load, compile), then "training". Start-up is judged by its signs of life, not by progress lines.
@@ -163,7 +166,7 @@ def stall(state: StateSnapshot, seconds: float | None = None) -> tuple[str, floa
     first progress line: preprocessing, model build, checkpoint load, compile) is not a progress gap:
     it is stuck when it has shown no sign of life (output, CPU time, I/O) for the hang timeout, or when
     it has lasted longer than startup_timeout_s even though it shows life."""
-    if not state.trainer.alive:
+    if not state.trainer.alive or state.trainer.exit_pending:
         return None
     limit = seconds or state.hang_timeout_s
     if state.trainer.phase != "startup":

@@ -152,6 +152,7 @@ class TrainerControl:
         return TrainerStatus(
             pid=t.pid, alive=alive, exit_code=code, signal=signal_name(code), launches=self.launches,
             seconds_running=time.time() - t.started_at, stopped=alive and t.stopped,
+            exit_pending=alive and t.exit_pending,
             ranks=self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None),
         )
 

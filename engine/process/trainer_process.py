@@ -155,16 +155,40 @@ class TrainerProcess:
 
     @property
     def alive(self) -> bool:
-        """Until its exit is recorded: a trainer reaped a moment ago has its launcher still writing."""
+        """Until its exit is recorded, and never blocking: a trainer gone a moment ago whose launcher is
+        still writing its exit stays alive for at most LAUNCHER_WRITE_WAIT_S, with `exit_pending` set
+        (the watch loop decides nothing on such an observation: the exit follows within the next ticks)."""
         if self._launcher is not None:
             self._launcher.poll()   # reap the launcher once it is done (no zombie left behind)
         if self._final_status() is not None:
             return False
+        return not self._seen_gone() or self.exit_pending
+
+    def _seen_gone(self) -> bool:
         if not self._gone:
             self._gone = not self._same_process_running()
-            if not self._gone:
-                return True
-        return self._launcher_writing()
+        return self._gone
+
+    @property
+    def exit_pending(self) -> bool:
+        """The trainer is gone and its launcher, still running, has not yet recorded the exit (bounded by
+        LAUNCHER_WRITE_WAIT_S from when the trainer was first seen gone)."""
+        if self._final_status() is not None or not self._seen_gone():
+            return False
+        if self._gone_at is None:
+            self._gone_at = time.monotonic()
+        if time.monotonic() - self._gone_at >= LAUNCHER_WRITE_WAIT_S:
+            return False
+        launcher_pid = read_exit_status(self.status_path).get("launcher_pid")
+        if not isinstance(launcher_pid, int):
+            return False
+        try:
+            writing = psutil.Process(launcher_pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            writing = False
+        if not writing and self._launcher is not None:
+            self._launcher.poll()
+        return writing and self._final_status() is None
 
     def _same_process_running(self) -> bool:
         """The pid still names the process we launched or proved (not a zombie, not a reused pid)."""
@@ -175,31 +199,6 @@ class TrainerProcess:
             return False
         ticks = self._handle.ticks if self._handle is not None else None
         return ticks is None or ticks == start_ticks(self.pid)
-
-    def _launcher_writing(self) -> bool:
-        """The trainer is gone: wait (briefly, once) for its launcher to record the exit. This may block
-        up to LAUNCHER_WRITE_WAIT_S: a non-blocking "still ending" state was tried and let a hang match a
-        trainer that had just finished (its last progress line long ago), so the wait stays for now."""
-        if self._gone_at is not None:
-            return False
-        self._gone_at = time.monotonic()
-        launcher_pid = read_exit_status(self.status_path).get("launcher_pid")
-        if not isinstance(launcher_pid, int):
-            return False
-        deadline = self._gone_at + LAUNCHER_WRITE_WAIT_S
-        while time.monotonic() < deadline:
-            if self._final_status() is not None:
-                return False
-            try:
-                if psutil.Process(launcher_pid).status() == psutil.STATUS_ZOMBIE:
-                    if self._launcher is not None:
-                        self._launcher.poll()
-                    break
-            except psutil.Error:
-                break
-            time.sleep(0.01)
-        self._final_status()
-        return False
 
     @property
     def stopped(self) -> bool:

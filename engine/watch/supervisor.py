@@ -148,6 +148,8 @@ class Supervisor:
         snapshot = self.observe(retain=True)
         self.incidents.check_progress(self.observer.tracker)
         trainer = snapshot.trainer
+        if trainer.exit_pending:
+            return   # it ended a moment ago and its exit is being recorded: decide on the exit, next tick
         if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)

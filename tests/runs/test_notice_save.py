@@ -112,7 +112,7 @@ def test_watcher_sigterm_saves_the_step_then_a_kill_mid_notice_save_falls_back_t
     for step in (killed_at, killed_at + 1):
         assert not project.step_dir(step).exists(), step   # the half-done save never reached out_dir
     assert not list(project.out_dir.rglob("notice-save-*")), "the staging folder outlived the relaunch"
-    assert project.final_progress() == reference_run["progress"]
+    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
     # The relaunch was the spare made while launch 2 trained, and the watcher left no spare behind.
     assert (logs / "trainer-003.log").read_text().startswith("runbook: warm spare pid")
     status3 = json.loads((project.run_dir / "launches" / "launch-003" / "exit-status.json").read_text())

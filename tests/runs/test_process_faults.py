@@ -109,7 +109,7 @@ def test_truncated_and_bit_flipped_checkpoints_are_quarantined_and_the_newest_go
     assert not any(p.is_relative_to(project.out_dir) for p in quarantine.rglob("*"))
     resumed = [i for i in project.incidents() if i.get("resumed_step") is not None]
     assert resumed and resumed[0]["resumed_step"] == 10
-    assert project.final_progress() == reference_run["progress"]
+    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
     # One full verification per incident (verify_checkpoints; resume does not read everything again),
     # and a sealed checkpoint is checked against its manifest, never re-sealed.
     entries = Journal(project.run_dir / "journal.jsonl").entries()
@@ -137,7 +137,7 @@ def test_sigstop_hang_is_detected_within_timeout_and_resumed_with_nccl_debug(pro
     assert incident["snapshot"]["trainer"]["stopped"] is True
     journal = (project.run_dir / "journal.jsonl").read_text()
     assert '"NCCL_DEBUG": "INFO"' in journal and '"TORCH_DISTRIBUTED_DEBUG": "DETAIL"' in journal
-    assert project.final_progress() == reference_run["progress"]
+    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
 
 
 def best_val_step(project) -> int:

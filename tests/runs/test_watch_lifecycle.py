@@ -37,7 +37,7 @@ def test_second_watcher_refuses_sigterm_stops_cleanly_and_a_new_watcher_resumes(
     launches = [e for e in journal(project) if e["kind"] == "launch"]
     assert len(launches) == 2 and launches[1]["resume_from"].endswith("lit_model.pth")
     assert project.incidents() == []  # a deliberate stop is not an incident
-    assert project.final_progress() == reference_run["progress"]
+    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
 
 
 def test_a_finished_run_is_not_trained_again(project, reference_run):
@@ -89,4 +89,4 @@ actions:
     assert incident["outcome"] == "recovered"
     assert [a["verb"] for a in incident["actions"]] == ["record", "wait", "resume"]  # record not repeated
     assert any("restarted during this recovery" in n for n in incident["notes"])
-    assert project.final_progress() == reference_run["progress"]
+    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
