@@ -369,8 +369,10 @@ def _file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     def kind_of(p: Path) -> str | None:
         try:
             mode = os.stat(p).st_mode
-        except OSError:
+        except FileNotFoundError:
             return None   # not there yet: made on first use
+        except OSError as error:   # a name too long, a file where a folder should be, no permission
+            return f"unusable ({error.strerror})"
         return None if stat_mode.S_ISREG(mode) else "a folder" if stat_mode.S_ISDIR(mode) else "not a regular file (a FIFO or device)"
 
     log = real(loaded.run_log)
@@ -386,10 +388,11 @@ def _file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     if loaded.config.run_log_template is not None:
         template = real(loaded.resolve(loaded.config.run_log_template))
         k = kind_of(template)
-        if k is None and template.exists() and template.stat().st_size > MAX_RUN_LOG_TEMPLATE_BYTES:
-            k = f"{template.stat().st_size:,} bytes, more than {MAX_RUN_LOG_TEMPLATE_BYTES:,}"
-        elif k is None and not template.exists():
+        size = os.stat(template).st_size if k is None and os.path.lexists(template) else None
+        if k is None and size is None:
             k = "missing"
+        elif k is None and size > MAX_RUN_LOG_TEMPLATE_BYTES:
+            k = f"{size:,} bytes, more than {MAX_RUN_LOG_TEMPLATE_BYTES:,}"
         if k:
             problems.append((("run_log_template",), f"run_log_template: {template} is {k}; it must be a regular "
                                                     "text file (a Jinja2 template)"))
@@ -401,7 +404,8 @@ def _file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
                   f"is or holds the configs folder ({real(path).parent})" if within(real(path).parent, q) else
                   next((f"is, holds or lies inside {n} ({d})" for n, d in data if within(q, d) or within(d, q)), None) or
                   (f"is inside out_dir ({out_dir}), which runbook lists and prunes" if within(q, out_dir) else None) or
-                  (f"holds out_dir ({out_dir})" if within(out_dir, q) else None))
+                  (f"holds out_dir ({out_dir})" if within(out_dir, q) else None) or
+                  (k if (k := kind_of(q)) and k.startswith("unusable") else None))
         if reason:
             problems.append((("watch", "quarantine_dir"), f"watch.quarantine_dir: {q} {reason}; quarantined "
                                                           "checkpoints are moved there (default: <run_dir>/quarantine)"))

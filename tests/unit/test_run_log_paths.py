@@ -54,6 +54,11 @@ REFUSED = [
     ("watch:\n  quarantine_dir: data\n", None, "data.train_dir"),
     ("watch:\n  quarantine_dir: checkpoints/pretrain/quarantine\n", None, "inside out_dir"),
     ("watch:\n  quarantine_dir: checkpoints\n", None, "holds out_dir"),
+    # A name longer than the filesystem allows (found by tests/unit/test_fuzz_configs.py: it raised OSError).
+    ("run_log: " + "x" * 300 + "\n", None, "unusable (File name too long)"),
+    ("run_log_template: " + "x" * 300 + "\n", None, "unusable (File name too long)"),
+    ("watch:\n  quarantine_dir: " + "x" * 300 + "\n", None, "unusable (File name too long)"),
+    ("run_log: configs/run_config.yaml/log.md\n", None, "unusable (Not a directory)"),
 ]
 
 
