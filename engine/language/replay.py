@@ -131,7 +131,7 @@ def snapshot_of(record: dict) -> StateSnapshot:
         return StateSnapshot.model_validate(raw)
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(p) for p in first["loc"]).encode("unicode_escape").decode("ascii")[:200]   # one line
         raise RecordError(f"{record.get('id', 'the record')}: snapshot.{where}: {first['msg']}") from None
 
 

@@ -12,7 +12,7 @@ import re
 
 from engine.records.journal_lines import MAX_INT, MAX_TIME, number_within
 
-ID_PATTERN = re.compile(r"^incident-(\d{1,15})$")   # 15 digits: far past any project, short enough for a file name
+ID_PATTERN = re.compile(r"^incident-([0-9]{1,15})$")   # 15 digits: far past any project, short enough for a file name
 
 _COUNTS = ("step_at_failure", "resumed_step", "tokens_at_failure", "steps_lost", "tokens_lost", "trainer_exit_code",
            "attempt")

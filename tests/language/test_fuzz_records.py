@@ -393,16 +393,12 @@ def test_incident_records_are_shown_by_every_formatter_or_refused_naming_the_fie
     assert SHOWN["broken"] >= 0.1 * cases, dict(SHOWN)
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzz above: ID_PATTERN's \\d matches any Unicode digit, so "
-                   "'incident-١' (Arabic-Indic one) passes as incident-N and sorts as incident-1 (int('١') == 1); "
-                   "engine/records/incident_checks.py is the records owner's to fix ([0-9] or re.ASCII)")
+# Found by the fuzz above: ID_PATTERN's \d took any Unicode digit ('incident-١' sorted as incident-1).
 def test_an_id_with_a_non_ascii_digit_is_refused():
     assert problem({"id": "incident-\u0661", "playbook": "a", "outcome": "open"}) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzz above: replay's refusal quotes a snapshot key as it is, so a "
-                   "key holding a newline makes `runbook replay`'s one-sentence error two lines ('incident-1: snapshot.\\n: "
-                   "Extra inputs are not permitted'); engine/language/replay.py snapshot_of is its owner's to fix")
+# Found by the fuzz above: replay's refusal quoted a snapshot key holding a newline as it was (two lines).
 def test_a_snapshot_key_with_a_newline_is_refused_in_one_line():
     from runbook.commands.replay_cmd import _replay_one
 
