@@ -15,6 +15,7 @@ Everything here is pure (reading the folder aside): no process is looked at.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +23,11 @@ from pydantic import BaseModel, ConfigDict
 from engine.process.record_pairs import read_record_pairs
 
 RECORD_INTERVAL_S = 0.5     # how often a host's wrapper renews its records
+# A rank's words for a peer that went away (gloo, NCCL, c10d): said at once when the peer's host dies, and
+# also when only the peer process died. Which of the two is known only once that host renews its records
+# (alive) or has not for STALE_S (lost): the node group holds such a line back until then (nodes.py).
+LOST_PEER = re.compile(rb"[Cc]onnection closed by (remote )?peer|Connection reset by peer|"
+                       rb"remote process exited or there was a network error|DistNetworkError|Broken pipe")
 STALE_S = 4.0               # a record older than this: its host is lost (8 renewals missed)
 MAX_RECORDS = 4096
 
@@ -80,12 +86,17 @@ def remote_state(record: HostRecord | None, now: float, stale_s: float = STALE_S
     return record.state if record.state in ("running", "stopped") else None
 
 
-def lost_hosts(records: dict[int, HostRecord], this_host: str, now: float, stale_s: float = STALE_S) -> dict[int, str]:
+def lost_hosts(records: dict[int, HostRecord], this_host: str, now: float, stale_s: float = STALE_S,
+               current: str = "") -> dict[int, str]:
     """PURE. node -> host of every other host none of whose ranks' records was renewed within stale_s,
     while one of them still said its rank was there: that host is gone (power, kernel, its wrapper
-    killed), whatever its ranks were doing. A host whose ranks all ended (said 'gone') is not lost."""
+    killed), whatever its ranks were doing. A host whose ranks all ended (said 'gone') is not lost; nor
+    is one whose records are of another SLURM allocation than `current` (when given): SLURM ended that
+    allocation and everything in it (a watcher of the next one finds them all stale)."""
     by_node: dict[int, list[HostRecord]] = {}
     for record in records.values():
+        if current and record.allocation and record.allocation != current:
+            continue
         if record.host != this_host:
             by_node.setdefault(record.node, []).append(record)
     lost = {}
@@ -114,7 +125,7 @@ def lost_in_allocation(records: dict[int, HostRecord], this_host: str, now: floa
     launch on them would only fail; SLURM ends the allocation once it calls the node down, and requeues."""
     if not allocation:
         return {}
-    return {node: host for node, host in lost_hosts(records, this_host, now, stale_s).items()
+    return {node: host for node, host in lost_hosts(records, this_host, now, stale_s, allocation).items()
             if any(r.allocation == allocation for r in records.values() if r.node == node)}
 
 
@@ -124,3 +135,16 @@ def previous_launch_folder(folder: Path) -> Path | None:
     launch = folder.parent
     earlier = sorted(p for p in launch.parent.glob("launch-*") if p.name < launch.name)
     return earlier[-1] / folder.name if earlier else None
+
+
+def peer_verdict(records: dict[int, HostRecord], this_host: str, since: float, now: float,
+                 stale_s: float = STALE_S) -> str | None:
+    """PURE. After a rank said its peer went away at `since`: 'lost' once another host is lost, 'alive' once
+    every other host renewed a record after `since`, None while it is too early to tell."""
+    if lost_hosts(records, this_host, now, stale_s):
+        return "lost"
+    newest: dict[int, float] = {}
+    for record in records.values():
+        if is_remote(record.host, this_host):
+            newest[record.node] = max(record.time, newest.get(record.node, 0.0))
+    return "alive" if newest and all(t > since for t in newest.values()) else None

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.observe.diagnosis import RankSample, straggler
 from engine.core.state import NodeStatus, RanksStatus, RankStatus
-from engine.process.host_records import is_remote, lost_hosts, read_host_records, record_ages, remote_state
+from engine.process.host_records import allocation, is_remote, lost_hosts, read_host_records, record_ages, remote_state
 from engine.process.nodes import agent_alive, nodes_status, read_nodes
 from engine.process.record_pairs import read_record_pairs
 
@@ -184,7 +184,7 @@ class RankWatch:
         starts, ends = read_nodes(self.folder)
         if not (starts or ends):
             return ranks_status(beats, exits, states, now, rank0_exit)
-        lost = lost_hosts(records, host, now)
+        lost = lost_hosts(records, host, now, current=allocation())
         node_ages = {}
         for record in records.values():
             if is_remote(record.host, host):

@@ -1,14 +1,24 @@
 """Several real hosts (issue 28): the two-host SLURM cluster of tests/two_hosts.py, and runbook on it.
 
 The cluster: h0 (slurmctld, slurmdbd on MariaDB), h1 and h2 (one slurmd each), each host its own
-network, PID, UTS and mount namespace on a private bridge; the filesystem shared. The tests here check
-the cluster is what it claims (separate hosts, SLURM across them, sacct answering) and that its stop
-leaves nothing behind.
+network, PID, UTS and mount namespace on a private bridge; the filesystem shared. First the cluster is
+checked to be what it claims (separate hosts, SLURM across them, sacct answering). Then one job of
+`runbook slurm submit --nodes=2` (trainer.num_nodes 2: one torchrun agent per host through srun, the
+watcher on h1) suffers one fault per launch and finishes with the budget's exact counts, which are the
+undisturbed two-host run's (10 steps, 20 micro-batches a rank, 10 240 tokens):
+- (c) rank 1 on h2 SIGSTOPped: rank-hang naming host h2 and rank 1;
+- (a) host h2 powered off: node-died naming h2 (its records stopped), SLURM calls h2 down and requeues
+  the job, the test boots h2, the next allocation resumes from the newest verified checkpoint;
+- (d) `scontrol requeue`: both ranks save the step they are in (exit 75), 0 steps lost, resumed.
+`runbook status` then shows each allocation's end as sacct says it. Last, the cluster's stop is checked
+to leave nothing behind.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -96,36 +106,151 @@ def job_output(project, job_id: str) -> str:
     return path.read_text(errors="replace") if path.exists() else "(no job output)"
 
 
+def newest_launch(project) -> int:
+    launches = sorted((project.run_dir / "launches").glob("launch-*"))
+    return int(launches[-1].name.split("-")[1]) if launches else 0
+
+
+def rank_step(project, launch: int, rank: int) -> int:
+    beat = read_folder(ranks_dir(project, launch))[0].get(rank)
+    return beat.step if beat is not None and beat.step is not None else -1
+
+
 @pytest.fixture(scope="module")
-def undisturbed(hosts, tmp_path_factory, shared_data):
-    project = make_project(tmp_path_factory.mktemp("two-host-run") / "project", shared_data, **TWO_NODES)
-    project.set(trainer=TRAINER)
+def faulted(hosts, tmp_path_factory, shared_data):
+    """One job, one fault per launch: rank 1 on h2 SIGSTOPped (launch 1: rank-hang); host h2 powered off
+    (launch 2: node-died; SLURM calls h2 down and requeues the job; h2 is booted again); `scontrol
+    requeue` in the next allocation (every rank saves the step it is in); the allocation after finishes."""
+    project = make_project(tmp_path_factory.mktemp("two-host-faults") / "project", shared_data, **TWO_NODES)
+    # a hang floor of 10 s took the end of the run (final save, torchrun's exit on a loaded machine: 13 s) for a hang
+    project.set(trainer=TRAINER, watch={"hang_floor_s": 30.0, "hang_timeout_s": 120})
+    found: dict = {"project": project, "times": {}}
     started = time.monotonic()
-    job_id = submit(hosts, project)
-    job = hosts.wait_job(job_id, FINISHED, timeout=300)
-    return {"project": project, "job_id": job_id, "job": job, "seconds": time.monotonic() - started}
+    job_id = found["job_id"] = submit(hosts, project)
+
+    def reach(launch: int, step: int, what: str) -> None:
+        deadline = time.monotonic() + 300
+        while not (newest_launch(project) >= launch and rank_step(project, newest_launch(project), 1) >= step):
+            assert time.monotonic() < deadline, (what, job_output(project, job_id), hosts.job(job_id))
+            time.sleep(0.05)
+
+    # (c) rank 1 on h2 stopped: its pid is h2's own (the record says it), signalled on h2
+    reach(1, 3, "rank 1 at step 3")
+    beat = read_folder(ranks_dir(project, 1))[0][1]
+    assert hosts.on("h2", "kill", "-STOP", str(beat.pid)).returncode == 0
+    found["stopped_at"], found["stopped_step"], found["stopped_pid"] = time.time(), beat.step, beat.pid
+    # (a) host h2 powered off in the next launch
+    reach(2, 5, "rank 1 of launch 2 at step 5")
+    found["killed_step"] = rank_step(project, 2, 1)
+    hosts.kill_host("h2")
+    found["killed_at"] = time.time()
+    deadline = time.monotonic() + 120
+    while not (hosts.job(job_id).get("JobState") == "PENDING" and int(hosts.job(job_id).get("Restarts", 0)) >= 1):
+        assert time.monotonic() < deadline, ("no requeue after h2 was lost", hosts.job(job_id), hosts.nodes())
+        time.sleep(0.2)
+    found["requeued_after_kill_s"] = time.time() - found["killed_at"]
+    found["nodes_after_kill"] = hosts.nodes()
+    hosts.boot_host("h2")
+    reach(newest_launch(project) + 1, 5, "rank 1 past step 4 in the next allocation")
+    found["back_after_kill_s"] = time.time() - found["killed_at"]
+    # (d) the job requeued from outside in its next allocation, training
+    reach(newest_launch(project), 7, "rank 1 at step 7 after the requeue")
+    found["requeue_launch"] = newest_launch(project)
+    found["requeue_step"] = rank_step(project, found["requeue_launch"], 1)
+    done = hosts.run("scontrol", "requeue", job_id)
+    assert done.returncode == 0, done.stderr
+    found["requeued_at"] = time.time()
+    reach(found["requeue_launch"] + 1, found["requeue_step"] + 1, "training again after the requeue")
+    found["back_after_requeue_s"] = time.time() - found["requeued_at"]
+    found["job"] = hosts.wait_job(job_id, FINISHED, timeout=400)
+    found["seconds"] = time.monotonic() - started
+    found["sacct"] = hosts.sacct(job_id, "JobID", "State", "Start", "End", "NodeList", "ExitCode")
+    return found
 
 
-def test_an_undisturbed_run_trains_one_rank_per_host_to_the_budgets_counts(undisturbed):
-    project, job = undisturbed["project"], undisturbed["job"]
-    output = job_output(project, undisturbed["job_id"])
-    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (job, output, project.watch_output())
+def incidents(project) -> list[dict]:
+    return [i for i in project.incidents() if i["playbook"] not in NOISE]
+
+
+def test_the_faulted_run_recovers_every_fault_to_the_budgets_counts(faulted):
+    project, job = faulted["project"], faulted["job"]
+    output = job_output(project, faulted["job_id"])
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (job, output)
+    assert int(job["Restarts"]) == 2, job
     progress = project.final_progress()
-    assert (progress["step_count"], progress["iter_num"]) == (STEPS, ITERS), progress
-    beats, exits = read_folder(ranks_dir(project, 1))
+    assert (progress["step_count"], progress["iter_num"]) == (STEPS, ITERS), (progress, output)
+    found = incidents(project)
+    assert [i["playbook"] for i in found] == ["rank-hang", "node-died"], output
+    assert all(i["outcome"] == "recovered" for i in found), output
+    # the last launch, undisturbed: one rank per host, the other host's rank known only by its records
+    last = ranks_dir(project, newest_launch(project))
+    beats, exits = read_folder(last)
     assert {r: (b.host, b.node, b.step) for r, b in beats.items()} == {0: ("h1", 0, STEPS), 1: ("h2", 1, STEPS)}
     assert {r: e.exit_code for r, e in exits.items()} == {0: 0, 1: 0}
-    starts, ends = read_nodes(ranks_dir(project, 1))
+    starts, ends = read_nodes(last)
     assert {n: s.host for n, s in starts.items()} == {0: "h1", 1: "h2"}
     # an agent still in torchrun's exit barrier 3 s after its ranks ended is killed by its host's wrapper
     assert all(e.exit_code == 0 or (e.exit_code == -9 and e.requested) for e in ends.values()) and sorted(ends) == [0, 1]
-    records = read_host_records(ranks_dir(project, 1))
+    records = read_host_records(last)
     assert {r: (rec.host, rec.state, rec.step) for r, rec in records.items()} == {0: ("h1", "gone", STEPS), 1: ("h2", "gone", STEPS)}
     assert records[1].pid == beats[1].pid and records[1].started == beats[1].started
-    log = (project.run_dir / "logs" / "trainer-001.log").read_text()
-    assert "2 hosts x 1 ranks through srun" in log and log.count("| iter 2 step 1 |") == 1   # h2's progress: its own log
-    assert [i["playbook"] for i in project.incidents() if i["playbook"] not in NOISE] == []
-    print(f"\nundisturbed two-host run: {undisturbed['seconds']:.1f} s from submit to COMPLETED")
+    log = (project.run_dir / "logs" / f"trainer-{newest_launch(project):03d}.log").read_text()
+    assert "2 hosts x 1 ranks through srun" in log and log.count("| iter 20 step 10 |") == 1   # h2's progress: its own log
+
+
+def note(incident: dict) -> str:
+    return incident["actions"][0]["description"]
+
+
+def test_a_stopped_rank_on_the_other_host_is_a_rank_hang_naming_host_and_rank(faulted):
+    hang = incidents(faulted["project"])[0]
+    assert f"rank 1 on host h2 (pid {faulted['stopped_pid']}, stopped: process state T" in note(hang), note(hang)
+    rank = hang["snapshot"]["trainer"]["ranks"]["ranks"][1]
+    assert (rank["host"], rank["stopped"]) == ("h2", True) and rank["seconds_since_record"] < 2, rank
+    assert hang["resumed_step"] == 2 and hang["steps_lost"] == faulted["stopped_step"] - 2, hang["steps_lost"]
+    faulted["times"]["c"] = (hang["detected_at"] - faulted["stopped_at"], hang["recovery_seconds"])
+
+
+def test_a_powered_off_host_is_a_dead_node_naming_the_host_and_slurm_requeues_the_job(faulted):
+    died = incidents(faulted["project"])[1]
+    assert "node 1 on host h2 died: the host is lost, no record from it for" in note(died), note(died)
+    node = died["snapshot"]["trainer"]["ranks"]["nodes"][1]
+    assert (node["host"], node["lost"]) == ("h2", True) and node["seconds_since_record"] >= 4.0, node
+    detected = died["detected_at"] - faulted["killed_at"]
+    assert detected < 4.0 + 3.0, detected   # STALE_S, a tick, and the watcher's own pace on a loaded machine
+    assert died["resumed_step"] == 4
+    run_log = (faulted["project"].root / "docs" / "run-log.md").read_text()
+    assert "node-died (recovered)" in run_log and "node 1 on host h2 died: the host is lost" in run_log
+    assert faulted["nodes_after_kill"]["h2"].startswith("down"), faulted["nodes_after_kill"]
+    faulted["times"]["a"] = (detected, faulted["requeued_after_kill_s"], faulted["back_after_kill_s"])
+
+
+def test_an_outside_requeue_saves_every_rank_at_one_step_and_loses_none(faulted):
+    project = faulted["project"]
+    entries = [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
+    notices = [e for e in entries if e["kind"] == "slurm_notice"]
+    assert [(n["restart"], n["cause"], n["requeue"]) for n in notices][-1] == (1, "requeued", False), notices
+    launches = [e for e in entries if e["kind"] == "launch"]
+    resumed = int(re.search(r"step-(\d+)", launches[-1]["resume_from"]).group(1))
+    assert resumed >= faulted["requeue_step"], (resumed, faulted["requeue_step"])   # the step it was in: none lost
+    saved = {r: e.exit_code for r, e in read_folder(ranks_dir(project, faulted["requeue_launch"]))[1].items()}
+    assert saved == {0: 75, 1: 75}, saved                                            # both ranks saved on the notice
+    faulted["times"]["d"] = (resumed, faulted["requeue_step"], faulted["back_after_requeue_s"])
+
+
+def test_status_shows_each_allocations_end_as_sacct_says(faulted, hosts):
+    project, job_id = faulted["project"], faulted["job_id"]
+    deadline, shown = time.monotonic() + 30, ""
+    while time.monotonic() < deadline:
+        shown = hosts.run(RUNBOOK, "status", str(project.config), cwd=project.root).stdout
+        if "sacct: COMPLETED" in shown:
+            break
+        time.sleep(1)
+    for restart, end in ((0, "sacct: NODE_FAIL (node failure) on h[1-2]"), (1, "sacct: REQUEUED (requeued) on h[1-2]"),
+                         (2, "sacct: COMPLETED (completed) on h[1-2]")):
+        assert re.search(rf"job {job_id} restart {restart} on h1: .*; {re.escape(end)}", shown), shown
+    print(f"\nfaulted two-host run: {faulted['seconds']:.1f} s; c: (detection s, recovery s), a: (detection s, SLURM requeue s, training again s), d: (resumed step, step at the requeue, training again s):"
+          f" {faulted['times']}\nsacct:\n{faulted['sacct']}")
 
 
 def test_the_stop_leaves_no_namespace_link_or_process(hosts):

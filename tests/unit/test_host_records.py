@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.cluster.slurm import SlurmSettings, job_script
-from engine.process.host_records import (STALE_S, HostRecord, allocation, is_remote, lost_hosts, lost_in_allocation,
+from engine.process.host_records import (LOST_PEER, STALE_S, HostRecord, allocation, peer_verdict, is_remote, lost_hosts, lost_in_allocation,
                                          previous_launch_folder, read_host_records, record_ages,
                                          record_path, remote_state)
 from engine.process.nodes import NodeExit, NodeStart, nodes_status
@@ -104,3 +104,22 @@ def test_a_host_lost_in_this_allocations_previous_launch_is_not_started_on_again
         (tmp_path / "launches" / f"launch-{n:03d}" / "ranks").mkdir(parents=True)
     assert previous_launch_folder(tmp_path / "launches" / "launch-010" / "ranks") == tmp_path / "launches" / "launch-002" / "ranks"
     assert previous_launch_folder(tmp_path / "launches" / "launch-001" / "ranks") is None
+
+
+def test_a_lost_peer_is_told_a_dead_process_or_a_lost_host_only_by_the_hosts_records():
+    since = NOW - 1.0
+    renewed = {0: rec(0, "h1", 0, age=9), 1: rec(1, "h2", 1, age=0.3)}       # h2 renewed after the line
+    assert peer_verdict(renewed, "h1", since, NOW) == "alive"
+    waiting = {0: rec(0, "h1", 0), 1: rec(1, "h2", 1, age=2.0)}              # not renewed since: too early
+    assert peer_verdict(waiting, "h1", since, NOW) is None
+    gone = {0: rec(0, "h1", 0), 1: rec(1, "h2", 1, age=STALE_S + 0.2)}
+    assert peer_verdict(gone, "h1", since, NOW) == "lost"
+    assert LOST_PEER.search(b"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.214.7.12]:7113")
+    assert not LOST_PEER.search(b"Epoch 1 | iter 2 step 1 | loss train: 6.2")
+
+
+def test_records_of_an_earlier_slurm_allocation_never_make_a_host_lost():
+    old = {0: rec(0, "h1", 0, age=60).model_copy(update={"allocation": "7.0"}),
+           1: rec(1, "h2", 1, age=60).model_copy(update={"allocation": "7.0"})}
+    assert lost_hosts(old, "h1", NOW, current="7.1") == {}        # the next allocation's watcher re-attaching
+    assert lost_hosts(old, "h1", NOW, current="7.0") == {1: "h2"}

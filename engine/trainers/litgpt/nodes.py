@@ -29,11 +29,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
-from engine.process.host_records import allocation, lost_hosts, lost_in_allocation, previous_launch_folder, read_host_records
+from engine.process.host_records import (LOST_PEER, STALE_S, allocation, lost_hosts, lost_in_allocation, peer_verdict,
+                                         previous_launch_folder, read_host_records)
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
 from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
 
@@ -104,6 +106,10 @@ class NodeGroup:
         self.forwarded = False   # a notice came through this group (the watcher's): no node was told alone
         self.srun: subprocess.Popen | None = None   # across hosts: the one srun step of every host's agent
         self.waiting_for_slurm = False
+        self.lock = threading.Lock()
+        self.held: list[bytes] = []
+        self.held_since: float | None = None
+        self.released = False
 
     def start(self) -> None:
         import psutil
@@ -146,7 +152,38 @@ class NodeGroup:
         print(f"runbook: {self.num_nodes} hosts x {self.nproc} ranks through srun (job {os.environ.get('SLURM_JOB_ID')}), "
               f"torchrun c10d rendezvous {rdzv_id} at {endpoint}", flush=True)
         self.srun = subprocess.Popen(srun_argv(sys.executable, self.num_nodes, self.nproc, endpoint, rdzv_id, self.command),
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent)
+        threading.Thread(target=self.relay, args=(self.srun.stdout,), daemon=True).start()
+
+    def relay(self, pipe) -> None:
+        """srun's output (node 0's agent: the trainer log) line by line. A line saying a peer went away is
+        held back, with what follows it, until the other hosts' records tell a dead peer process (they are
+        renewed: the line goes on to the watcher, a collective's lost peer) from a lost host (none renewed
+        for STALE_S: the watcher sees the dead node first), so that the watcher never takes a lost host
+        for a collective timeout."""
+        for line in iter(pipe.readline, b""):
+            with self.lock:
+                if self.held_since is None and not self.released and LOST_PEER.search(line):
+                    self.held_since = time.time()
+                if self.held_since is not None:
+                    self.held.append(line)
+                    continue
+            _write(line)
+
+    def release_held(self, verdict_of) -> None:
+        with self.lock:
+            if self.held_since is None:
+                return
+            verdict = verdict_of(self.held_since)
+            if verdict is None and time.time() - self.held_since < STALE_S + 2.0 and self.srun.poll() is None:
+                return
+            print(f"runbook: held {len(self.held)} line(s) after a lost peer for {time.time() - self.held_since:.1f} s: "
+                  f"{'a host is lost' if verdict == 'lost' else 'every host renewed its records' if verdict else 'no verdict'}",
+                  flush=True)
+            for line in self.held:
+                _write(line)
+            self.held, self.held_since, self.released = [], None, True
 
     def wait_srun(self) -> int:
         """Until srun ends. A host none of whose records was renewed for STALE_S is lost: once this host's
@@ -156,19 +193,24 @@ class NodeGroup:
         killed = False
         host = socket.gethostname()
         while self.srun.poll() is None:
+            self.release_held(lambda since: peer_verdict(read_host_records(self.folder), host, since, time.time()))
             if self._every_rank_ended():
                 ranks_done_at = ranks_done_at or time.monotonic()
-            lost = lost_hosts(read_host_records(self.folder), host, time.time())
+            lost = lost_hosts(read_host_records(self.folder), host, time.time(), current=allocation())
             if lost and lost_at is None:
                 lost_at = time.monotonic()
                 print(f"runbook: host(s) {', '.join(sorted(lost.values()))} lost: no record renewed", flush=True)
             if self.killing and stop_at is None:
                 stop_at = time.monotonic()
-            due = [t for t in (ranks_done_at, lost_at, stop_at) if t is not None]
+            # every rank ended: each host's wrapper kills its own lingering agent after LINGER_S and records
+            # its exit, so srun is given twice that (killing srun first cost node 0's exit record, seen)
+            due = [t for t in (ranks_done_at and ranks_done_at + LINGER_S, lost_at, stop_at) if t is not None]
             if due and time.monotonic() - min(due) > LINGER_S and not killed:
                 killed = self.killing = True
                 _send(self.srun.pid, signal.SIGKILL)
             time.sleep(0.1)
+        time.sleep(0.2)   # the relay's last lines
+        self.release_held(lambda since: "ended")
         _, exits = read_folder(self.folder)
         code = self.srun.returncode
         return group_exit_code(exits[0].exit_code if 0 in exits else None, [code] if code is not None else [])
@@ -241,6 +283,14 @@ class NodeGroup:
         beats, exits = read_folder(self.folder)
         world = max((b.world_size for b in beats.values()), default=0)
         return world > 0 and all(rank in exits for rank in range(world))
+
+
+def _write(line: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _send(pid: int, sig) -> None:

@@ -1,7 +1,8 @@
 #!/bin/bash
 # cluster-up.sh: start the two-host cluster (see common.sh); exits 0 once sinfo shows h1 and h2 idle
 # and sacctmgr answers. Prints one "phase seconds" line per phase on stderr (the fixture reports them).
-# Env: CRED_EXPIRE (5, SLURM's minimum: a requeued job starts again ~6 s later), SLURMD_TIMEOUT (10),
+# Env: KILL_WAIT (20: SIGKILL that long after the SIGTERM of a requeue or cancel; 5 was too short for
+# every rank's notice save on a loaded 2-core machine), CRED_EXPIRE (5, SLURM's minimum: a requeued job starts again ~6 s later), SLURMD_TIMEOUT (10),
 # ACCOUNTING (1: MariaDB + slurmdbd on h0 so that sacct answers; 0: none), EXTRA_CONF (slurm.conf lines).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -53,7 +54,7 @@ SlurmdTimeout=${SLURMD_TIMEOUT:-10}
 SlurmctldTimeout=10
 MessageTimeout=5
 TCPTimeout=2
-KillWait=5
+KillWait=${KILL_WAIT:-20}
 InactiveLimit=0
 MinJobAge=300
 JobRequeue=1
