@@ -10,8 +10,9 @@ undisturbed two-host run's (10 steps, 20 micro-batches a rank, 10 240 tokens):
 - (a) host h2 powered off: node-died naming h2 (its records stopped), SLURM calls h2 down and requeues
   the job, the test boots h2, the next allocation resumes from the newest verified checkpoint;
 - (d) `scontrol requeue`: both ranks save the step they are in (exit 75), 0 steps lost, resumed.
-`runbook status` then shows each allocation's end as sacct says it. Last, the cluster's stop is checked
-to leave nothing behind.
+`runbook status` then shows each allocation's end as sacct says it. A second job has h2's link cut (b):
+a collective timeout, told apart from a dead host (h2's records still renewed), and SLURM's requeue.
+Last, the cluster's stop is checked to leave nothing behind.
 """
 
 from __future__ import annotations
@@ -251,6 +252,57 @@ def test_status_shows_each_allocations_end_as_sacct_says(faulted, hosts):
         assert re.search(rf"job {job_id} restart {restart} on h1: .*; {re.escape(end)}", shown), shown
     print(f"\nfaulted two-host run: {faulted['seconds']:.1f} s; c: (detection s, recovery s), a: (detection s, SLURM requeue s, training again s), d: (resumed step, step at the requeue, training again s):"
           f" {faulted['times']}\nsacct:\n{faulted['sacct']}")
+
+
+@pytest.fixture(scope="module")
+def link_cut(hosts, faulted, tmp_path_factory, shared_data):
+    """(b) A second job, after the first: h2's link cut at the bridge in launch 1 (its slurmd, step and rank
+    live on, and so does its wrapper, which renews its records: the filesystem is shared, not networked).
+    gloo's timeout (RUNBOOK_COLLECTIVE_TIMEOUT_S, 8 s: under SLURM's ~18 s to call the node down) ends
+    rank 0; SLURM then calls h2 down and requeues the job; the test heals h2 as a reboot (power off, link
+    up, boot: re-registering a dirty slurmd raced, ../shared/multihost/RECIPE.md)."""
+    project = make_project(tmp_path_factory.mktemp("two-host-link") / "project", shared_data, **TWO_NODES)
+    project.set(trainer={**TRAINER, "env": {"RUNBOOK_COLLECTIVE_TIMEOUT_S": "8", "GLOO_SOCKET_IFNAME": "eth0"}},
+                watch={"hang_floor_s": 30.0, "hang_timeout_s": 120})
+    found: dict = {"project": project}
+    job_id = found["job_id"] = submit(hosts, project)
+    deadline = time.monotonic() + 300
+    while not (newest_launch(project) >= 1 and rank_step(project, newest_launch(project), 1) >= 3):
+        assert time.monotonic() < deadline, job_output(project, job_id)
+        time.sleep(0.05)
+    hosts.link("h2", False)
+    found["cut_at"] = time.time()
+    deadline = time.monotonic() + 120
+    while not (hosts.job(job_id).get("JobState") == "PENDING" and int(hosts.job(job_id).get("Restarts", 0)) >= 1):
+        assert time.monotonic() < deadline, (hosts.job(job_id), hosts.nodes(), job_output(project, job_id))
+        time.sleep(0.2)
+    found["requeued_after_cut_s"] = time.time() - found["cut_at"]
+    found["nodes_after_cut"] = hosts.nodes()
+    hosts.kill_host("h2")
+    hosts.link("h2", True)
+    hosts.boot_host("h2")
+    found["job"] = hosts.wait_job(job_id, FINISHED, timeout=400)
+    return found
+
+
+def test_a_cut_link_is_a_collective_timeout_told_apart_from_a_dead_host(link_cut, faulted):
+    project, job = link_cut["project"], link_cut["job"]
+    output = job_output(project, link_cut["job_id"])
+    assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) == 1, (job, output)
+    progress = project.final_progress()
+    assert (progress["step_count"], progress["iter_num"]) == (STEPS, ITERS), (progress, output)
+    found = incidents(project)
+    assert [i["playbook"] for i in found] == ["collective-timeout"], output
+    ranks = found[0]["snapshot"]["trainer"]["ranks"]
+    # h2's records were still renewed: no node is dead, h2 is not lost
+    assert ranks["dead_nodes"] == [] and not ranks["nodes"][1]["lost"], ranks["nodes"]
+    assert ranks["nodes"][1]["host"] == "h2" and ranks["nodes"][1]["seconds_since_record"] < 4.0, ranks["nodes"]
+    assert link_cut["nodes_after_cut"]["h2"].startswith("down"), link_cut["nodes_after_cut"]
+    detected = found[0]["detected_at"] - link_cut["cut_at"]
+    assert detected < link_cut["requeued_after_cut_s"], (detected, link_cut["requeued_after_cut_s"])
+    faulted["times"]["b"] = (detected, link_cut["requeued_after_cut_s"])
+    print(f"\n(b) cut link: collective-timeout {detected:.1f} s after the cut, SLURM requeued the job "
+          f"{link_cut['requeued_after_cut_s']:.1f} s after it; all faults: {faulted['times']}")
 
 
 def test_the_stop_leaves_no_namespace_link_or_process(hosts):
