@@ -310,8 +310,10 @@ the reference, before its own start-up, actions and relaunches. Each line says w
 or set (with the setting's value); the hang line is the run's own derived hang timeout: the watcher's function
 (engine/observe/observer.py `Observer.hang_timeout`: {WATCH.hang_safety_factor:g} x the longest gap between progress
 lines, clamped to the floor {WATCH.hang_floor_s:g} s and the ceiling {WATCH.hang_timeout_s:g} s) applied to the
-longest progress gap measured in the reference run (each progress line stamped as it appeared in the log, polled
-every 20 ms), beside the timeout runbook's own watcher used in this run.
+longest progress gap measured in the contender's own run before the SIGSTOP (each progress line of its trainer logs
+stamped by this benchmark as it appeared, polled every 50 ms; the reference's, polled every 20 ms, when that is
+missing), beside the value runbook's own watcher recorded in its hang incident. The benchmark's stamps and the
+watcher's own reading of the log can differ on loaded cores: the line names both.
 
 {floor_text(warm or runbook, reference, WATCH)}
 {nan_text}"""
