@@ -144,7 +144,9 @@ def print_table(records: list[dict]) -> None:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
     for name, justify in (("id", "left"), ("when", "left"), ("playbook", "left"), ("outcome", "left"),
                           ("step", "right"), ("steps\nlost", "right"), ("recovery\ns", "right")):
-        table.add_column(name, justify=justify, no_wrap=name != "playbook")
+        numeric = justify == "right"   # a hostile record's 20-digit step must not squeeze the id out of the table
+        table.add_column(name, justify=justify, no_wrap=name != "playbook", min_width=12 if name == "id" else None,
+                         max_width=12 if numeric else None, overflow="ellipsis" if numeric else "fold")
     for record in records:
         r = row(record)
         style = {"recovered": "green", "escalated": "yellow", "failed": "red"}.get(str(r["outcome"]), "")

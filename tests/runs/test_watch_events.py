@@ -77,7 +77,9 @@ def test_status_exit_code_tells_running_stopped_unsupervised_and_completed_apart
 
         watcher = project.watch(env={"PYTHONPATH": str(REPO)})
         first_pid = project.trainer_pid()
-        wait_for(lambda: project.trainer_pid() != first_pid and progress_logged(project), 30, what="a second launch")
+        # The second launch journaled (its pid file is written a moment before the journal's entry).
+        wait_for(lambda: project.trainer_pid() != first_pid and progress_logged(project)
+                 and '"launch": 2' in (project.run_dir / "journal.jsonl").read_text(), 30, what="a second launch")
         watcher.kill()   # the watcher dies; its trainer runs on unsupervised
         watcher.wait(timeout=30)
         unsupervised = status(project)
