@@ -242,11 +242,21 @@ SLOW_GROUPS = {"runs", "cluster"}
 SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slurm", "slurm_cluster"}
 
 
+# The suite runs on two workers (pytest-xdist, `--dist loadgroup` in pyproject's addopts). A file is
+# the unit of work, so its module fixtures (a reference run, a finished run) are built once; every test
+# that starts a SLURM cluster shares one worker, because the clusters share munge, the package install
+# and the machine's namespaces.
+SERIAL_GROUPS = {"cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").parts[0]
+        relative = Path(str(item.fspath)).resolve().relative_to(REPO / "tests")
+        group = relative.parts[0]
         if group in SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(group if group in SERIAL_GROUPS else relative.as_posix()))
 
 
 # =====================================================================================================
@@ -260,7 +270,8 @@ def pytest_collection_modifyitems(config, items):
 # =====================================================================================================
 from typing import NoReturn  # noqa: E402
 
-EVIDENCE: list[str] = []
+EVIDENCE: list[str] = []  # every count reported in this run (the controller's list under xdist)
+_UNREPORTED: list[str] = []  # counts recorded in this process since the last test report
 
 
 def where_ci_runs() -> bool:
@@ -281,8 +292,20 @@ def require_capability(reason: str) -> NoReturn:
 
 def record_evidence(line: str) -> None:
     """A count a doc quotes: printed now (-s) and in the end-of-run summary (always)."""
-    EVIDENCE.append(line)
+    _UNREPORTED.append(line)
     print(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Counts travel on the test's report, so a worker's counts reach the summary of the whole run."""
+    report = (yield).get_result()
+    while _UNREPORTED:
+        report.user_properties.append(("evidence", _UNREPORTED.pop(0)))
+
+
+def pytest_runtest_logreport(report):
+    EVIDENCE.extend(value for key, value in report.user_properties if key == "evidence")
 
 
 def hypothesis_profile() -> str:

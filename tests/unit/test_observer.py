@@ -206,7 +206,9 @@ def test_start_up_is_judged_by_its_process_tree_working_and_a_stopped_tree_shows
             "while True: sum(range(10000))\n")
     parent = subprocess.Popen([sys.executable, "-c", busy])
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30                    # two interpreters start: slow on a loaded machine
+        while len(tree_counters(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(tree_counters(parent.pid)) == 2          # the parent and its worker
         activity = StartupActivity(now=0.0)
         activity.sample(parent.pid, now=0.0)                # a baseline
