@@ -98,10 +98,12 @@ class TrainerStatus(Frozen):
     exit_pending: bool = False
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
-    # load, compile), then "training". Start-up is judged by its signs of life, not by progress lines.
-    phase: Literal["startup", "training"] = "training"
-    # Start-up only: seconds since the trainer last showed life (new output, or CPU time or I/O bytes
-    # advancing anywhere in its process tree); None when not measured (training, or a dead trainer).
+    # load, compile), then "training"; "saving" from a save's announcement to the next progress line.
+    # Start-up and saves are judged by their signs of life, not by progress lines: a first save of a big
+    # model outlasts a timeout learnt from save-free steps.
+    phase: Literal["startup", "training", "saving"] = "training"
+    # Start-up and saves only: seconds since the trainer last showed life (new output, or CPU time or I/O
+    # bytes advancing anywhere in its process tree); None when not measured (training, or a dead trainer).
     seconds_since_activity: float | None = None
 
 
@@ -151,6 +153,7 @@ class StateSnapshot(Frozen):
     seconds_since_progress: float = 0.0
     hang_timeout_s: float = 120.0       # derived from this run's own progress gaps (see observer.py)
     startup_timeout_s: float = 14400.0  # watch.startup_timeout_s: the longest a launch may take to its first progress line
+    save_timeout_s: float = 3600.0      # watch.save_timeout_s: the longest a save may take (from the last progress line)
     new_lines: list[str] = Field(default_factory=list)
     tail: list[str] = Field(default_factory=list)
     disk: DiskStatus = Field(default_factory=DiskStatus)
@@ -163,15 +166,18 @@ def stall(state: StateSnapshot, seconds: float | None = None) -> tuple[str, floa
     limit; None when the trainer is not running. `seconds` replaces the hang timeout.
 
     Training: seconds without a progress line against the hang timeout. Start-up (before the launch's
-    first progress line: preprocessing, model build, checkpoint load, compile) is not a progress gap:
-    it is stuck when it has shown no sign of life (output, CPU time, I/O) for the hang timeout, or when
-    it has lasted longer than startup_timeout_s even though it shows life."""
+    first progress line: preprocessing, model build, checkpoint load, compile) and a save (announced,
+    no progress line since) are not progress gaps: stuck when they have shown no sign of life (output,
+    CPU time, I/O) for the hang timeout, or when they have lasted longer than startup_timeout_s or
+    save_timeout_s even though they show life."""
     if not state.trainer.alive or state.trainer.exit_pending:
         return None
     limit = seconds or state.hang_timeout_s
-    if state.trainer.phase != "startup":
+    if state.trainer.phase == "training":
         return "no progress", state.seconds_since_progress, limit
-    if state.seconds_since_progress >= state.startup_timeout_s:
-        return "start-up", state.seconds_since_progress, state.startup_timeout_s
+    what, longest = (("start-up", state.startup_timeout_s) if state.trainer.phase == "startup"
+                     else ("save", state.save_timeout_s))
+    if state.seconds_since_progress >= longest:
+        return what, state.seconds_since_progress, longest
     idle = state.trainer.seconds_since_activity
-    return "start-up without a sign of life", state.seconds_since_progress if idle is None else idle, limit
+    return f"{what} without a sign of life", state.seconds_since_progress if idle is None else idle, limit

@@ -55,6 +55,7 @@ def build_snapshots(observations: Iterable[dict[str, Any]], config: RunConfig | 
     if config is not None:
         default["hang_timeout_s"] = config.watch.hang_timeout_s
         default["startup_timeout_s"] = config.watch.startup_timeout_s
+        default["save_timeout_s"] = config.watch.save_timeout_s
     snapshots: list[StateSnapshot] = []
     seen_lines: list[str] = []
     time = -OBSERVATION_INTERVAL_S

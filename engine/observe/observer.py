@@ -248,23 +248,26 @@ class Observer:
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
         if self.tracker.progress_since_launch == 0:
-            trainer = self._startup(trainer, now)
+            trainer = self._judged_by_life(trainer, now, "startup")
+        elif self.tracker.save_started is not None:
+            trainer = self._judged_by_life(trainer, now, "saving")
         return StateSnapshot(
             observation=self.observation, time=now, run_state=run_state, trainer=trainer,
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
-            startup_timeout_s=watch.startup_timeout_s,
+            startup_timeout_s=watch.startup_timeout_s, save_timeout_s=watch.save_timeout_s,
             new_lines=new_lines,
             tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
             evidence=self.evidence.gather(trainer, checkpoints),
         )
 
-    def _startup(self, trainer: TrainerStatus, now: float) -> TrainerStatus:
-        """Before this launch's first progress line: the start-up phase, and how long since it last
-        showed life (output, or CPU time or I/O anywhere in the trainer's process tree)."""
+    def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str) -> TrainerStatus:
+        """Start-up (before this launch's first progress line) or a save (announced, no progress line
+        since): the phase, and how long since the trainer last showed life (output, or CPU time or I/O
+        anywhere in its process tree; the save's announcement is output)."""
         if not trainer.alive:
-            return trainer.model_copy(update={"phase": "startup"})
+            return trainer.model_copy(update={"phase": phase})
         self.activity.sample(trainer.pid, now)
-        return trainer.model_copy(update={"phase": "startup", "seconds_since_activity": self.activity.seconds_idle(now)})
+        return trainer.model_copy(update={"phase": phase, "seconds_since_activity": self.activity.seconds_idle(now)})
 
 
 def disk_status(path: Path) -> DiskStatus:

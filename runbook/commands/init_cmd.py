@@ -38,6 +38,7 @@ trainer:
 watch:
   hang_timeout_s: 600    # no progress line for this long = hang (start-up: no output, CPU or I/O for this long)
   startup_timeout_s: 14400   # the longest preprocessing + model build may take to the first progress line
+  save_timeout_s: 3600   # the longest a checkpoint save may take (a save that shows no life is a hang sooner)
 """
 
 

@@ -6,7 +6,8 @@ announced as ``toy: saving <folder>`` before any of its files is written.
 Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, save_interval,
 step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so tests have time to
 signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would; env_file
-names a file each launch appends its environment to (one JSON line).
+names a file each launch appends its environment to (one JSON line); save_seconds makes each save
+write its file in pieces over that long.
 """
 
 from __future__ import annotations
@@ -43,12 +44,18 @@ def encode(state: dict) -> bytes:
     return json.dumps(state, sort_keys=True).encode()   # floats round-trip exactly through JSON
 
 
-def save(folder: Path, state: dict) -> None:
+def save(folder: Path, state: dict, seconds: float = 0.0) -> None:
+    """`seconds` spreads the write over that long, in 20 pieces (a big model's save, still writing)."""
     print(f"toy: saving {folder}", flush=True)
     folder.mkdir(parents=True, exist_ok=True)
     data = encode(state)
     tmp = folder / f".{STATE_NAME}.tmp"
-    tmp.write_bytes(data)
+    with open(tmp, "wb", buffering=0) as fh:
+        pieces = 20 if seconds > 0 else 1
+        size = -(-len(data) // pieces)
+        for start in range(0, len(data), size):
+            fh.write(data[start:start + size])
+            time.sleep(seconds / pieces)
     os.replace(tmp, folder / STATE_NAME)
     (folder / CHECKSUM_NAME).write_text(hashlib.sha256(data).hexdigest() + "\n")
 
@@ -83,8 +90,8 @@ def main(config_path: str) -> int:
         took_ms = (time.monotonic() - started) * 1000
         print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)
         if state["step"] % cfg["save_interval"] == 0:
-            save(out_dir / f"ckpt-{state['step']:06d}", state)
-    save(out_dir / "final", state)
+            save(out_dir / f"ckpt-{state['step']:06d}", state, cfg.get("save_seconds", 0.0))
+    save(out_dir / "final", state, cfg.get("save_seconds", 0.0))
     print(f"toy: done at step {state['step']}", flush=True)
     return 0
 

@@ -21,7 +21,9 @@ class StalledClause(Clause):
            "a launch's first progress line, `state.trainer.phase == \"startup\"`: preprocessing, model build, "
            "checkpoint load, compile): no sign of life (new output, CPU time or I/O of the trainer's process "
            "tree, `state.trainer.seconds_since_activity`) for that same limit, or a start-up longer than "
-           "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy.")
+           "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy. A checkpoint save (announced, "
+           "no progress line since, `phase == \"saving\"`) is judged the same way, with `state.save_timeout_s` "
+           "(`watch.save_timeout_s`) as its longest.")
     example = "stalled:\n  seconds: 300"
 
     stalled: StalledSpec
@@ -38,6 +40,9 @@ class StalledClause(Clause):
         if ctx.state.trainer.phase == "startup":
             return (f"alive trainer in start-up without a sign of life for >= {limit:g} s, "
                     f"or in start-up for >= {ctx.state.startup_timeout_s:g} s")
+        if ctx.state.trainer.phase == "saving":
+            return (f"alive trainer in a save without a sign of life for >= {limit:g} s, "
+                    f"or saving for >= {ctx.state.save_timeout_s:g} s")
         return f"alive trainer without progress for >= {limit:g} s"
 
     def show(self, observed) -> str:
