@@ -54,7 +54,7 @@ STATE_NOTES = {
     "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
                      "compile), then `training`; `saving` from a save's announcement to the next progress line",
     "trainer.seconds_since_activity": "start-up and saves only: seconds since the trainer last showed life (new output, "
-                                      "or CPU time or I/O anywhere in its process tree); null in training",
+                                      "or I/O anywhere in its process tree, or in start-up CPU time too); null in training",
     "startup_timeout_s": "`watch.startup_timeout_s`: the longest a launch may take to its first progress line",
     "save_timeout_s": "`watch.save_timeout_s`: the longest a save may take, from the last progress line to the next",
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",

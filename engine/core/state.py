@@ -102,7 +102,7 @@ class TrainerStatus(Frozen):
     # Start-up and saves are judged by their signs of life, not by progress lines: a first save of a big
     # model outlasts a timeout learnt from save-free steps.
     phase: Literal["startup", "training", "saving"] = "training"
-    # Start-up and saves only: seconds since the trainer last showed life (new output, or CPU time or I/O
+    # Start-up and saves only: seconds since the trainer last showed life (new output, or CPU time (start-up) or I/O
     # bytes advancing anywhere in its process tree); None when not measured (training, or a dead trainer).
     seconds_since_activity: float | None = None
 

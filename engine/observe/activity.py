@@ -1,10 +1,12 @@
-"""Signs of life of a trainer in start-up: is anything in its process tree still working?
+"""Signs of life of a trainer in start-up or in a save: is anything in its process tree still working?
 
 Before its first progress line a trainer preprocesses data (litdata's optimize, with spawned worker
 interpreters that may print nothing for minutes), imports, builds the model, loads a checkpoint and
 compiles: no progress lines, but CPU time and I/O. A tree is alive while any of its processes (the
 trainer and every descendant, the workers included) gains CPU time or read/written bytes, or a new
-process appears in it; a SIGSTOPped or deadlocked tree gains nothing.
+process appears in it; a SIGSTOPped or deadlocked tree gains nothing. A save is alive while the tree
+moves bytes (or prints): CPU alone does not count there, since a collective deadlocked on a GPU spins
+its host thread, and the save phase lasts until the next progress line, through training steps.
 
 Reads /proc through psutil: a few milliseconds for a small tree, and at most once per SAMPLE_INTERVAL_S.
 """
@@ -46,11 +48,12 @@ def tree_counters(pid: int) -> dict[tuple[int, float], tuple[float, int]]:
     return counters
 
 
-def advanced(before: dict, after: dict) -> bool:
-    """PURE. Did the tree work between two samples: a new process, or any process with more CPU or I/O?"""
+def advanced(before: dict, after: dict, count_cpu: bool = True) -> bool:
+    """PURE. Did the tree work between two samples: a new process, or any process with more I/O (or CPU,
+    with count_cpu)?"""
     for key, (cpu, moved) in after.items():
         old = before.get(key)
-        if old is None or cpu > old[0] or moved > old[1]:
+        if old is None or (count_cpu and cpu > old[0]) or moved > old[1]:
             return True
     return False
 
@@ -72,14 +75,15 @@ class StartupActivity:
         """The trainer wrote to its log (a whole line or a progress bar's partial one)."""
         self.last_life = max(self.last_life, now)
 
-    def sample(self, pid: int | None, now: float) -> None:
-        """Compare the tree's counters with the last sample (at most once per SAMPLE_INTERVAL_S)."""
+    def sample(self, pid: int | None, now: float, count_cpu: bool = True) -> None:
+        """Compare the tree's counters with the last sample (at most once per SAMPLE_INTERVAL_S); without
+        count_cpu only I/O and new processes are life."""
         if pid is None or now - self._sampled_at < SAMPLE_INTERVAL_S:
             return
         counters = tree_counters(pid)
         if pid != self._pid:          # a first sample is a baseline, not a sign of life
             self._pid = pid
-        elif advanced(self._counters, counters):
+        elif advanced(self._counters, counters, count_cpu):
             self.last_life = max(self.last_life, now)
         self._counters, self._sampled_at = counters, now
 

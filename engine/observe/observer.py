@@ -262,11 +262,12 @@ class Observer:
 
     def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line
-        since): the phase, and how long since the trainer last showed life (output, or CPU time or I/O
-        anywhere in its process tree; the save's announcement is output)."""
+        since): the phase, and how long since the trainer last showed life: output, or I/O anywhere in
+        its process tree, or in start-up CPU time too (activity.py says why not in a save); the save's
+        announcement is output."""
         if not trainer.alive:
             return trainer.model_copy(update={"phase": phase})
-        self.activity.sample(trainer.pid, now)
+        self.activity.sample(trainer.pid, now, count_cpu=phase == "startup")
         return trainer.model_copy(update={"phase": phase, "seconds_since_activity": self.activity.seconds_idle(now)})
 
 

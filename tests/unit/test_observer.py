@@ -256,3 +256,14 @@ def test_the_snapshot_says_start_up_until_the_first_progress_line_then_training(
         fh.write(progress(1, 5.0) + "\n")
     snap = observer.snapshot(now + 8, "running", trainer, snap.checkpoints, observer.read_lines(now + 8), watch)
     assert (snap.trainer.phase, snap.trainer.seconds_since_activity) == ("training", None)
+
+
+def test_in_a_save_cpu_alone_is_no_sign_of_life_but_io_and_new_processes_are():
+    """A collective deadlocked on a GPU spins its host thread: during a save only moved bytes count."""
+    from engine.observe.activity import advanced
+
+    before = {(10, 1.0): (5.0, 100)}
+    assert advanced(before, {(10, 1.0): (6.0, 100)})                          # start-up: CPU is life
+    assert not advanced(before, {(10, 1.0): (6.0, 100)}, count_cpu=False)     # a save: CPU alone is not
+    assert advanced(before, {(10, 1.0): (5.0, 4196)}, count_cpu=False)        # bytes written are
+    assert advanced(before, {(10, 1.0): (5.0, 100), (11, 2.0): (0.0, 0)}, count_cpu=False)   # a new worker is

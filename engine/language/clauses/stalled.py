@@ -22,8 +22,8 @@ class StalledClause(Clause):
            "checkpoint load, compile): no sign of life (new output, CPU time or I/O of the trainer's process "
            "tree, `state.trainer.seconds_since_activity`) for that same limit, or a start-up longer than "
            "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy. A checkpoint save (announced, "
-           "no progress line since, `phase == \"saving\"`) is judged the same way, with `state.save_timeout_s` "
-           "(`watch.save_timeout_s`) as its longest.")
+           "no progress line since, `phase == \"saving\"`) is judged the same way (CPU time alone is no life in a save), with "
+           "`state.save_timeout_s` (`watch.save_timeout_s`) as its longest.")
     example = "stalled:\n  seconds: 300"
 
     stalled: StalledSpec
