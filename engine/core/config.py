@@ -9,48 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import shutil
-import stat as stat_mode
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+from pydantic import (Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from engine.core.config_paths import file_problems, run_folder_problems
 from engine.core.durable import atomic_write_text
 from engine.core.env_names import check_env
-from engine.core.settings import MetricsSettings
-from engine.core.settings import CloudNoticeSettings
 from engine.core.notifier import SlackSettings
 from engine.core.run_folder import RunFolder
-from engine.core.settings import SlurmSettings
-from engine.core.settings import UpkeepSettings
+from engine.core.settings import PlaybookSettings, SlurmSettings, Strict, UpkeepSettings, WatchSettings  # noqa: F401 - importable here too
 from engine.core.yaml_source import (
-    SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
+    SourceError, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
 )
 
-# Folders no run owns: runbook deletes and moves files in out_dir and run_dir (macOS names included).
-SYSTEM_FOLDERS = ("/", "/bin", "/boot", "/dev", "/dev/shm", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt",
-                  "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var",
-                  "/var/tmp", "/Users", "/Volumes", "/System", "/Library", "/private", "/private/tmp")
-
-
 DEFAULT_TRAINER_KIND = "litgpt"   # engine/trainers/registry.py registers it
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # `lr: .inf` is a typo, not a value
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _usable_paths(cls, value: Any) -> Any:
-        # Path.resolve() raises on a NUL byte; refuse it here, with file:line, like any bad value.
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, Path) and ("\x00" in str(item) or len(str(item)) > 4096):
-                raise ValueError("not a usable path (a NUL byte, or longer than 4096 characters)")
-        return value
-
 
 class ModelShape(Strict):
     """The GPT the trainer builds (litgpt `model_config`)."""
@@ -124,31 +100,6 @@ class TrainerSettings(Strict):
         if seam is not None:
             seam.check_kind(kind)   # a ValueError says why there is no such trainer (with file:line, below)
         return kind
-
-
-class PlaybookSettings(Strict):
-    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")],
-                              description="the project's playbooks: added to the shipped set, or replacing a shipped one by name")
-    shipped: bool = Field(True, description="also use the playbooks shipped with runbook (playbooks/)")
-
-
-class WatchSettings(Strict):
-    poll_interval_s: float = Field(0.2, gt=0)
-    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout; in start-up (before a launch's first "
-                                  "progress line) the longest the trainer may show no sign of life (output, CPU, I/O)")
-    startup_timeout_s: float = Field(14400.0, gt=0, description="the longest a launch may take to its first progress line "
-                                     "(preprocessing, model build, checkpoint load, compile), however busy")
-    save_timeout_s: float = Field(3600.0, gt=0, description="the longest a checkpoint save (from the last progress line "
-                                  "through validation and the save to the next) may take, however busy; a save is a "
-                                  "hang sooner only when it shows no sign of life (output, CPU, I/O) for the hang timeout")
-    hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
-    hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
-    grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
-    max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
-    quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
-    cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
-                                               description="poll AWS/GCP Spot interruption notices (engine/cluster/notice_poller.py)")
-    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus endpoint (docs/metrics.md)")
 
 
 class NotificationSettings(Strict):
@@ -301,124 +252,6 @@ class LoadedConfig:
         return self.reload()
 
 
-def run_folder_problem(key: str, folder: Path, other_key: str, other: Path | None, config_file: Path, project_dir: Path,
-                       data_dirs: list[tuple[str, Path]], home: Path, system_folders: set[Path]) -> str | None:
-    """PURE. Why ``folder`` (out_dir or run_dir; every path absolute and resolved) cannot be a folder
-    this run owns, as one sentence, or None. runbook deletes and moves files in both, so neither may
-    be, hold or sit inside anything else of the user's. With ``other`` (the other of the two), also
-    refused: being it or lying inside it (the inner one of a nested pair is the one named)."""
-    def within(a: Path, b: Path) -> bool:
-        return a == b or b in a.parents
-
-    if folder == home:
-        reason = "is your home folder"
-    elif folder in system_folders:
-        reason = "is a system folder"
-    elif folder == project_dir:
-        reason = "is the project folder (the one holding configs/)"
-    elif within(config_file, folder):
-        reason = f"holds the run config {config_file}"
-    elif same := next((name for name, d in data_dirs if d == folder), None):
-        reason = f"is {same}"
-    elif holder := next(((name, d) for name, d in data_dirs if within(d, folder)), None):
-        reason = f"holds {holder[0]} ({holder[1]})"
-    elif inside := next(((name, d) for name, d in data_dirs if within(folder, d)), None):
-        reason = f"is inside {inside[0]} ({inside[1]})"
-    elif other is not None and folder == other:
-        reason = f"is also {other_key}"
-    elif other is not None and within(folder, other):
-        reason = f"is inside {other_key} ({other})"
-    else:
-        return None
-    return (f"{key}: {folder} {reason}, and runbook deletes and moves files in {key}, so it must be a folder "
-            f"of this run's own (e.g. {RunConfig.model_fields[key].default})")
-
-
-def _run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
-    real = lambda p: Path(os.path.realpath(p))  # noqa: E731 - symlinks and `..` resolved alike
-    system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS} | {real(tempfile.gettempdir())}
-    # Data folders as resolved and as written: a linked-in data folder is protected under both names.
-    data = [(f"data.{n}", real(loaded.data_path(n))) for n in ("train_dir", "val_dir", "tokenizer_dir")]
-    data += [(f"data.{n}", Path(os.path.normpath(loaded.project_dir / getattr(loaded.config.data, n))))
-             for n in ("train_dir", "val_dir", "tokenizer_dir")]
-    folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
-    args = (real(path), real(loaded.project_dir), data, real(Path.home()), system)
-    # Each folder on its own first, then the pair: one sentence, about the folder that is wrong.
-    checks = [(k, o, None) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
-    checks += [(k, o, folders[o]) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
-    problems = []
-    for key, other_key, other in checks:
-        if problem := run_folder_problem(key, folders[key], other_key, other, *args):
-            where = locate(tree, (key,))
-            problems.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
-            break
-    return problems
-
-
-MAX_RUN_LOG_TEMPLATE_BYTES = 256 * 1024   # engine/records/run_log.py reads at most this
-
-
-def _file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
-    """run_log, run_log_template and watch.quarantine_dir get out_dir's protections (issue 26 item 6):
-    the run log is appended to, so it may not be another file runbook or the trainer owns, nor a
-    FIFO or device; quarantine_dir receives moved checkpoints, so it may not be a system, project,
-    configs or data folder, nor lie inside out_dir. One sentence each, with file:line."""
-    real = lambda p: Path(os.path.realpath(p))  # noqa: E731
-    within = lambda a, b: a == b or b in a.parents  # noqa: E731
-    out_dir, run_dir, project = real(loaded.out_dir), real(loaded.run_dir), real(loaded.project_dir)
-    data = [(f"data.{n}", real(loaded.data_path(n))) for n in ("train_dir", "val_dir", "tokenizer_dir")]
-    problems: list[tuple[tuple, str]] = []
-
-    def kind_of(p: Path) -> str | None:
-        try:
-            mode = os.stat(p).st_mode
-        except FileNotFoundError:
-            return None   # not there yet: made on first use
-        except OSError as error:   # a name too long, a file where a folder should be, no permission
-            return f"unusable ({error.strerror})"
-        return None if stat_mode.S_ISREG(mode) else "a folder" if stat_mode.S_ISDIR(mode) else "not a regular file (a FIFO or device)"
-
-    log = real(loaded.run_log)
-    reason = ("is the run config" if log == real(path) else
-              "is the run's journal" if log == real(RunFolder(loaded.run_dir).journal) else
-              f"is inside out_dir ({out_dir}), where checkpoints live" if within(log, out_dir) else
-              next((f"is inside {n} ({d})" for n, d in data if within(log, d)), None) or
-              ("is a checkpoint or training file" if log.suffix in (".pth", ".ckpt", ".safetensors") else None) or
-              (f"is {k}" if (k := kind_of(log)) else None))
-    if reason:
-        problems.append((("run_log",), f"run_log: {log} {reason}; it must be a Markdown file of its own "
-                                       f"(e.g. {RunConfig.model_fields['run_log'].default})"))
-    if loaded.config.run_log_template is not None:
-        template = real(loaded.resolve(loaded.config.run_log_template))
-        k = kind_of(template)
-        size = os.stat(template).st_size if k is None and os.path.lexists(template) else None
-        if k is None and size is None:
-            k = "missing"
-        elif k is None and size > MAX_RUN_LOG_TEMPLATE_BYTES:
-            k = f"{size:,} bytes, more than {MAX_RUN_LOG_TEMPLATE_BYTES:,}"
-        if k:
-            problems.append((("run_log_template",), f"run_log_template: {template} is {k}; it must be a regular "
-                                                    "text file (a Jinja2 template)"))
-    if loaded.config.watch.quarantine_dir is not None:
-        q = real(loaded.quarantine_dir)
-        system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS}
-        reason = ("is a system folder" if q in system or q == real(Path.home()) else
-                  "is the project folder" if q == project else
-                  f"is or holds the configs folder ({real(path).parent})" if within(real(path).parent, q) else
-                  next((f"is, holds or lies inside {n} ({d})" for n, d in data if within(q, d) or within(d, q)), None) or
-                  (f"is inside out_dir ({out_dir}), which runbook lists and prunes" if within(q, out_dir) else None) or
-                  (f"holds out_dir ({out_dir})" if within(out_dir, q) else None) or
-                  (k if (k := kind_of(q)) and k.startswith("unusable") else None))
-        if reason:
-            problems.append((("watch", "quarantine_dir"), f"watch.quarantine_dir: {q} {reason}; quarantined "
-                                                          "checkpoints are moved there (default: <run_dir>/quarantine)"))
-    out = []
-    for loc, problem in problems:
-        where = locate(tree, loc)
-        out.append(f"{path}:{where[0]}:{where[1]}: {problem}" if where else f"{path}: {problem}")
-    return out
-
-
 def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConfig:
     """The run config at `path`, validated, with file:line errors. Callers load it through
     engine.trainers.run_config.load_config, which passes the trainers' seam (kind check, overlays)."""
@@ -436,7 +269,7 @@ def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConf
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
     loaded = LoadedConfig(path, config, seam)
-    if problems := _run_folder_problems(path, tree, loaded) or _file_problems(path, tree, loaded):
+    if problems := run_folder_problems(path, tree, loaded) or file_problems(path, tree, loaded):   # config_paths.py
         raise SourceError(problems)
     return loaded
 

@@ -7,7 +7,8 @@ feature module; each feature imports its own model from here.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -113,3 +114,40 @@ class MetricsSettings(BaseModel):
     host: str = Field("127.0.0.1", min_length=1, description="address to listen on (0.0.0.0: every interface)")
 
 
+# --- the run config's own sections (engine/core/config.py) ---
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # `lr: .inf` is a typo, not a value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _usable_paths(cls, value: Any) -> Any:
+        # Path.resolve() raises on a NUL byte; refuse it here, with file:line, like any bad value.
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Path) and ("\x00" in str(item) or len(str(item)) > 4096):
+                raise ValueError("not a usable path (a NUL byte, or longer than 4096 characters)")
+        return value
+
+
+class PlaybookSettings(Strict):
+    paths: list[Path] = Field(default_factory=lambda: [Path("playbooks")],
+                              description="the project's playbooks: added to the shipped set, or replacing a shipped one by name")
+    shipped: bool = Field(True, description="also use the playbooks shipped with runbook (playbooks/)")
+
+
+class WatchSettings(Strict):
+    poll_interval_s: float = Field(0.2, gt=0)
+    hang_timeout_s: float = Field(120.0, gt=0, description="ceiling of the hang timeout; in start-up (before a launch's first "
+                                  "progress line) the longest the trainer may show no sign of life (output, CPU, I/O)")
+    startup_timeout_s: float = Field(14400.0, gt=0, description="the longest a launch may take to its first progress line "
+                                     "(preprocessing, model build, checkpoint load, compile), however busy")
+    save_timeout_s: float = Field(3600.0, gt=0, description="the longest a checkpoint save (from the last progress line "
+                                  "through validation and the save to the next) may take, however busy; a save is a "
+                                  "hang sooner only when it shows no sign of life (output, CPU, I/O) for the hang timeout")
+    hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
+    hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
+    grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
+    max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
+    quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
+    cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
+                                               description="poll AWS/GCP Spot interruption notices (engine/cluster/notice_poller.py)")
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings, description="Prometheus endpoint (docs/metrics.md)")

@@ -29,6 +29,7 @@ class WatchContext:
     transition: Callable[[RunState, str], None]      # the run's state machine, journaled
     append_run_log: Callable[[dict], None]           # docs/run-log.md (held on a full disk)
     best_val_step: Callable[[], int | None]          # the one source of "best" (the observer's tracker)
+    saving_from: Callable[[], int | None]            # a live trainer may still be writing saves from this step on
     save_interval_advice: Callable[[], str | None]
     status: Callable[[], dict]                       # run state, launches, step, tokens, tokens/s (heartbeat)
     held: Callable[[], dict[str, int]]               # what a full disk holds back, by kind

@@ -88,7 +88,7 @@ class EngineRuntime:
 
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
         ledger = self._ctx.ledger
-        ledger.refresh(saving_from_step=self._saving_from())
+        ledger.refresh(saving_from_step=self._ctx.saving_from())
         result = ledger.prune(keep_last_k or self.loaded.config.keep_last_k,
                               self._ctx.best_val_step() if keep_best else None,
                               remove_partial, trainer_alive=self._ctx.control.alive)
@@ -99,12 +99,6 @@ class EngineRuntime:
             self.note(result.foreign_warning + f" (in {self.loaded.out_dir})")
             self._ctx.events("warning", text=result.foreign_warning)
         return result.summary()
-
-    def _saving_from(self) -> int | None:
-        """A live trainer may still be writing checkpoints from its current step on."""
-        if not self._ctx.control.alive:
-            return None
-        return self.state.metrics.step or 0
 
     def compress_logs(self, min_bytes: int) -> str:
         """gzip the logs no trainer writes any more (atomically: this runs on a full disk)."""

@@ -26,15 +26,16 @@ from engine.language.matcher import MatchMemory, attempt_number, decide
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
 from engine.watch.context import WatchContext
+from engine.watch.observation import Observation
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
+from engine.watch.stopping import stop_on_request
 from engine.core.state import TERMINAL_STATES, RunState
 from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
 from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble
 from engine.watch import services as services_of_watch
-from engine.checkpoints import retention
 
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
 
@@ -56,13 +57,15 @@ class Supervisor:
                                        journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter,
                                  evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
+        self.observation = Observation(self.control, self.observer, self.ledger, self.journal, self.events)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.context = WatchContext(
             control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
             events=self.events, launch=self.launch, observe=self.observe, transition=self.transition,
-            append_run_log=run_log, best_val_step=self.best_val_step, save_interval_advice=self.save_interval_advice,
+            append_run_log=run_log, best_val_step=self.observation.best_val_step,
+            saving_from=self.observation.saving_from, save_interval_advice=self.save_interval_advice,
             status=self.status, held=self.backlog.held)
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
@@ -70,10 +73,7 @@ class Supervisor:
         self.history = None
         self.dead_observations = 0
         self.stop_requested: str | None = None
-        self.last_snapshot = None
         self._exit_journaled: int | None = None
-        self.retention = retention.Retention(self.ledger, lambda: self.loaded.config.keep_last_k, self.best_val_step,
-                                             lambda text: self.events("warning", text=text))
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
         self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
 
@@ -97,7 +97,7 @@ class Supervisor:
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             self._start(services, lambda: services_of_watch.metrics_endpoint(
                 self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
-                lambda: (self.state, self.last_snapshot)))
+                lambda: (self.state, self.observation.last)))
             with self.recovery_lock:
                 start_or_continue(self)
             if self.state not in TERMINAL_STATES:
@@ -124,24 +124,8 @@ class Supervisor:
             services.callback(service.shutdown)
 
     def observe(self, retain: bool = False):
-        """One observation: new log lines, checkpoint verification, disk, the process -> a snapshot.
-        retain (the watch loop's own tick): prune to keep_last_k + best first when a save was sealed, so
-        the snapshot's disk and checkpoints are what the playbooks will act on."""
-        now = time.time()
-        # The process first, then its log: a trainer seen dead has written all it ever will (its output goes
-        # straight to the log file), so its last lines (an OOM, a traceback) are in this same snapshot. The
-        # other order lets a trainer that writes its error and exits in between look like an exit with no
-        # message, which only unknown-crash matches.
-        trainer = self.control.status()
-        new_lines = self.observer.read_lines(now)
-        self.ledger.refresh(saving_from_step=self._saving_from())
-        if retain:
-            self._retain_new_saves()
-        snapshot = self.observer.snapshot(now, self.state, trainer, self.ledger.status(), new_lines,
-                                          self.loaded.config.watch)
-        self.last_snapshot = snapshot
-        self.events("observation", snapshot=snapshot, lines=new_lines)
-        return snapshot
+        """One observation (engine/watch/observation.py): the process, its log, the checkpoints -> a snapshot."""
+        return self.observation.take(self.state, retain)
 
     def tick(self) -> None:
         self.backlog.catch_up()
@@ -180,29 +164,15 @@ class Supervisor:
             self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
                         + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
 
-    def _retain_new_saves(self) -> None:
-        """Retention as each save is sealed (off with upkeep's retention: interval null)."""
-        if self.loaded.config.upkeep.retention_interval_s is None:
-            return
-        result = self.retention.after_new_saves(trainer_alive=self.control.alive)
-        if result is not None and result.deleted:
-            self.journal.append("retention", summary=result.summary())
-
     def status(self) -> dict:
         """What the heartbeat says of the run (upkeep)."""
-        metrics = self.last_snapshot.metrics if self.last_snapshot is not None else None
+        metrics = self.observation.last.metrics if self.observation.last is not None else None
         return {"run_state": self.state.value, "launches": self.control.launches,
                 "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
                 "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
 
-    def best_val_step(self) -> int | None:
-        """The one source of "best" for retention and the prune action: the observer's tracker."""
-        return self.observer.tracker.best_val_step
-
     def complete(self) -> None:
-        self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
-        if (result := self.retention.now(trainer_alive=False)) is not None:   # once more, the run being over
-            self.journal.append("retention", summary=result.summary())
+        self.observation.retain_at_completion()
         self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
     # --- effects lent to the incident runtime --------------------------------------------------
@@ -222,10 +192,6 @@ class Supervisor:
         return attempt_number(self.history, playbook, time.time())
 
     # --- helpers -------------------------------------------------------------------------------
-    def _saving_from(self) -> int | None:
-        """A live trainer may still be writing the checkpoint of its current step (or a later one)."""
-        return (self.observer.tracker.step or 0) if self.control.alive else None
-
     def transition(self, to: RunState, reason: str) -> None:
         previous, self.state = self.state, to
         if not self.dry_run:
@@ -244,16 +210,5 @@ class Supervisor:
             signal.signal(sig, request_stop)
 
     def _stop_watching(self, why: str) -> None:
-        """Forward the notice (the trainer finishes its step and saves), wait up to grace_period_s for
-        that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it."""
-        noticed = None
-        if self.control.alive and self.control.process is not None:
-            noticed = self.control.process.give_notice(self.loaded.config.watch.grace_period_s)
-            if noticed:
-                self.journal.append("trainer_noticed", pid=self.control.process.pid, reason=why, detail=noticed)
-        if self.slurm is not None:   # why (scontrol) after the save: a slow controller never delays the save
-            self.slurm.noticed(why)
-        detail = self.control.stop(why) if self.control.alive else noticed or "no trainer running"
-        if noticed:
-            self.ledger.refresh(force=True)
+        detail = stop_on_request(why, self.control, self.journal, self.ledger, self.slurm)   # engine/watch/stopping.py
         self.transition(RunState.STOPPED, f"{why}; {detail}")

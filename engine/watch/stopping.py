@@ -1,0 +1,24 @@
+"""The watcher asked to stop (SIGTERM/SIGINT to it, a cloud notice, a scheduler's notice): forward the
+notice so the trainer finishes its step and saves, wait up to grace_period_s for that save, then stop
+whatever still runs. The save is sealed now: the next watch resumes from it."""
+
+from __future__ import annotations
+
+from engine.checkpoints.ledger import CheckpointLedger
+from engine.process.trainer_control import TrainerControl
+from engine.records.journal import Journal
+
+
+def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger, slurm) -> str:
+    """What was done, for the transition to STOPPED."""
+    noticed = None
+    if control.alive and control.process is not None:
+        noticed = control.process.give_notice(control.loaded.config.watch.grace_period_s)
+        if noticed:
+            journal.append("trainer_noticed", pid=control.process.pid, reason=why, detail=noticed)
+    if slurm is not None:   # why (scontrol) after the save: a slow controller never delays the save
+        slurm.noticed(why)
+    detail = control.stop(why) if control.alive else noticed or "no trainer running"
+    if noticed:
+        ledger.refresh(force=True)
+    return detail
