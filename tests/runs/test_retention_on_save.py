@@ -1,4 +1,4 @@
-"""Retention as each save is sealed (engine/watch/supervisor.py `_retain_new_saves`), not only on upkeep's clock.
+"""Retention as each save is sealed (engine/watch/observation.py `Observation._retain_new_saves`), not only on upkeep's clock.
 
 A run that saves faster than upkeep's retention interval used to pile up checkpoints until its disk was full
 (the chaos benchmark at 120 steps: a 13 MB out_dir, a 2 MB save every 0.3 s, four disk-full incidents, then an
