@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 import engine.language.playbook_testing as playbook_testing
 from engine.language.actions import REGISTRY
 from engine.language.clauses import CLAUSE_TYPES, AnyClause
-from engine.expr import sandbox
+from engine.expr import budget as sandbox
 from engine.expr.expressions import _ENV
 from engine.language.playbook import ActionStep, Limits, Persistence, Playbook, PlaybookTest
 from engine.core.state import StateSnapshot

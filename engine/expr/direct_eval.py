@@ -17,7 +17,7 @@ from typing import Any, Callable
 from jinja2 import nodes
 from jinja2.utils import _PassArg
 
-from engine.expr.sandbox import BINOPS, check_weight
+from engine.expr.budget import BINOPS, check_weight
 
 Evaluator = Callable[[dict], Any]
 _MISSING = object()

@@ -17,10 +17,10 @@ from jinja2.utils import consume
 
 from engine.expr.direct_eval import direct_evaluator
 from engine.expr.filters import bounded_filters, bounded_int, bounded_round, finalize
-from engine.expr.sandbox import (
-    MAX_OUTPUT, MAX_SOURCE, Sandbox, SandboxLimit, budget, budget_iter, budget_range, bound, check_tree,
-    check_weight, guarded_join, safe_concat,
+from engine.expr.budget import (
+    MAX_OUTPUT, MAX_SOURCE, SandboxLimit, budget, budget_iter, budget_range, check_weight, guarded_join, safe_concat,
 )
+from engine.expr.sandbox import Sandbox, bound, check_tree
 
 
 # optimized=False: nothing of a user's text is evaluated at compile time (lint must not run it).

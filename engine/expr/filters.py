@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from jinja2.filters import make_attrgetter
 
-from engine.expr.sandbox import (
-    COPY_UNIT, MAX_INT_BITS, MAX_SEQUENCE, SandboxLimit, budget_iter, budget_stream, check_format, check_join, check_replace,
+from engine.expr.budget import (
+    COPY_UNIT, MAX_INT_BITS, MAX_SEQUENCE, SandboxLimit, budget_iter, budget_stream, check_format, check_replace,
     check_text, check_weight, safe_add, safe_mod, spend,
 )
 

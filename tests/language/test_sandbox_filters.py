@@ -20,7 +20,7 @@ from engine.core.config import RunConfig
 from engine.core.state import StateSnapshot
 from engine.expr.expressions import ExpressionError, _ENV, compile_expression, render_template
 from engine.expr.filters import ALLOWED_FILTERS
-from engine.expr.sandbox import MAX_SECONDS
+from engine.expr.budget import MAX_SECONDS
 from runbook.cli import app
 from runbook.exit_codes import ExitCode
 
