@@ -112,6 +112,9 @@ class MetricsSettings(BaseModel):
                              description="serve Prometheus metrics on this port (0: any free port, written to "
                                          "<run_dir>/metrics-address); none: no endpoint")
     host: str = Field("127.0.0.1", min_length=1, description="address to listen on (0.0.0.0: every interface)")
+    linger_s: float = Field(30.0, ge=0, le=3600, description="after the run escalates, keep serving this long before the "
+                            "watcher exits, so that a scrape sees the escalation (at least 2 x Prometheus' scrape "
+                            "interval); a signal to the watcher ends it at once")
 
 
 # --- the run config's own sections (engine/core/config.py) ---

@@ -171,6 +171,16 @@ class MetricsEndpoint:
         atomic_write_text(self.address_file, self.url + "\n")
         return self.url
 
+    def linger(self, interrupted: Callable[[], bool]) -> None:
+        """An escalated run's last state stays served for linger_s (the watcher exits right after, and a
+        scrape every 15-60 s would rarely see the state that most needs a human); `interrupted` (a signal
+        to the watcher) ends the wait."""
+        if self.server is None or self.state()[0] != RunState.ESCALATED:
+            return
+        deadline = time.monotonic() + self.settings.linger_s
+        while time.monotonic() < deadline and not interrupted():
+            time.sleep(0.1)
+
     def shutdown(self) -> None:
         if self.server is None:
             return

@@ -95,9 +95,11 @@ class Supervisor:
             if self.slurm is not None:
                 self.slurm.started()
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
-            self._start(services, lambda: services_of_watch.metrics_endpoint(
+            endpoint = self._start(services, lambda: services_of_watch.metrics_endpoint(
                 self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
                 lambda: (self.state, self.observation.last)))
+            if endpoint is not None:   # unwound before its stop: an escalation stays served for a scrape
+                services.callback(endpoint.linger, lambda: self.stop_requested is not None)
             with self.recovery_lock:
                 start_or_continue(self)
             if self.state not in TERMINAL_STATES:
@@ -117,11 +119,12 @@ class Supervisor:
             return self.state
 
     @staticmethod
-    def _start(services: ExitStack, make) -> None:
+    def _start(services: ExitStack, make):
         """Start an optional service (None: not configured, or not for this run) and register its stop."""
         service = make()
         if service is not None:
             services.callback(service.shutdown)
+        return service
 
     def observe(self, retain: bool = False):
         """One observation (engine/watch/observation.py): the process, its log, the checkpoints -> a snapshot."""

@@ -235,3 +235,50 @@ def test_a_port_in_use_refuses_to_start_the_endpoint_itself(tmp_path):
     assert not (tmp_path / ADDRESS_FILE).exists()
     endpoint.shutdown()   # nothing started: nothing to do
 
+
+
+def escalating_run(root, linger_s: float):
+    """A toy run that runs out of memory at micro-batch 1: the oom playbook escalates at its first firing."""
+    project = make_toy_project(root)
+    project.set(micro_batch_size=1, watch={"metrics": {"port": 0, "linger_s": linger_s}},
+                trainer={"extra": {"oom_above_micro_batch": 0}})
+    return project
+
+
+def test_an_escalation_stays_served_for_linger_s_then_the_watcher_exits(tmp_path):
+    """Prometheus scrapes every 15-60 s; a watcher that exits at its escalation would rarely be seen in
+    that state (ops/prometheus's RunbookEscalated): it serves the escalated state for linger_s first."""
+    project = escalating_run(tmp_path / "project", linger_s=4.0)
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})
+    try:
+        address = project.run_dir / ADDRESS_FILE
+        wait_for(address.exists, 60, what=f"the endpoint's URL\n{project.watch_output()}")
+        url = address.read_text().strip()
+        wait_for(lambda: value(scrape(url), "runbook_run_state", state="escalated") == 1.0, 60, what="an escalated scrape")
+        seen = time.monotonic()
+        assert watcher.poll() is None                          # still serving after the escalation
+        code = watcher.wait(timeout=60)
+        waited = time.monotonic() - seen
+    finally:
+        stop_process(watcher)
+    assert code != 0, project.watch_output()                   # an escalated watch is not a success
+    assert 1.0 < waited < 30, waited                           # about linger_s after the escalation was served
+    assert not address.exists()                                # and no stale address once nobody answers
+    [incident] = project.incidents()
+    assert (incident["playbook"], incident["outcome"]) == ("oom", "escalated"), incident
+
+
+def test_a_signal_during_the_linger_ends_the_watcher_at_once(tmp_path):
+    project = escalating_run(tmp_path / "project", linger_s=600.0)
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})
+    try:
+        address = project.run_dir / ADDRESS_FILE
+        wait_for(address.exists, 60, what=f"the endpoint's URL\n{project.watch_output()}")
+        url = address.read_text().strip()
+        wait_for(lambda: value(scrape(url), "runbook_run_state", state="escalated") == 1.0, 60, what="an escalated scrape")
+        watcher.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        watcher.wait(timeout=60)
+        assert time.monotonic() - started < 15                  # not the 600 s linger
+    finally:
+        stop_process(watcher)
