@@ -7,6 +7,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
+from engine.core.crash_points import crash_point
 from engine.core.durable import atomic_write_text
 from engine.records.journal import Journal
 from engine.checkpoints.partial_saves import clear_trainer_tmp
@@ -66,6 +69,7 @@ class TrainerControl:
         spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches), self.spares)
+        crash_point("trainer-launched")   # the tests: a watcher killed before the journal knows this launch
         self._write_pid(self.process.pid)
         self.journal.append("launch", launch=self.launches, pid=self.process.pid, log=str(log_path),
                             exit_status=str(self.process.status_path), started=self.process.started_at,
@@ -120,6 +124,24 @@ class TrainerControl:
             self.folder.trainer_pid.unlink(missing_ok=True)   # a stale pid is worse than none: someone may signal it
             self.trouble.failed("trainer.pid", error, f"removed the old one; the journal has pid {pid}")
 
+    def adopt_unjournaled(self) -> TrainerProcess | None:
+        """A live trainer of a launch the journal never heard of (its watcher was killed between the
+        launch and the journal's line): proven by its launcher's record (pid, kernel start ticks, boot id),
+        journaled now and attached, so that a new watcher takes it back instead of refusing to start."""
+        for pid, status_path in live_trainers_of(self.folder.root):
+            launch = launch_number(status_path)
+            record = read_exit_status(status_path)
+            if launch is None or launch <= self.launches or record.get("trainer_start_ticks") is None:
+                continue   # journaled already, or a record too old to prove the process exactly
+            started = process_started(pid)
+            log_path = self.folder.trainer_log(launch)
+            self.launches = launch
+            self._write_pid(pid)
+            self.journal.append("launch", launch=launch, pid=pid, log=str(log_path), exit_status=str(status_path),
+                                started=started, resume_from=None, argv=None, adopted=True)
+            return self.attach(pid, log_path, started, launch)
+        return None
+
     def attach(self, pid: int, log: Path, started: float | None, launch: int) -> TrainerProcess:
         """The trainer an earlier watcher launched, alive or not (its launcher recorded how it ended)."""
         self.process = TrainerProcess.attach(pid, log, started, self.folder.exit_status(launch))
@@ -163,3 +185,16 @@ class TrainerControl:
     def set_env(self, variables: dict) -> None:
         self.extra_env.update(variables)
         self.journal.append("env", vars=variables)
+
+
+def launch_number(status_path: Path) -> int | None:
+    """launches/launch-NNN/exit-status.json -> NNN."""
+    name = status_path.parent.name
+    return int(name[len("launch-"):]) if name.startswith("launch-") and name[len("launch-"):].isdigit() else None
+
+
+def process_started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -40,6 +40,16 @@ def start_or_continue(sup) -> None:
             sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
             sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
             return
+    if past.open_incident is None and (trainer is None or not trainer.alive):
+        # Launched by a watcher killed before it journaled the launch. (Inside an open incident the
+        # recovery's relaunch refuses a second trainer instead, naming the live one.)
+        adopted = sup.control.adopt_unjournaled()
+        if adopted is not None and adopted.alive:
+            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {adopted.pid} of launch {sup.control.launches}, "
+                                             "which the journal had not recorded (its watcher was killed as it launched)")
+            sup.observer.follow(adopted.log_path, sup.control.tokens_per_iter, replay_existing=True)
+            sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+            return
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
     # reads from the trainer's log which save is under way.

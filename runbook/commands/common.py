@@ -19,8 +19,10 @@ def fail(code: ExitCode, message: str) -> None:
     raise typer.Exit(int(code))
 
 
-def load_started_run(config: Path):
-    """The LoadedConfig of a run that has a journal; exit 3 with one sentence otherwise."""
+def load_started_run(config: Path, launched_is_started: bool = False):
+    """The LoadedConfig of a run that has a journal (or, with launched_is_started, a launch record: a
+    watcher killed as it launched leaves a trainer before any journal line); exit 3 with one sentence
+    otherwise."""
     from engine.trainers.run_config import load_config
 
     try:
@@ -32,7 +34,7 @@ def load_started_run(config: Path):
     if journal.exists() and not journal.is_file():
         err.print(f"error: cannot read the journal {journal}: it is not a file; nothing was changed", markup=False)
         raise typer.Exit(int(ExitCode.NOT_FOUND))
-    if not journal.is_file():
+    if not journal.is_file() and not (launched_is_started and loaded.folder.launches.is_dir()):
         err.print(f"error: no run has started in {loaded.run_dir} yet (no journal.jsonl); "
                   f"start it with `runbook watch {config}`", markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG))

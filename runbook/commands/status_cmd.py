@@ -65,16 +65,26 @@ def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
 def trainer_identity(loaded, journal) -> dict:
     """Whether the journal's trainer runs and is provably this run's (engine/process/identity.py):
     a pid alone is not enough, another process may have it now."""
-    from engine.process.identity import Identity
+    from engine.process.identity import Identity, live_trainers_of
+    from engine.process.trainer_control import launch_number
     from engine.process.trainer_process import read_exit_status
 
     pid = journal.trainer_pid
-    if not pid:
-        return {"alive": False, "proven": False, "why": "no launch recorded"}
-    record = read_exit_status(loaded.folder.exit_status(journal.launches)) if journal.launches else {}
-    proof = Identity(pid, journal.trainer_started, record).proof()
-    return {"alive": proof.ours, "proven": proof.ours, "why": proof.reason,
-            "pid_taken_by_another_process": proof.alive and not proof.ours}
+    found = {"alive": False, "proven": False, "why": "no launch recorded"}
+    if pid:
+        record = read_exit_status(loaded.folder.exit_status(journal.launches)) if journal.launches else {}
+        proof = Identity(pid, journal.trainer_started, record).proof()
+        found = {"alive": proof.ours, "proven": proof.ours, "why": proof.reason,
+                 "pid_taken_by_another_process": proof.alive and not proof.ours}
+    if not found["alive"]:
+        # A launch the journal never recorded (its watcher was killed as it launched): the launcher's own
+        # record still names a live trainer of this run folder; `runbook watch` re-attaches to it.
+        for other, status_path in live_trainers_of(loaded.run_dir, except_pid=pid or None):
+            if (launch_number(status_path) or 0) > journal.launches:
+                return {"alive": True, "proven": True, "pid": other, "unjournaled_launch": launch_number(status_path),
+                        "why": f"pid {other}: launched as launch {launch_number(status_path)} by a watcher killed "
+                               f"before its journal recorded it ({status_path})"}
+    return found
 
 
 def gather(loaded, now: float | None = None) -> dict:
@@ -325,7 +335,7 @@ def status(
 
     from engine.records.journal import JournalUnreadable
 
-    loaded = load_started_run(chosen_config(config, config_opt))
+    loaded = load_started_run(chosen_config(config, config_opt), launched_is_started=True)
     try:
         data = gather(loaded)
     except JournalUnreadable as error:

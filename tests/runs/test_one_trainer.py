@@ -185,3 +185,41 @@ def test_watch_never_signals_an_unrelated_process_behind_a_forged_record(project
     assert proc.poll() is None and psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
     assert not (received.exists() and received.read_text()), received.read_text()
     assert all(e["pid"] != proc.pid for e in launches(project)[1:])
+
+
+def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(tmp_path):
+    """The watcher is SIGKILLed right after it started the trainer, before the journal's launch line
+    (crash point `trainer-launched`): `status` still finds the live trainer through its launcher's
+    record, and the next `runbook watch` re-attaches to it (journaling the launch as adopted) instead of
+    refusing to start or launching a second trainer."""
+    from tests.conftest import REPO
+    from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project
+
+    project = make_toy_project(tmp_path / "project", step_seconds=0.2)   # 40 steps: ~8 s of training
+    env = {"PYTHONPATH": str(REPO)}
+    first = project.watch(env={**env, "RUNBOOK_CRASH_AT": "trainer-launched"})
+    assert first.wait(timeout=120) == -signal.SIGKILL, project.watch_output()
+    status_path = RunFolder(project.run_dir).exit_status(1)
+    wait_for(status_path.exists, 30, what="the launcher's record")
+    trainer_pid = json.loads(status_path.read_text())["trainer_pid"]
+    assert psutil.pid_exists(trainer_pid)
+    assert Journal(RunFolder(project.run_dir).journal).replay().launches == 0   # the journal never heard of it
+
+    shown = subprocess.run([RUNBOOK, "status", "-c", str(project.config)], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, **env})
+    assert "UNSUPERVISED" in shown.stdout and str(trainer_pid) in shown.stdout, shown.stdout + shown.stderr
+    assert not RunFolder(project.run_dir).journal.exists()   # a read-only command wrote nothing
+
+    second = project.watch(env=env)
+    try:
+        assert second.wait(timeout=120) == 0, project.watch_output()
+    finally:
+        stop_process(second)
+    replayed = Journal(RunFolder(project.run_dir).journal).replay()
+    assert replayed.launches == 1 and replayed.trainer_pid == trainer_pid       # the same trainer, taken back
+    launches = [e for e in map(json.loads, RunFolder(project.run_dir).journal.read_text().splitlines())
+                if e.get("kind") == "launch"]
+    assert [(e["pid"], e.get("adopted")) for e in launches] == [(trainer_pid, True)]
+    assert sorted(p.name for p in RunFolder(project.run_dir).launches.iterdir()) == ["launch-001"]   # never a second
+    assert "which the journal had not recorded" in project.watch_output()
+    assert final_state(project)["step"] == STEPS and project.incidents() == []
