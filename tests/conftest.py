@@ -242,11 +242,17 @@ SLOW_GROUPS = {"runs", "cluster"}
 SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slurm", "slurm_cluster"}
 
 
-# The suite runs on two workers (pytest-xdist, `--dist loadgroup` in pyproject's addopts). A file is
-# the unit of work, so its module fixtures (a reference run, a finished run) are built once; every test
-# that starts a SLURM cluster shares one worker, because the clusters share munge, the package install
-# and the machine's namespaces.
+# The suite runs on two workers (pytest-xdist, `--dist loadgroup` in pyproject's addopts). A file with
+# module fixtures (a reference run, a finished run) is one unit of work, so they are built once; every
+# test that starts a SLURM cluster shares one worker, because the clusters share munge, the package
+# install and the machine's namespaces; any other test goes to whichever worker is free.
 SERIAL_GROUPS = {"cluster"}
+SHARED_SCOPES = {"module", "package", "class"}
+
+
+def _shares_fixtures(item) -> bool:
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+    return any(getattr(d, "scope", "function") in SHARED_SCOPES for chain in defs.values() for d in chain)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
@@ -256,7 +262,10 @@ def pytest_collection_modifyitems(config, items):
         group = relative.parts[0]
         if group in SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(group if group in SERIAL_GROUPS else relative.as_posix()))
+        if group in SERIAL_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(group))
+        elif _shares_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(relative.as_posix()))
 
 
 # =====================================================================================================
