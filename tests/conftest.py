@@ -244,9 +244,21 @@ SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slu
 
 # The suite runs on two workers (pytest-xdist, `--dist loadgroup` in pyproject's addopts). A file with
 # module fixtures (a reference run, a finished run) is one unit of work, so they are built once; every
-# test that starts a SLURM cluster shares one worker, because the clusters share munge, the package
-# install and the machine's namespaces; any other test goes to whichever worker is free.
-SERIAL_GROUPS = {"cluster"}
+# file that starts a SLURM cluster (tests/slurm_cluster.py, tests/two_hosts.py) shares one worker,
+# because the clusters share munge, the package install and the machine's namespaces; any other test
+# goes to whichever worker is free.
+SLURM_FIXTURE_MODULES = {"tests.slurm_cluster", "tests.two_hosts"}
+
+
+def _starts_slurm(item) -> bool:
+    module = getattr(item, "module", None)
+    return module is not None and any(getattr(value, "__module__", None) in SLURM_FIXTURE_MODULES
+                                      for value in vars(module).values())
+# One torch/OpenMP thread per process the tests start (watchers pass it to their trainers): two workers'
+# trainers, each with a thread per core, would oversubscribe two cores, and OpenMP's spinning threads
+# make that far slower than one thread each (the tiny model gains nothing from a second thread). A
+# test that sets trainer.env's OMP_NUM_THREADS still gets its own value.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 SHARED_SCOPES = {"module", "package", "class"}
 
 
@@ -262,8 +274,8 @@ def pytest_collection_modifyitems(config, items):
         group = relative.parts[0]
         if group in SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if group in SERIAL_GROUPS:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if _starts_slurm(item):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
         elif _shares_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(relative.as_posix()))
 
