@@ -245,16 +245,22 @@ def escalating_run(root, linger_s: float):
     return project
 
 
+def wait_for_escalated_scrape(project):
+    """The endpoint's address file, once a scrape of it says the run escalated."""
+    address = project.run_dir / ADDRESS_FILE
+    wait_for(address.exists, 60, what=f"the endpoint's URL\n{project.watch_output()}")
+    url = address.read_text().strip()
+    wait_for(lambda: value(scrape(url), "runbook_run_state", state="escalated") == 1.0, 60, what="an escalated scrape")
+    return address
+
+
 def test_an_escalation_stays_served_for_linger_s_then_the_watcher_exits(tmp_path):
     """Prometheus scrapes every 15-60 s; a watcher that exits at its escalation would rarely be seen in
     that state (ops/prometheus's RunbookEscalated): it serves the escalated state for linger_s first."""
     project = escalating_run(tmp_path / "project", linger_s=4.0)
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
-        address = project.run_dir / ADDRESS_FILE
-        wait_for(address.exists, 60, what=f"the endpoint's URL\n{project.watch_output()}")
-        url = address.read_text().strip()
-        wait_for(lambda: value(scrape(url), "runbook_run_state", state="escalated") == 1.0, 60, what="an escalated scrape")
+        address = wait_for_escalated_scrape(project)
         seen = time.monotonic()
         assert watcher.poll() is None                          # still serving after the escalation
         code = watcher.wait(timeout=60)
@@ -272,10 +278,7 @@ def test_a_signal_during_the_linger_ends_the_watcher_at_once(tmp_path):
     project = escalating_run(tmp_path / "project", linger_s=600.0)
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
-        address = project.run_dir / ADDRESS_FILE
-        wait_for(address.exists, 60, what=f"the endpoint's URL\n{project.watch_output()}")
-        url = address.read_text().strip()
-        wait_for(lambda: value(scrape(url), "runbook_run_state", state="escalated") == 1.0, 60, what="an escalated scrape")
+        wait_for_escalated_scrape(project)
         watcher.send_signal(signal.SIGTERM)
         started = time.monotonic()
         watcher.wait(timeout=60)
