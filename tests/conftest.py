@@ -242,7 +242,7 @@ SLOW_GROUPS = {"runs", "cluster"}
 SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slurm", "slurm_cluster"}
 
 
-# The suite runs on two workers (pytest-xdist, `--dist loadgroup` in pyproject's addopts). A file with
+# On two workers (pytest-xdist: `-n 2 --dist loadgroup`; the full suite in CI still runs in one process). A file with
 # module fixtures (a reference run, a finished run) is one unit of work, so they are built once; every
 # file that starts a SLURM cluster (tests/slurm_cluster.py, tests/two_hosts.py) shares one worker,
 # because the clusters share munge, the package install and the machine's namespaces; any other test
