@@ -68,6 +68,12 @@ class RunFolder:
     def launch_dir(self, launch: int) -> Path:
         return self.launches / f"launch-{launch:03d}"
 
+    @staticmethod
+    def launch_of(path: Path) -> int | None:
+        """The launch number of a file in a launch folder (launch_dir's inverse); None elsewhere."""
+        digits = path.parent.name.removeprefix("launch-")
+        return int(digits) if path.parent.name.startswith("launch-") and digits.isdigit() else None
+
     def exit_status(self, launch: int) -> Path:
         """Where that launch's launcher records how the trainer ended (engine/process/launcher.py)."""
         return self.launch_dir(launch) / "exit-status.json"

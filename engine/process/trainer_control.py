@@ -129,7 +129,7 @@ class TrainerControl:
         launch and the journal's line): proven by its launcher's record (pid, kernel start ticks, boot id),
         journaled now and attached, so that a new watcher takes it back instead of refusing to start."""
         for pid, status_path in live_trainers_of(self.folder.root):
-            launch = launch_number(status_path)
+            launch = self.folder.launch_of(status_path)
             record = read_exit_status(status_path)
             if launch is None or launch <= self.launches or record.get("trainer_start_ticks") is None:
                 continue   # journaled already, or a record too old to prove the process exactly
@@ -185,12 +185,6 @@ class TrainerControl:
     def set_env(self, variables: dict) -> None:
         self.extra_env.update(variables)
         self.journal.append("env", vars=variables)
-
-
-def launch_number(status_path: Path) -> int | None:
-    """launches/launch-NNN/exit-status.json -> NNN."""
-    name = status_path.parent.name
-    return int(name[len("launch-"):]) if name.startswith("launch-") and name[len("launch-"):].isdigit() else None
 
 
 def process_started(pid: int) -> float | None:

@@ -35,20 +35,15 @@ def start_or_continue(sup) -> None:
         if not trainer.alive and past.run_state in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED):
             trainer = None   # it ended and that end was already judged
         elif trainer.alive and past.run_state in (RunState.STOPPED, RunState.ESCALATED):
-            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, left running unsupervised "
-                                             f"after the run was {past.run_state.value}")
-            sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
-            sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+            take_back(sup, trainer, f"left running unsupervised after the run was {past.run_state.value}")
             return
     if past.open_incident is None and (trainer is None or not trainer.alive):
         # Launched by a watcher killed before it journaled the launch. (Inside an open incident the
         # recovery's relaunch refuses a second trainer instead, naming the live one.)
         adopted = sup.control.adopt_unjournaled()
         if adopted is not None and adopted.alive:
-            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {adopted.pid} of launch {sup.control.launches}, "
-                                             "which the journal had not recorded (its watcher was killed as it launched)")
-            sup.observer.follow(adopted.log_path, sup.control.tokens_per_iter, replay_existing=True)
-            sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+            take_back(sup, adopted, f"of launch {sup.control.launches}, which the journal had not recorded "
+                                    "(its watcher was killed as it launched)")
             return
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
@@ -84,6 +79,14 @@ def start_or_continue(sup) -> None:
     if plan.note:   # no incident at start-up: what the resume copy changed goes to the journal
         sup.journal.append("resume_rewritten", detail=plan.detail, note=plan.note)
     sup.launch(plan.file)
+
+
+def take_back(sup, trainer, why: str) -> None:
+    """A live trainer no incident is open for: follow it again, judging only its sealed checkpoints
+    (it may be in the middle of a save)."""
+    sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
+    sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
 
 
 def prestart_spare(loaded, spares: warm_spare.SparePool) -> None:

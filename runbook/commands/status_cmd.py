@@ -66,7 +66,6 @@ def trainer_identity(loaded, journal) -> dict:
     """Whether the journal's trainer runs and is provably this run's (engine/process/identity.py):
     a pid alone is not enough, another process may have it now."""
     from engine.process.identity import Identity, live_trainers_of
-    from engine.process.trainer_control import launch_number
     from engine.process.trainer_process import read_exit_status
 
     pid = journal.trainer_pid
@@ -80,9 +79,10 @@ def trainer_identity(loaded, journal) -> dict:
         # A launch the journal never recorded (its watcher was killed as it launched): the launcher's own
         # record still names a live trainer of this run folder; `runbook watch` re-attaches to it.
         for other, status_path in live_trainers_of(loaded.run_dir, except_pid=pid or None):
-            if (launch_number(status_path) or 0) > journal.launches:
-                return {"alive": True, "proven": True, "pid": other, "unjournaled_launch": launch_number(status_path),
-                        "why": f"pid {other}: launched as launch {launch_number(status_path)} by a watcher killed "
+            launch = loaded.folder.launch_of(status_path) or 0
+            if launch > journal.launches:
+                return {"alive": True, "proven": True, "pid": other, "unjournaled_launch": launch,
+                        "why": f"pid {other}: launched as launch {launch} by a watcher killed "
                                f"before its journal recorded it ({status_path})"}
     return found
 
