@@ -11,7 +11,7 @@ drill's: 16 x 64 tokens per optimizer step, a checkpoint every 10 steps) shorten
 (default 30), with no fault injected. litgpt's tokenized data cache is made once (benchmarks/chaos_contenders.py
 `data_cache`) and copied into each run, so no run pays for tokenizing. While the runs train, the benchmark keeps
 the cores busy: one `python -c "while True: pass"` per core this process may run on, at normal priority
-(nice 0), started before the first run and killed (by their pids) after the last.
+(nice 0; --smoke: one loop at nice 10), started before the first run and killed (by their pids) after the last.
 
 Nothing goes wrong in these runs, so an incident is spurious (bench_math.spurious): any incident at all,
 except a slow-training incident whose diagnosis names an outside cause (contention, steal, throttled) and
@@ -39,10 +39,11 @@ TOKENS_PER_STEP = 16 * 64   # the scratch run's global batch (16 sequences) x bl
 BUSY = "while True: pass"
 
 
-def start_busy(count: int) -> list[subprocess.Popen]:
-    """`count` busy loops at normal priority, each in its own session (killed by pid in stop_busy)."""
+def start_busy(count: int, nice: int = 0) -> list[subprocess.Popen]:
+    """`count` busy loops at `nice` (0: normal priority), each in its own session (killed by pid in stop_busy)."""
     return [subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True) for _ in range(count)]
+                             stderr=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=(lambda: os.nice(nice)) if nice else None) for _ in range(count)]
 
 
 def stop_busy(procs: list[subprocess.Popen]) -> None:
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run (16 x 64 tokens each)")
     parser.add_argument("--busy", type=int, default=None,
                         help="busy loops beside the runs (default: one per core this process may run on; 0: none)")
+    parser.add_argument("--busy-nice", type=int, default=None,
+                        help="the busy loops' niceness (default 0, normal priority; --smoke 10)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run")
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="start no new run after this many minutes (the report says how many of --runs ran)")
@@ -118,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     common.docs_flags(parser, "1 run")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.runs = 1
+        # the suite's smoke checks the report and the classification, not the contention: one busy loop at nice
+        # 10 and a shorter run, so it does not hold both of CI's cores for minutes beside the other tests
+        args.runs, args.steps = 1, min(args.steps, 12)
+        args.busy = 1 if args.busy is None else args.busy
+        args.busy_nice = 10 if args.busy_nice is None else args.busy_nice
+    busy_nice = args.busy_nice or 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     busy_count = cores if args.busy is None else args.busy
     load_start = common.load_average()
@@ -128,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cache = data_cache(args.root)
     print(f"false alarms: {args.runs} run(s) of {args.steps} steps beside {busy_count} busy loop(s); root {args.root}", flush=True)
-    busy = start_busy(busy_count)
+    busy = start_busy(busy_count, busy_nice)
     busy_started = time.time()
     results = []
     try:
@@ -151,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     busy_share = busy_s / busy_wall / cores if busy_wall and cores else 0.0
     verdict = (f"spurious incidents: {total} in {len(results)} undisturbed run(s) ({all_incidents} incident(s) in all); "
                f"goal 0: {'met' if total == 0 else '**missed**'}")
-    contention = (f"{busy_count} busy loop(s) on {cores} core(s), {busy_s:.0f} CPU s over {busy_wall:.0f} s "
-                  f"({100 * busy_share:.0f}% of the cores)")
+    contention = (f"{busy_count} busy loop(s) at nice {busy_nice} on {cores} core(s), {busy_s:.0f} CPU s over "
+                  f"{busy_wall:.0f} s ({100 * busy_share:.0f}% of the cores)")
     text = table(results)
     print("\n" + text + "\n\n" + verdict + f"; contention: {contention}.")
     (args.root / "results.json").write_text(json.dumps({"runs": results, "total_spurious": total, "contention": contention,
@@ -170,7 +178,7 @@ Machine: {common.machine(load_start)}. The machine was shared with other enginee
 
 Each run is `runbook watch` on a scratch copy of the embedded default run (runbook drill's: 16 x 64 tokens per
 optimizer step, a checkpoint every 10 steps) cut to {args.steps} steps, with no fault; the tokenized data is made
-once and copied into each run. Contention: {contention}, each `python -c "{BUSY}"` at normal priority (nice 0),
+once and copied into each run. Contention: {contention}, each `python -c "{BUSY}"`,
 started before the first run and killed after the last. An incident in an undisturbed run is spurious
 (`benchmarks/bench_math.py` `spurious`), except a slow-training incident whose diagnosis names an outside cause
 (contention, steal, throttled) and which took no relaunching action (stop, resume, rollback).
