@@ -29,19 +29,34 @@ import pytest
 from engine.process.host_records import read_host_records
 from engine.process.nodes import read_nodes
 from engine.process.ranks import read_folder
-from tests.conftest import RUNBOOK, make_project
+from tests.conftest import RUNBOOK, make_project, record_evidence
 from tests.two_hosts import PREFIX, leftovers, start_two_hosts, stop_two_hosts
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
+# What each fault's figures are, in the order the test stores them (docs/nodes.md's table quotes these lines).
+FIGURES = {"c": ("rank-hang detected", "training again"),
+           "a": ("node-died detected", "SLURM requeued", "training again"),
+           "d": ("resumed at step", "requeued at step", "training again"),
+           "b": ("collective-timeout detected", "SLURM requeued")}
+
+
+def fault_times(times: dict) -> str:
+    """One line for the end-of-run summary: seconds from the fault (steps where named), per fault."""
+    def show(name, value):
+        return f"{name} {value}" if "step" in name else f"{name} {value:.1f} s"
+    return "; ".join(f"({fault}) " + ", ".join(show(name, value) for name, value in zip(FIGURES[fault], values))
+                     for fault, values in times.items())
+
+
 @pytest.fixture(scope="module")
 def hosts():
     cluster = start_two_hosts()
-    print(f"\ntwo hosts up in {cluster.start_seconds:.2f} s: {cluster.phases}")
+    record_evidence(f"two hosts up in {cluster.start_seconds:.2f} s: {cluster.phases}")
     yield cluster
     stop_two_hosts(cluster)
-    print(f"\ntwo hosts down in {cluster.stop_seconds:.2f} s")
+    record_evidence(f"two hosts down in {cluster.stop_seconds:.2f} s")
 
 
 def test_each_host_has_its_own_name_network_and_processes(hosts):
@@ -250,8 +265,8 @@ def test_status_shows_each_allocations_end_as_sacct_says(faulted, hosts):
     for restart, end in ((0, "sacct: NODE_FAIL (node failure) on h[1-2]"), (1, "sacct: REQUEUED (requeued) on h[1-2]"),
                          (2, "sacct: COMPLETED (completed) on h[1-2]")):
         assert re.search(rf"job {job_id} restart {restart} on h1: .*; {re.escape(end)}", shown), shown
-    print(f"\nfaulted two-host run: {faulted['seconds']:.1f} s; c: (detection s, recovery s), a: (detection s, SLURM requeue s, training again s), d: (resumed step, step at the requeue, training again s):"
-          f" {faulted['times']}\nsacct:\n{faulted['sacct']}")
+    record_evidence(f"faulted two-host run: {faulted['seconds']:.1f} s; {fault_times(faulted['times'])}")
+    print(f"sacct:\n{faulted['sacct']}")
 
 
 @pytest.fixture(scope="module")
@@ -301,8 +316,7 @@ def test_a_cut_link_is_a_collective_timeout_told_apart_from_a_dead_host(link_cut
     detected = found[0]["detected_at"] - link_cut["cut_at"]
     assert detected < link_cut["requeued_after_cut_s"], (detected, link_cut["requeued_after_cut_s"])
     faulted["times"]["b"] = (detected, link_cut["requeued_after_cut_s"])
-    print(f"\n(b) cut link: collective-timeout {detected:.1f} s after the cut, SLURM requeued the job "
-          f"{link_cut['requeued_after_cut_s']:.1f} s after it; all faults: {faulted['times']}")
+    record_evidence(f"two-host link cut: {fault_times({'b': faulted['times']['b']})}")
 
 
 def test_the_stop_leaves_no_namespace_link_or_process(hosts):

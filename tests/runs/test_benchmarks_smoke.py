@@ -111,8 +111,8 @@ def test_chaos_smoke(untouched_repo, tmp_path):
     incidents, each recovered; the naive loop starts at a micro-batch that fits (the OOM does not apply to
     it), meets the SIGTERM and stops at the hang it never notices; the assisted loop's human kills the hung
     trainer and it goes on to the corrupt checkpoint; the table says where each stopped."""
-    done = run_benchmark("bench_chaos.py", tmp_path / "chaos")
-    outcomes = {o["name"][:4].rstrip(" "): o for o in json.loads((tmp_path / "chaos" / "results.json").read_text())}
+    done = run_benchmark("bench_chaos_repeat.py", tmp_path / "chaos")   # one run of bench_chaos.py --smoke
+    outcomes = {o["name"][:4].rstrip(" "): o for o in json.loads((tmp_path / "chaos" / "run-1" / "results.json").read_text())}
     reference, runbook, naive, helped = outcomes["(a)"], outcomes["(b)"], outcomes["(c)"], outcomes["(c')"]
     assert reference["completed"] and reference["steps"] == 12, reference
     assert runbook["completed"], runbook
@@ -127,6 +127,10 @@ def test_chaos_smoke(untouched_repo, tmp_path):
     assert "| contender | OOM at start | faults met | stopped at | what happened |" in done.stdout
     assert "| SIGTERM, SIGSTOP hang | SIGSTOP hang | hung: no progress" in done.stdout   # (c)
     assert "without the hang line" in done.stdout and "Observer.hang_timeout" in done.stdout
+    # the repeat wrapper's table: one run agrees with itself, every contender listed
+    agreement = json.loads((tmp_path / "chaos" / "agreement.json").read_text())
+    assert [row["contender"][:4].rstrip(" ") for row in agreement["rows"]] == ["(a)", "(b)", "(c)", "(c')"], agreement
+    assert all(row["agreed"] for row in agreement["rows"]) and "agreed in all 1 run(s): 4 of 4" in done.stdout
 
 
 @TRAINING_SMOKE

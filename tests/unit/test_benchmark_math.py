@@ -185,3 +185,28 @@ def test_spurious_incidents_of_an_undisturbed_run():
     assert spurious({**slow, "actions": slow["actions"] + [{"verb": "stop", "skipped": True}]})[0] is False
     assert spurious({**slow, "resumed_step": 10})[0] is True
     assert spurious({"playbook": "hang", "actions": []}) == (True, "hang in an undisturbed run")
+
+
+def test_repeated_chaos_runs_agree_only_on_the_same_incidents_and_end():
+    from benchmarks.bench_chaos_repeat import agreement, report
+
+    def outcome(name, incidents, completed=True, note="completed"):
+        return {"name": name, "incidents": incidents, "completed": completed, "note": note, "wall_s": 1.0}
+
+    runbook = ["oom (recovered)", "preemption (recovered)", "hang (recovered)"]
+    naive = ["restart after: killed by a signal (no message)", "hang (never detected)"]
+    first = [outcome("(a) reference", []), outcome("(b) runbook watch", runbook),
+             outcome("(c) naive loop, cap 3, micro-batch 128", naive, False, "hung: no progress for 10 s")]
+    same = [dict(o, wall_s=9.0) for o in first]          # other timings, same incidents: agreed
+    spurious = [first[0], outcome("(b) runbook watch", ["oom (recovered)", "hang (recovered)", *runbook[1:]]), first[2]]
+    rows = agreement([first, same])
+    assert [r["agreed"] for r in rows] == [True, True, True]
+    assert [r["contender"] for r in rows] == ["(a) reference", "(b) runbook watch", "(c) naive loop, cap 3, micro-batch 128"]
+    rows = agreement([first, same, spurious])
+    assert [r["agreed"] for r in rows] == [True, False, True]
+    assert "agreed in all 3 run(s): 2 of 3 contender(s)" in report(rows, 3) and "**no**" in report(rows, 3)
+    # a contender that ended elsewhere, or is missing from a run, does not agree
+    stopped = [first[0], first[1], outcome(first[2]["name"], naive, False, "gave up: restart cap 3 reached")]
+    assert [r["agreed"] for r in agreement([first, stopped])] == [True, True, False]
+    rows = agreement([first, first[:2]])
+    assert rows[2]["agreed"] is False and rows[2]["signatures"][1] is None and "(missing)" in report(rows, 2)
