@@ -40,10 +40,18 @@ BUSY = "while True: pass"
 
 
 def start_busy(count: int, nice: int = 0) -> list[subprocess.Popen]:
-    """`count` busy loops at `nice` (0: normal priority), each in its own session (killed by pid in stop_busy)."""
+    """`count` busy loops at `nice` (0: normal priority), each in its own session (killed by pid in stop_busy).
+    Each is alone in its session, so its session's group gets the same nice (engine/process/autogroup.py:
+    a niced process in its own session otherwise still takes a whole session's share of the CPU)."""
+    from engine.process import autogroup
+
+    def lower():
+        os.nice(nice)
+        autogroup.set_group_nice("self", nice)
+
     return [subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True,
-                             preexec_fn=(lambda: os.nice(nice)) if nice else None) for _ in range(count)]
+                             preexec_fn=lower if nice else None) for _ in range(count)]
 
 
 def stop_busy(procs: list[subprocess.Popen]) -> None:

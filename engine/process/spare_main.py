@@ -15,6 +15,9 @@ priority on the go (root, or RLIMIT_NICE allows it; both are per thread in Linux
 restored): its imports then take only the CPU a starting or training trainer leaves idle. Nice +10
 alone still took ~10% of a core from a trainer using both cores of a small machine, and torch's
 threads wait for their slowest member at each parallel region, so training slowed by far more.
+The spare is alone in its session, so its session's group (autogroup) is niced too: with autogroup on,
+the CPU is shared between sessions first, and a spare's own nice and SCHED_IDLE counted for nothing
+beside a trainer in another session (engine/process/autogroup.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import runpy
 import sys
 import time
 
+from engine.process import autogroup
 
 WAIT_NICE = 10
 
@@ -41,8 +45,11 @@ def can_restore_priority(current: int) -> bool:
 
 
 def wait_in_background(priority: int) -> None:
-    """The spare's waiting class: SCHED_IDLE (runs only on a CPU nothing else wants) at nice +10."""
+    """The spare's waiting class: SCHED_IDLE (runs only on a CPU nothing else wants) at nice +10, and its
+    session's group at nice +10 too: the spare is alone in its session, and with autogroup on the CPU is
+    shared between sessions before nice or SCHED_IDLE count (engine/process/autogroup.py)."""
     os.setpriority(os.PRIO_PROCESS, 0, min(19, priority + WAIT_NICE))
+    autogroup.set_group_nice("self", priority + WAIT_NICE)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
@@ -51,7 +58,9 @@ def wait_in_background(priority: int) -> None:
 
 def restore_all_threads(pid: int, priority: int) -> None:
     """Every thread of `pid` back to SCHED_OTHER at `priority` (the imports may have started threads,
-    which inherited the waiting class). Also used by the watcher to hurry a spare a launch waits for."""
+    which inherited the waiting class), and its session's group back to `priority`. Also used by the
+    watcher to hurry a spare a launch waits for."""
+    autogroup.set_group_nice(pid, priority)
     try:
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:

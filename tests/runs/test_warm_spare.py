@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from engine.process import warm_spare
+from engine.process import autogroup
 from engine.process.spare_main import WAIT_NICE, can_restore_priority
 from engine.process.trainer_process import TrainerProcess
 from engine.trainers.base import LaunchSpec
@@ -63,6 +64,8 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
     if can_restore_priority(os.getpriority(os.PRIO_PROCESS, 0)):
         assert psutil.Process(spare.pid).nice() == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WAIT_NICE)
         assert os.sched_getscheduler(spare.pid) == os.SCHED_IDLE   # it waits on CPU nothing else wants
+        if autogroup.enabled():   # alone in its session: the session's group is what lowers its share
+            assert autogroup.group_nice(spare.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + WAIT_NICE)
 
     # The launch differs only in variables read after the imports: it is the spare.
     launch1 = spec(tmp_path, "first", RUNBOOK_ROLE="b", TORCH_DISTRIBUTED_DEBUG="DETAIL")
@@ -74,6 +77,7 @@ def test_a_prestarted_spare_becomes_the_first_launch_and_later_spares_start_as_t
     assert seen["torch_distributed_debug"] == "DETAIL"
     assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0)   # back at the watcher's priority
     assert seen["policy"] == os.SCHED_OTHER                    # and the normal scheduling class
+    assert seen["group_nice"] == (os.getpriority(os.PRIO_PROCESS, 0) if autogroup.enabled() else None)
 
     # The next launch's spare was started with launch 1, not after it trained.
     following = ready_spare(pool)
@@ -113,5 +117,5 @@ if __name__ == "__main__":   # the trainer a spare becomes (runpy, as engine/pro
         time.sleep(0.5)
     Path(sys.argv[1]).write_text(json.dumps({
         "role": os.environ.get("RUNBOOK_ROLE"), "argv": sys.argv[1:], "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "policy": os.sched_getscheduler(0),
+        "policy": os.sched_getscheduler(0), "group_nice": autogroup.group_nice(),
         "torch_distributed_debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG")}))
