@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import record_evidence
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 1800   # a loaded CI machine runs these several times slower than idle cores
 
@@ -56,7 +58,8 @@ def run_benchmark(script: str, root: Path, *extra: str) -> subprocess.CompletedP
     done = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", "--root", str(root), *extra], cwd=REPO,
                           capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    print(f"{script} --smoke: exit {done.returncode}, {time.monotonic() - started:.0f} s")
+    record_evidence(f"`python benchmarks/{script} --smoke --root DIR{''.join(' ' + e for e in extra)}`: exit {done.returncode}, "
+                    f"{time.monotonic() - started:.0f} s (repository run folder: {'present' if (REPO / 'runs').exists() else 'absent'})")
     assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     assert "docs/benchmarks.md not written" in done.stdout or script == "bench_spare_contention.py"
     return done
