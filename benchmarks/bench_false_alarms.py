@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f" (--max-minutes {args.max_minutes:g}: the time this session had)." if len(results) < args.runs else "."))
     body = f"""Command: `{common.command_line()}` ({len(results)} run(s) of {args.steps} optimizer steps, {elapsed / 60:.1f} min in all).{short}
 
-Machine: {common.machine(load_start)}. The machine was shared with other engineers' test runs while this ran
+Machine: {common.machine(load_start)}. Anything else running on the machine added to the busy loops
 (the load average at each run's start is in the table): the contention these runs met is the benchmark's busy loops
 *plus* whatever else ran, not a controlled amount.
 
