@@ -4,6 +4,7 @@ the trainer is dead with its exit code. Real processes: the launcher is held wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -37,7 +38,10 @@ def test_a_just_ended_trainer_is_exit_pending_without_waiting_then_dead_with_its
         wait_for(lambda: not process.alive, 30, interval=0.01, what="the launcher to record the exit")
         assert process.poll() == 3 and not process.exit_pending
     finally:
-        os.kill(launcher_pid, signal.SIGCONT)
+        # the launcher may be gone already: it exits once it has recorded the exit, and being our child it is
+        # reaped when the test reads the exit (seen once in a full run: ProcessLookupError here, after a pass)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(launcher_pid, signal.SIGCONT)
 
 
 def test_a_launcher_that_never_writes_is_waited_for_at_most_the_bound(tmp_path, monkeypatch):
@@ -51,5 +55,8 @@ def test_a_launcher_that_never_writes_is_waited_for_at_most_the_bound(tmp_path, 
         wait_for(lambda: not process.alive, 30, interval=0.01, what="the bound to pass")
         assert not process.exit_pending and process.poll() is None   # dead, its exit unknown: said so, not waited on
     finally:
-        os.kill(launcher_pid, signal.SIGCONT)
+        # the launcher may be gone already: it exits once it has recorded the exit, and being our child it is
+        # reaped when the test reads the exit (seen once in a full run: ProcessLookupError here, after a pass)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(launcher_pid, signal.SIGCONT)
     time.sleep(0.1)
