@@ -44,7 +44,10 @@ def main(command: list[str]) -> int:
     planned = [(i, *item.split(":")) for i, item in enumerate(os.environ.get("RUNBOOK_TEST_FAILURES", "").split(",")) if item]
     armed = next(((markers / f"failure-{i}", int(step), kind) for i, step, kind in planned
                   if not (markers / f"failure-{i}").exists()), None)
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The toy trainer holds at the armed step (a real trainer is far slower than this loop): without that, a
+    # toy with no pause runs ahead through the pipe's buffer, saving checkpoints past the step it "failed" at.
+    env = {**os.environ, "RUNBOOK_TOY_HOLD_AT_STEP": str(armed[1])} if armed else None
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     received: list[int] = []
 
     def forward(signum, _frame):

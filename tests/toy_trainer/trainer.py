@@ -7,7 +7,8 @@ Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, s
 step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so tests have time to
 signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would; env_file
 names a file each launch appends its environment to (one JSON line); save_seconds makes each save
-write its file in pieces over that long.
+write its file in pieces over that long. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py)
+makes it stop after logging step N, until it is killed.
 """
 
 from __future__ import annotations
@@ -83,12 +84,16 @@ def main(config_path: str) -> int:
         print(f"toy: resuming from {cfg['resume']}", flush=True)
     else:
         state = initial_state(cfg["seed"])
+    hold_at = int(os.environ["RUNBOOK_TOY_HOLD_AT_STEP"]) if os.environ.get("RUNBOOK_TOY_HOLD_AT_STEP") else None
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])
         loss = train_step(state, cfg["lr"])
         took_ms = (time.monotonic() - started) * 1000
         print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)
+        if hold_at is not None and state["step"] >= hold_at:
+            while True:   # tests/failing_litgpt/wrapper.py kills it here: it cannot run ahead of the wrapper
+                time.sleep(60)
         if state["step"] % cfg["save_interval"] == 0:
             save(out_dir / f"ckpt-{state['step']:06d}", state, cfg.get("save_seconds", 0.0))
     save(out_dir / "final", state, cfg.get("save_seconds", 0.0))

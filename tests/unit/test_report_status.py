@@ -324,3 +324,19 @@ def test_live_view_starts_and_stops_as_a_context_manager(finished_run):
         view("observation", snapshot=snapshot(10, time.time(), 5.5), lines=[])
         time.sleep(0.15)
     assert "10 / 100" in console.export_text()
+
+
+@pytest.mark.parametrize("state,watcher_running,trainer,code", [
+    ("completed", False, {"alive": False}, 0),
+    ("escalated", False, {"alive": False}, 4),
+    ("stopped", False, {"alive": False}, 7),
+    ("running", True, {"alive": True, "supervised": True}, 13),
+    ("running", False, {"alive": False}, 12),
+    # A watcher killed between launching a trainer and journaling "running" leaves the previous "stopped":
+    # the trainer it left behind runs on unsupervised, and that is what the exit code must say.
+    ("stopped", False, {"alive": True, "supervised": False}, 12),
+    ("escalated", False, {"alive": True, "supervised": False}, 12),
+])
+def test_status_code_puts_an_unsupervised_trainer_before_a_stale_state(state, watcher_running, trainer, code):
+    from runbook.commands.status_cmd import status_code
+    assert int(status_code({"state": state, "watcher": {"running": watcher_running}, "trainer": trainer})) == code
