@@ -1,4 +1,5 @@
-"""Incident notifications to Slack: one thread per incident, never in a recovery's way.
+"""Incident notifications to Slack: one thread per incident, never in a recovery's way. What a notice
+says is runbook/slack_notices.py's (pure); this module queues and delivers it.
 
 Callers only append to a durable on-disk outbox and return; one daemon thread
 delivers the outbox strictly in order, retrying with backoff while Slack is
@@ -26,8 +27,9 @@ from slack_sdk.webhook import WebhookClient
 
 from engine.core.notifier import Notifier, NullNotifier, SlackSettings
 from runbook.outbox import Outbox
+from runbook.slack_notices import closed_notice, digest_notice, message_problem, opened_notice, update_notice
 
-__all__ = ["Notifier", "NullNotifier", "SlackNotifier", "SlackSettings", "make_notifier"]
+__all__ = ["Notifier", "NullNotifier", "SlackNotifier", "SlackSettings", "make_notifier", "message_problem"]
 
 log = logging.getLogger(__name__)
 # slack_sdk logs request URLs (a webhook URL is a secret): give it a logger we can filter.
@@ -129,36 +131,18 @@ class SlackNotifier:
     # -- Notifier API (caller's thread: enqueue only) -------------------------
 
     def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None:
-        blocks: list[dict[str, Any]] = [
-            {"type": "header", "text": {"type": "plain_text", "text": _clip(f"Incident: {title}", 150)}}]
-        if summary:
-            blocks.append(_section(_esc(summary)))
-        items = [_mrkdwn(_clip(f"*{_esc(str(k))}*\n{_esc(str(v))}", 2000)) for k, v in fields.items()]
-        for i in range(0, len(items), 10):  # Slack allows 10 fields per section
-            blocks.append({"type": "section", "fields": items[i:i + 10]})
-        text = f"Incident {incident_id} opened: {title}" + (f"\n{summary}" if summary else "")
-        self._enqueue("open", incident_id, _esc(text), blocks)
+        self._queue(opened_notice(incident_id, title, summary, fields, queued_at=time.time()))
 
     def incident_update(self, incident_id: str, text: str) -> None:
-        self._enqueue("update", incident_id, _esc(text), [_section(_esc(text))])
+        self._queue(update_notice(incident_id, text, queued_at=time.time()))
 
     def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None:
-        head = f"{':rotating_light: *Escalated*' if escalate else ':white_check_mark: *Closed*'}: {_esc(outcome)}"
-        mention = self._settings.mention if escalate and self._settings.mention else None
-        if mention:
-            head = f"{mention} {head}"
-        body = head + (f"\n{_esc(summary)}" if summary else "")
-        # An escalation is also broadcast to the channel so it is not buried in the thread.
-        self._enqueue("close", incident_id, body, [_section(body)], broadcast=escalate)
+        self._queue(closed_notice(incident_id, outcome, summary, escalate, self._settings.mention or None,
+                                  queued_at=time.time()))
 
     def digest(self, title: str, text: str, fields: dict[str, str]) -> None:
         """A periodic summary (engine/watch/upkeep.py): a top-level message, in no incident's thread."""
-        blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": _clip(title, 150)}},
-                                        _section(_esc(text))]
-        items = [_mrkdwn(_clip(f"*{_esc(str(k))}*\n{_esc(str(v))}", 2000)) for k, v in fields.items()]
-        for i in range(0, len(items), 10):
-            blocks.append({"type": "section", "fields": items[i:i + 10]})
-        self._enqueue("digest", "digest", _esc(text), blocks)
+        self._queue(digest_notice(title, text, fields, queued_at=time.time()))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until the outbox is empty (or ``timeout_s`` passes); cuts a running backoff short."""
@@ -194,12 +178,7 @@ class SlackNotifier:
 
     # -- sender thread --------------------------------------------------------
 
-    def _enqueue(self, kind: str, incident_id: str, text: str, blocks: list[dict[str, Any]],
-                 broadcast: bool = False) -> None:
-        if kind != "digest":
-            blocks = blocks + [{"type": "context", "elements": [_mrkdwn(f"incident `{_esc(str(incident_id))}`")]}]
-        message = {"kind": kind, "incident_id": str(incident_id), "text": _clip(text, 3000),
-                   "blocks": blocks, "broadcast": broadcast, "queued_at": time.time()}
+    def _queue(self, message: dict[str, Any]) -> None:
         with self._held_lock:
             self._held.append(message)
             self._store_held()
@@ -331,37 +310,6 @@ class SlackNotifier:
                             response.headers)
 
 
-KINDS = ("open", "update", "close", "digest")
-
-
-def message_problem(message: Any) -> str | None:
-    """PURE. Why ``message`` cannot be a notice the sender delivers (its fields as SlackNotifier writes
-    them), or None. A hand-edited `{}` used to raise KeyError 'text' in the sender at every attempt and
-    hold every notice queued behind it."""
-    if not isinstance(message, dict):
-        return f"not a JSON object but {type(message).__name__}"
-    if message.get("kind") not in KINDS:
-        return f"'kind' is {_short(message.get('kind'))}, not one of {', '.join(KINDS)}"
-    for key in ("text", "incident_id"):
-        if not isinstance(message.get(key), str):
-            return f"'{key}' is {_short(message.get(key))}, not text"
-    if not message["text"].strip():
-        return "'text' is empty"
-    blocks = message.get("blocks")
-    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, dict) for b in blocks)):
-        return f"'blocks' is {_short(blocks)}, not a list of objects"
-    if not isinstance(message.get("broadcast", False), bool):
-        return f"'broadcast' is {_short(message.get('broadcast'))}, not true or false"
-    return None
-
-
-def _short(value: Any) -> str:
-    if value is None:
-        return "missing"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _classify(status: int, error: str | None, headers: Mapping[str, Any]) -> Exception:
     if status == 429:
         return _Retry("rate limited (HTTP 429)", retry_after=_retry_after(headers))
@@ -378,20 +326,3 @@ def _retry_after(headers: Mapping[str, Any]) -> float | None:
         return float(value[0] if isinstance(value, list) else value)
     except (TypeError, ValueError):
         return None
-
-
-def _esc(text: str) -> str:
-    # Slack mrkdwn control characters; log lines love "<" and ">".
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _mrkdwn(text: str) -> dict[str, str]:
-    return {"type": "mrkdwn", "text": text}
-
-
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": _mrkdwn(_clip(text, 3000))}

@@ -19,7 +19,6 @@ import io
 import json
 import math
 import re
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -238,36 +237,22 @@ FORMATTERS = ("incidents (table)", "incidents show", "incidents --json", "report
               "slack: opened notice", "slack: closed notice", "replay")
 
 
-class _SlackCapture:
-    """Stands in for SlackNotifier's self: its real incident_opened/incident_closed build the message;
-    _enqueue (the real one) appends it to the outbox, here to a list."""
-
-    def __init__(self) -> None:
-        from engine.core.config import SlackSettings
-
-        self._settings = SlackSettings(mention="<!here>")
-        self.messages: list[dict] = []
-        self._held_lock, self._held, self._wake = threading.Lock(), self.messages, threading.Event()
-
-    def _store_held(self) -> None:
-        pass
-
-
 def _slack_messages(incident) -> list[dict]:
+    """The two notices the watcher queues for an incident, built by runbook/slack_notices.py (what
+    SlackNotifier puts in the outbox), with a mention set so the escalation's head carries it."""
     from engine.watch.incident_runner import closing_summary, signature_fields
-    from runbook.slack import SlackNotifier, message_problem
+    from runbook.slack import message_problem
+    from runbook.slack_notices import closed_notice, opened_notice
 
-    slack = _SlackCapture()
-    slack._enqueue = SlackNotifier._enqueue.__get__(slack)
     title = f"{incident.playbook} ({incident.severity})"
-    SlackNotifier.incident_opened(slack, incident.id, title, incident.symptom or "",
-                                  {"step": str(incident.step_at_failure), "decision": incident.decision_reason,
-                                   **signature_fields(incident)})
+    messages = [opened_notice(incident.id, title, incident.symptom or "",
+                              {"step": str(incident.step_at_failure), "decision": incident.decision_reason,
+                               **signature_fields(incident)}, queued_at=0.0)]
     SHOWN["slack: opened notice"] += 1
-    SlackNotifier.incident_closed(slack, incident.id, incident.outcome, closing_summary(incident),
-                                  escalate=incident.outcome != "recovered")
+    messages.append(closed_notice(incident.id, incident.outcome, closing_summary(incident),
+                                  escalate=incident.outcome != "recovered", mention="<!here>", queued_at=0.0))
     SHOWN["slack: closed notice"] += 1
-    for message in slack.messages:
+    for message in messages:
         assert message_problem(message) is None, message   # what the sender reads back from the outbox
         assert message["incident_id"] == incident.id and len(message["text"]) <= 3000
         assert f"`{incident.id}`" in message["blocks"][-1]["elements"][0]["text"]
@@ -275,7 +260,7 @@ def _slack_messages(incident) -> list[dict]:
             text = block.get("text", {}).get("text", "")
             assert len(text) <= (150 if block["type"] == "header" else 3000)
             assert all(len(field["text"]) <= 2000 for field in block.get("fields", []))
-    return slack.messages
+    return messages
 
 
 @functools.lru_cache(maxsize=1)
