@@ -338,5 +338,5 @@ def test_live_view_starts_and_stops_as_a_context_manager(finished_run):
     ("escalated", False, {"alive": True, "supervised": False}, 12),
 ])
 def test_status_code_puts_an_unsupervised_trainer_before_a_stale_state(state, watcher_running, trainer, code):
-    from runbook.commands.status_cmd import status_code
+    from runbook.commands.status_view import status_code
     assert int(status_code({"state": state, "watcher": {"running": watcher_running}, "trainer": trainer})) == code
