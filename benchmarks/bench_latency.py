@@ -44,6 +44,7 @@ import select
 import signal
 import subprocess
 import sys
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -203,6 +204,20 @@ def notice_goals(results: list[dict]) -> str:
     return "; ".join(parts) + "."
 
 
+def contention_sentence(results: list[dict]) -> str:
+    """What the 1-minute load average after each sample says about other work on the cores."""
+    loads = [float(r["load"].split(",")[0]) for r in results if r.get("load")]
+    if not loads:
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    text = (f"The 1-minute load average after each sample: median {statistics.median(loads):.2f}, highest "
+            f"{max(loads):.2f}, on {cores} cores")
+    if max(loads) > 0.75 * cores + 1:   # one trainer and its watcher account for about 1-1.5
+        return text + ("; other jobs shared the cores: the trainer restart times (litgpt start-up: imports, data "
+                       "loader, model) stretch with the load, runbook's own figures much less.")
+    return text + " (a trainer and its watcher alone: no other work to speak of)."
+
+
 SUMMARY_HEADER = (
     "Median / worst (samples) per fault class. \"progress\" in this table is the **first progress line** runbook "
     "read after the relaunch: litgpt's log line of one iteration (a micro-batch), not the first optimizer step "
@@ -305,8 +320,7 @@ def main() -> int:
     body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode, {args.repeats} run(s) per
 fault class, {len(classes)} class(es), {elapsed / 60:.1f} min in all).
 
-Machine: {common.machine(load_start)}. Other jobs shared the 2 cores: the trainer restart times
-(litgpt start-up: imports, data loader, model) stretch with the load; runbook's own figures much less.
+Machine: {common.machine(load_start)}. {contention_sentence(results)}
 
 One scratch run per sample (runbook drill's run: 40 optimizer steps of 16 x 64 tokens, a checkpoint every
 10 steps, poll interval 0.2 s) with engine/watch/faults.py's fault; `sigkill` is the preemption injector with
@@ -325,7 +339,10 @@ under three settings, in this one run: `preemption-no-notice` is litgpt as it is
 the signal ends it, exit -15, the steps since the last checkpoint are redone); `preemption` is the default
 (the trainer finishes its optimizer step, saves it through a staging folder and exits 75; the relaunch is
 cold); `preemption-warm` adds `trainer.warm_spare: true` (the relaunch is a spare interpreter that imported
-torch, lightning, litgpt and litdata while the trainer ran). The injection lands right after a scheduled
+torch, lightning, litgpt and litdata while the trainer ran). The spare starts with the first launch, in a
+lower-priority process group beside the trainer, and the preemption comes a few seconds into the run: where its
+imports are not done yet, `resume` waits for them, and that wait is in `preemption-warm`'s runbook s (the spare's
+line in the trainer log says how long before the hand-over its imports were done). The injection lands right after a scheduled
 save, so the steps the no-notice line loses are few here; on a real run a preemption lands anywhere in the
 save interval (half of it lost on average). steps lost = the incident's `steps_lost` (step at the failure -
 step resumed).

@@ -210,3 +210,17 @@ def test_repeated_chaos_runs_agree_only_on_the_same_incidents_and_end():
     assert [r["agreed"] for r in agreement([first, stopped])] == [True, True, False]
     rows = agreement([first, first[:2]])
     assert rows[2]["agreed"] is False and rows[2]["signatures"][1] is None and "(missing)" in report(rows, 2)
+
+
+def test_the_latency_report_says_other_work_shared_the_cores_only_when_the_load_shows_it(monkeypatch):
+    import os
+
+    from benchmarks.bench_latency import contention_sentence
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    quiet = contention_sentence([{"load": "1.21, 1.0, 1.0"}, {"load": "1.63, 1.5, 1.4"}, {"load": "1.37, 1, 1"}])
+    busy = contention_sentence([{"load": "1.21, 1.0, 1.0"}, {"load": "6.10, 5, 4"}])
+    assert quiet.startswith("The 1-minute load average after each sample: median 1.37, highest 1.63, on 2 cores")
+    assert "other jobs" not in quiet and "no other work" in quiet
+    assert "other jobs shared the cores" in busy and "highest 6.10" in busy
+    assert contention_sentence([{"class": "sigkill"}]) == ""
