@@ -191,6 +191,25 @@ def run_class(name: str, root: Path, timeout: float, cache: Path | None = None) 
     return result
 
 
+def own_share_goal(results: list[dict], limit_s: float = 1.0) -> str:
+    """Issue 7's goal, runbook's own share of a recovery (verify_checkpoints excluded) under 1 s, per class:
+    the classes that miss it are named with their worst, and the worst of the others is given."""
+    worst: dict[str, float] = {}
+    for r in results:
+        if r.get("runbook_s") is not None and r.get("outcome") == "recovered":
+            worst[r["class"]] = max(worst.get(r["class"], 0.0), r["runbook_s"] - r["verify_s"])
+    if not worst:
+        return "no recovered sample"
+    text = f"runbook's own share of a recovery under {limit_s:g} s (verify_checkpoints excluded): "
+    missed = {c: w for c, w in worst.items() if w >= limit_s}
+    if not missed:
+        return text + f"worst {max(worst.values()):.3f} s, met"
+    why = {"preemption-warm": ": its `resume` waited for the warm spare's imports, not done yet so early in the run"}
+    kept = [w for c, w in worst.items() if c not in missed]
+    return (text + "**missed** by " + ", ".join(f"{c} (worst {w:.3f} s{why.get(c, '')})" for c, w in missed.items())
+            + (f"; met by the other {len(kept)} class(es) (worst {max(kept):.3f} s)" if kept else ""))
+
+
 def notice_goals(results: list[dict]) -> str:
     noticed = [r for r in results if r["class"] in ("preemption", "preemption-warm") and r.get("playbook")]
     lost = [r.get("steps_lost") for r in noticed]
@@ -265,11 +284,18 @@ def main() -> int:
     parser.add_argument("--tokenize-each", action="store_true",
                         help="each run's first launch tokenizes the data itself (before: minutes per run on a loaded machine)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-latency"))
+    parser.add_argument("--report-from", type=Path, default=None, metavar="ROOT",
+                        help="no measuring: print (and with --write, write) the report of the run kept in ROOT "
+                             "(its results.json and run.json)")
     common.docs_flags(parser, "the sigkill class once (or --classes)")
     args = parser.parse_args()
     if args.smoke:
         args.repeats = 1
     classes = args.classes or (["sigkill"] if args.smoke else [*PREEMPTIONS, "sigkill", "hang"] if args.quick else list(CLASSES))
+    if args.report_from:   # the report of an earlier run, from what it kept: nothing is measured
+        results = json.loads((args.report_from / "results.json").read_text())
+        run = json.loads((args.report_from / "run.json").read_text())
+        return report(run, results, write=common.should_write(args))
     load_start = common.load_average()
     t0 = time.time()
     results = []
@@ -285,7 +311,18 @@ def main() -> int:
             results.append(r)
             print(f"  {name}: {r.get('playbook')} {r.get('outcome')}, exit->detected {fmt(r.get('exit_to_detected'), '.3f')} s, "
                   f"runbook {fmt(r.get('runbook_s'), '.3f')} s, restart {fmt(r.get('restart_s'))} s (load {r['load']})", flush=True)
-    elapsed = time.time() - t0
+    run = {"command": common.command_line(), "mode": "quick" if args.quick else "smoke" if args.smoke else "default",
+           "repeats": args.repeats, "classes": classes, "elapsed_s": time.time() - t0,
+           "machine": common.machine(load_start), "tokenize_each": args.tokenize_each}
+    args.root.mkdir(parents=True, exist_ok=True)
+    (args.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (args.root / "run.json").write_text(json.dumps(run, indent=1))   # --report-from rebuilds the report from both
+    return report(run, results, write=common.should_write(args))
+
+
+def report(run: dict, results: list[dict], write: bool) -> int:
+    """Print every sample, the median / worst table and the goals; with write, the docs section."""
+    classes = run["classes"]
 
     rows = []
     for r in results:
@@ -306,25 +343,26 @@ def main() -> int:
     crash = [r["exit_to_detected"] for r in results if r.get("exit_to_detected") is not None]
     own = [r["runbook_s"] - r["verify_s"] for r in results if r.get("runbook_s") is not None and r.get("outcome") == "recovered"]
     goal1 = f"crash-class faults detected within 0.5 s of the exit: worst {max(crash):.3f} s, " + ("met" if max(crash) <= 0.5 else "**missed**") if crash else "no crash-class sample"
-    goal2 = f"runbook's own share of a recovery under 1 s (verify_checkpoints excluded): worst {max(own):.3f} s, " + ("met" if max(own) < 1 else "**missed**") if own else "no recovered sample"
+    goal2 = own_share_goal(results)
     goal3 = notice_goals(results)
     print("\nEvery sample:\n\n" + text + "\n\n" + SUMMARY_HEADER + "\n\n" + summary + "\n\nGoals: " + goal1 + "; " + goal2 + ".\n" + goal3)
-    args.root.mkdir(parents=True, exist_ok=True)
-    (args.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    if not common.should_write(args):
+    if not write:
         return 0
     killed = next((r for r in results if r["class"] == "sigkill" and r.get("playbook")), None)
     sigkill_text = "" if killed is None else (
         f" A SIGKILL with no message in the log was answered by the `{killed['playbook']}` playbook ({killed['outcome']}"
         f", watch exit {killed['watch_exit']}).")
-    body = f"""Command: `{common.command_line()}` ({'quick' if args.quick else 'default'} mode, {args.repeats} run(s) per
-fault class, {len(classes)} class(es), {elapsed / 60:.1f} min in all).
+    rebuilt = f" The report was rebuilt from the run's results.json and run.json by `{common.command_line()}`." \
+        if common.command_line() != run["command"] else ""
+    rebuilt += f" {run['note']}" if run.get("note") else ""
+    body = f"""Command: `{run['command']}` ({run['mode']} mode, {run['repeats']} run(s) per
+fault class, {len(classes)} class(es), {run['elapsed_s'] / 60:.1f} min in all).{rebuilt}
 
-Machine: {common.machine(load_start)}. {contention_sentence(results)}
+Machine: {run['machine']}. {contention_sentence(results)}
 
 One scratch run per sample (runbook drill's run: 40 optimizer steps of 16 x 64 tokens, a checkpoint every
 10 steps, poll interval 0.2 s) with engine/watch/faults.py's fault; `sigkill` is the preemption injector with
-SIGKILL. {'Each run tokenized its own data on its first launch.' if args.tokenize_each else "litgpt's tokenized data is made once and copied into each run (as a relaunch finds it), so no first launch tokenizes."} The exit time comes from a pidfd this benchmark holds on each trainer pid (exact, no polling);
+SIGKILL. {'Each run tokenized its own data on its first launch.' if run['tokenize_each'] else "litgpt's tokenized data is made once and copied into each run (as a relaunch finds it), so no first launch tokenizes."} The exit time comes from a pidfd this benchmark holds on each trainer pid (exact, no polling);
 detected is the incident's `detected_at`; runbook s is `runbook_seconds` (detected -> trainer relaunched,
 every action included); trainer restart s is `trainer_restart_seconds` (relaunch -> first new progress
 line read by runbook). The figures are those of the first incident of each run; the column "all incidents"

@@ -145,6 +145,10 @@ def test_latency_smoke(untouched_repo, tmp_path):
     # the watcher's detected_at; that is a figure, not an outcome
     assert "| sigkill |" in done.stdout and "Goals: crash-class faults detected" in done.stdout
     assert "Median / worst (samples) per fault class" in done.stdout and "first progress line" in done.stdout
+    # the report again from what the run kept (results.json, run.json): the same table, nothing measured
+    again = run_benchmark("bench_latency.py", tmp_path / "unused", "--report-from", str(tmp_path / "latency"))
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| sigkill | 1 |"))
+    assert row in again.stdout.splitlines() and not (tmp_path / "unused").exists()
 
 
 @TRAINING_SMOKE

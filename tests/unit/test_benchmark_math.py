@@ -224,3 +224,16 @@ def test_the_latency_report_says_other_work_shared_the_cores_only_when_the_load_
     assert "other jobs" not in quiet and "no other work" in quiet
     assert "other jobs shared the cores" in busy and "highest 6.10" in busy
     assert contention_sentence([{"class": "sigkill"}]) == ""
+
+
+def test_the_own_share_goal_names_the_classes_that_miss_it():
+    from benchmarks.bench_latency import own_share_goal
+
+    sample = lambda cls, runbook, verify=0.02, outcome="recovered": {  # noqa: E731
+        "class": cls, "runbook_s": runbook, "verify_s": verify, "outcome": outcome}
+    met = own_share_goal([sample("sigkill", 0.25), sample("hang", 0.52), sample("oom", 9.0, outcome="escalated")])
+    assert met.endswith("worst 0.500 s, met")
+    missed = own_share_goal([sample("sigkill", 0.25), sample("preemption-warm", 3.1), sample("preemption-warm", 4.6)])
+    assert "**missed** by preemption-warm (worst 4.580 s: its `resume` waited for the warm spare's imports" in missed
+    assert missed.endswith("met by the other 1 class(es) (worst 0.230 s)")
+    assert own_share_goal([sample("oom", 1.0, outcome="escalated")]) == "no recovered sample"
