@@ -52,9 +52,11 @@ STATE_NOTES = {
     "trainer.stopped": "process state T (SIGSTOP)",
     "trainer.exit_pending": "gone a moment ago, its launcher still writing the exit (at most 2 s); the watch loop decides nothing on such an observation",
     "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
-                     "compile), then `training`; `saving` from a save's announcement to the next progress line",
-    "trainer.seconds_since_activity": "start-up and saves only: seconds since the trainer last showed life (new output, "
-                                      "or I/O anywhere in its process tree, or in start-up CPU time too); null in training",
+                     "compile), then `training`; `saving` from a save's announcement to the next progress line; "
+                     "`validating` from the run's first validation's announcement to the next progress line",
+    "trainer.seconds_since_activity": "start-up, saves and the first validation only: seconds since the trainer last "
+                                      "showed life (new output, or I/O anywhere in its process tree, or in start-up and "
+                                      "validation CPU time too); null in training",
     "startup_timeout_s": "`watch.startup_timeout_s`: the longest a launch may take to its first progress line",
     "save_timeout_s": "`watch.save_timeout_s`: the longest a save may take, from the last progress line to the next",
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",

@@ -98,12 +98,14 @@ class TrainerStatus(Frozen):
     exit_pending: bool = False
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
-    # load, compile), then "training"; "saving" from a save's announcement to the next progress line.
-    # Start-up and saves are judged by their signs of life, not by progress lines: a first save of a big
-    # model outlasts a timeout learnt from save-free steps.
-    phase: Literal["startup", "training", "saving"] = "training"
-    # Start-up and saves only: seconds since the trainer last showed life (new output, or CPU time (start-up) or I/O
-    # bytes advancing anywhere in its process tree); None when not measured (training, or a dead trainer).
+    # load, compile), then "training"; "saving" from a save's announcement to the next progress line;
+    # "validating" from the run's first validation's announcement (litgpt's `Validating ...`) to the next
+    # progress line. These are judged by their signs of life, not by progress lines: a first save or a first
+    # validation of a big model outlasts a timeout learnt from the training steps before it.
+    phase: Literal["startup", "training", "saving", "validating"] = "training"
+    # Start-up, saves and the first validation only: seconds since the trainer last showed life (new output, or
+    # CPU time (start-up, validation) or I/O bytes advancing anywhere in its process tree); None when not
+    # measured (training, or a dead trainer).
     seconds_since_activity: float | None = None
 
 
@@ -166,17 +168,19 @@ def stall(state: StateSnapshot, seconds: float | None = None) -> tuple[str, floa
     limit; None when the trainer is not running. `seconds` replaces the hang timeout.
 
     Training: seconds without a progress line against the hang timeout. Start-up (before the launch's
-    first progress line: preprocessing, model build, checkpoint load, compile) and a save (announced,
-    no progress line since) are not progress gaps: stuck when they have shown no sign of life (output,
-    CPU time, I/O) for the hang timeout, or when they have lasted longer than startup_timeout_s or
-    save_timeout_s even though they show life."""
+    first progress line: preprocessing, model build, checkpoint load, compile), a save (announced,
+    no progress line since) and the run's first validation (announced, no progress line since) are not
+    progress gaps: stuck when they have shown no sign of life (output, CPU time, I/O) for the hang timeout,
+    or when they have lasted longer than startup_timeout_s or save_timeout_s (a validation too: it is
+    the same stretch between two progress lines) even though they show life."""
     if not state.trainer.alive or state.trainer.exit_pending:
         return None
     limit = seconds or state.hang_timeout_s
     if state.trainer.phase == "training":
         return "no progress", state.seconds_since_progress, limit
-    what, longest = (("start-up", state.startup_timeout_s) if state.trainer.phase == "startup"
-                     else ("save", state.save_timeout_s))
+    what, longest = {"startup": ("start-up", state.startup_timeout_s),
+                     "validating": ("first validation", state.save_timeout_s)}.get(state.trainer.phase,
+                                                                                 ("save", state.save_timeout_s))
     if state.seconds_since_progress >= longest:
         return what, state.seconds_since_progress, longest
     idle = state.trainer.seconds_since_activity

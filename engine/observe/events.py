@@ -21,6 +21,11 @@ class Validation:
 
 
 @dataclass(frozen=True)
+class ValidationStarted:
+    """A validation pass begins (litgpt prints `Validating ...`); its result line ends it."""
+
+
+@dataclass(frozen=True)
 class CheckpointSaving:
     path: str              # the resume file being written (CheckpointLayout.resume_file)
 
@@ -35,4 +40,4 @@ class FinalValidation:
     val_loss: float
 
 
-Event = Progress | Validation | CheckpointSaving | Resumed | FinalValidation
+Event = Progress | Validation | ValidationStarted | CheckpointSaving | Resumed | FinalValidation

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.observe.activity import StartupActivity
-from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation
+from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
@@ -85,6 +85,8 @@ class MetricTracker:
     last_progress_time: float | None = None
     longest_gap_s: float | None = None     # between two progress lines of any launch (covers eval + save)
     save_started: float | None = None
+    validation_started: float | None = None   # `Validating ...` read, no progress line since
+    validations_done: int = 0                 # of the whole run: the first one is what no gap has measured yet
     save_seconds: deque = field(default_factory=lambda: deque(maxlen=10))
     step_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
     progress_lines_since_launch_at: float | None = None
@@ -101,6 +103,7 @@ class MetricTracker:
         # timeout learnt from its few save-free gaps would call that save a hang.
         self.last_progress_time = None
         self.save_started = None
+        self.validation_started = None
         # The recent losses go (they may be the spike just rolled back, and would match again at
         # once); the best median stays, so a run resumed from a checkpoint saved mid-divergence is
         # still measured against the healthy loss, not against its own diverged level.
@@ -124,11 +127,14 @@ class MetricTracker:
             if self.last_progress_time is not None:
                 gap = now - self.last_progress_time
                 self.longest_gap_s = gap if self.longest_gap_s is None else max(self.longest_gap_s, gap)
-                if self.save_started is None:
+                if self.save_started is None and self.validation_started is None:
                     self.step_seconds.append(gap)
             if self.save_started is not None:  # the save (and eval) ended when progress resumed
                 self.save_seconds.append(now - self.save_started)
                 self.save_started = None
+            if self.validation_started is not None:   # this gap, validation included, is in longest_gap_s now
+                self.validations_done += 1
+                self.validation_started = None
             self.last_progress_time = now
             if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
                 self.iter_times.append(max(event.iter_time_ms, 1e-3))
@@ -149,6 +155,9 @@ class MetricTracker:
                     self.val_condemned_step = self.step
             if math.isfinite(event.val_loss) and (self.best_val_loss is None or event.val_loss < self.best_val_loss):
                 self.best_val_loss, self.best_val_step = event.val_loss, self.step
+        elif isinstance(event, ValidationStarted):
+            if self.validation_started is None:
+                self.validation_started = now
         elif isinstance(event, CheckpointSaving):
             self.saving.append(event.path)
             self.save_started = now
@@ -251,6 +260,10 @@ class Observer:
             trainer = self._judged_by_life(trainer, now, "startup")
         elif self.tracker.save_started is not None:
             trainer = self._judged_by_life(trainer, now, "saving")
+        elif self.tracker.validation_started is not None and self.tracker.validations_done == 0:
+            # The run's first validation: no gap has measured one yet, so a timeout learnt from training
+            # steps says nothing about it. Later ones are inside longest_gap_s, and judged by it.
+            trainer = self._judged_by_life(trainer, now, "validating")
         return StateSnapshot(
             observation=self.observation, time=now, run_state=run_state, trainer=trainer,
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
@@ -267,7 +280,7 @@ class Observer:
         announcement is output."""
         if not trainer.alive:
             return trainer.model_copy(update={"phase": phase})
-        self.activity.sample(trainer.pid, now, count_cpu=phase == "startup")
+        self.activity.sample(trainer.pid, now, count_cpu=phase in ("startup", "validating"))   # both compute
         return trainer.model_copy(update={"phase": phase, "seconds_since_activity": self.activity.seconds_idle(now)})
 
 

@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-from engine.observe.events import CheckpointSaving, Event, Progress, Resumed
+from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, ValidationStarted
 from engine.trainers.base import LaunchSpec, ResumePlan
 
 TRAINER = Path(__file__).with_name("trainer.py")
@@ -101,6 +101,8 @@ class ToyAdapter:
         if (m := PROGRESS.match(line)):
             step = int(m.group(1))
             return Progress(iter_num=step, step=step, loss=float(m.group(2)), iter_time_ms=float(m.group(3)), is_step=True)
+        if line == "Validating ...":   # the toy announces a validation in litgpt's words
+            return ValidationStarted()
         if (m := SAVING.match(line)):
             return CheckpointSaving(path=str(self.layout.resume_file(Path(m.group(1)))))
         if (m := RESUMING.match(line)):

@@ -7,7 +7,8 @@ Usage: python trainer.py CONFIG.json   (written by adapter.py: out_dir, steps, s
 step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so tests have time to
 signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would; env_file
 names a file each launch appends its environment to (one JSON line); save_seconds makes each save
-write its file in pieces over that long. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py)
+write its file in pieces over that long; validate_interval and validate_seconds make it validate (litgpt's
+`Validating ...`, then that long computing in silence) after every validate_interval-th step. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py)
 makes it stop after logging step N, until it is killed.
 """
 
@@ -61,6 +62,15 @@ def save(folder: Path, state: dict, seconds: float = 0.0) -> None:
     (folder / CHECKSUM_NAME).write_text(hashlib.sha256(data).hexdigest() + "\n")
 
 
+def validate(seconds: float) -> None:
+    """litgpt's announcement, then CPU work and nothing printed for `seconds`, as a real validation."""
+    print("Validating ...", flush=True)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        sum(range(10_000))
+    print(f"toy validation took {seconds:.1f} s", flush=True)
+
+
 def load(path: Path) -> dict:
     data = path.read_bytes()
     expected = (path.parent / CHECKSUM_NAME).read_text().strip()
@@ -94,6 +104,8 @@ def main(config_path: str) -> int:
         if hold_at is not None and state["step"] >= hold_at:
             while True:   # tests/failing_litgpt/wrapper.py kills it here: it cannot run ahead of the wrapper
                 time.sleep(60)
+        if cfg.get("validate_interval") and state["step"] % cfg["validate_interval"] == 0:
+            validate(cfg.get("validate_seconds", 0.0))
         if state["step"] % cfg["save_interval"] == 0:
             save(out_dir / f"ckpt-{state['step']:06d}", state, cfg.get("save_seconds", 0.0))
     save(out_dir / "final", state, cfg.get("save_seconds", 0.0))

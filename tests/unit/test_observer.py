@@ -267,3 +267,47 @@ def test_in_a_save_cpu_alone_is_no_sign_of_life_but_io_and_new_processes_are():
     assert not advanced(before, {(10, 1.0): (6.0, 100)}, count_cpu=False)     # a save: CPU alone is not
     assert advanced(before, {(10, 1.0): (5.0, 4196)}, count_cpu=False)        # bytes written are
     assert advanced(before, {(10, 1.0): (5.0, 100), (11, 2.0): (0.0, 0)}, count_cpu=False)   # a new worker is
+
+
+def test_the_runs_first_validation_is_judged_by_its_life_and_later_ones_by_the_learnt_gap(tmp_path):
+    """litgpt prints `Validating ...` and nothing until its result: the first validation of a run has no
+    measured gap behind it, so it is phase `validating` (signs of life, CPU included, bounded by
+    watch.save_timeout_s); once one is done its stretch is in the learnt gap, and the next is training."""
+    from engine.core.config import WatchSettings
+    from engine.core.state import CheckpointStatus, stall
+    from engine.observe.events import ValidationStarted
+
+    from engine.observe.observer import Observer
+
+    assert ADAPTER.parse_line("Validating ...") == ValidationStarted()
+    log = tmp_path / "trainer.log"
+    log.write_text("")
+    observer = Observer(ADAPTER, tmp_path, tokens_per_iter=256)
+    observer.follow(log, 256)
+    watch = WatchSettings(hang_timeout_s=600, hang_floor_s=5, hang_safety_factor=5, save_timeout_s=3600)
+    trainer = TrainerStatus(alive=True, pid=None)
+    t0 = observer.launched_at
+
+    def observe(at: float, *lines: str):
+        with open(log, "a") as fh:
+            fh.writelines(line + "\n" for line in lines)
+        return observer.snapshot(t0 + at, "running", trainer, CheckpointStatus(), observer.read_lines(t0 + at), watch)
+
+    observe(1.0, progress(1, 6.4))
+    snap = observe(1.5, progress(2, 6.3))
+    assert (snap.trainer.phase, snap.hang_timeout_s) == ("training", 5.0)         # 5 x 0.5 s, the floor
+    snap = observe(1.6, "Validating ...")
+    assert snap.trainer.phase == "validating" and snap.trainer.seconds_since_activity == 0.0
+    snap = observe(40.0)                                        # 38 s with no line: the learnt 5 s is far behind
+    assert snap.trainer.phase == "validating"
+    what, idle, limit = stall(snap)                             # no process to sample: idle since the line
+    assert (what, round(idle, 6), limit) == ("first validation without a sign of life", 38.4, 5.0)
+    snap = observe(41.0, validation(8, 5.9), progress(3, 6.2))   # the result, then training again
+    assert snap.trainer.phase == "training" and round(observer.tracker.longest_gap_s, 6) == 39.5
+    assert round(snap.hang_timeout_s, 6) == 197.5                # 5 x the gap that held the validation
+    assert [round(x, 6) for x in observer.tracker.step_seconds] == [0.5]   # a validation's stretch is no step's time
+    observe(42.0, progress(4, 6.1))
+    snap = observe(42.1, "Validating ...")                       # the second one: inside the learnt gap
+    assert snap.trainer.phase == "training"
+    observer.tracker.new_launch(tokens_per_iter=256)             # a relaunch keeps what the run has measured
+    assert observer.tracker.validations_done == 1 and observer.tracker.validation_started is None

@@ -23,7 +23,9 @@ class StalledClause(Clause):
            "tree, `state.trainer.seconds_since_activity`) for that same limit, or a start-up longer than "
            "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy. A checkpoint save (announced, "
            "no progress line since, `phase == \"saving\"`) is judged the same way (CPU time alone is no life in a save), with "
-           "`state.save_timeout_s` (`watch.save_timeout_s`) as its longest.")
+           "`state.save_timeout_s` (`watch.save_timeout_s`) as its longest, and so is the run's first validation "
+           "(litgpt's `Validating ...`, no progress line since, `phase == \"validating\"`; CPU time is life there: it "
+           "computes), which no learnt gap has measured yet; later validations are inside the learnt gap.")
     example = "stalled:\n  seconds: 300"
 
     stalled: StalledSpec
@@ -43,6 +45,9 @@ class StalledClause(Clause):
         if ctx.state.trainer.phase == "saving":
             return (f"alive trainer in a save without a sign of life for >= {limit:g} s, "
                     f"or saving for >= {ctx.state.save_timeout_s:g} s")
+        if ctx.state.trainer.phase == "validating":
+            return (f"alive trainer in its first validation without a sign of life for >= {limit:g} s, "
+                    f"or validating for >= {ctx.state.save_timeout_s:g} s")
         return f"alive trainer without progress for >= {limit:g} s"
 
     def show(self, observed) -> str:

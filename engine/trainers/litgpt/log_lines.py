@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation
+from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation, ValidationStarted
 
 # At most 15 digits: a longer step or iter is a garbled line, and would overflow float arithmetic later.
 PROGRESS = re.compile(
@@ -24,6 +24,7 @@ SAVING = re.compile(r"^Saving checkpoint to '(.+)'$")
 RESUMING = re.compile(r"^Resuming training from (.+)$")
 FINAL = re.compile(r"^Final evaluation \| val loss: (\S+) \|")
 ANNOUNCEMENT = b"Saving checkpoint to "
+VALIDATING = "Validating ..."   # litgpt's validate() prints it before its first batch (not in the silent sanity check)
 
 
 def _float(text: str) -> float:
@@ -49,6 +50,8 @@ def parse_line(line: str) -> Event | None:
         m = VALIDATION.match(line)
         if m:
             return Validation(iter_num=int(m.group(1)), val_loss=_float(m.group(2)))
+    elif line == VALIDATING:
+        return ValidationStarted()
     elif line.startswith("Saving checkpoint"):
         m = SAVING.match(line)
         if m:
