@@ -144,8 +144,9 @@ class WatchSettings(Strict):
     startup_timeout_s: float = Field(14400.0, gt=0, description="the longest a launch may take to its first progress line "
                                      "(preprocessing, model build, checkpoint load, compile), however busy")
     save_timeout_s: float = Field(3600.0, gt=0, description="the longest a checkpoint save (from the last progress line "
-                                  "through validation and the save to the next) may take, however busy; a save is a "
-                                  "hang sooner only when it shows no sign of life (output, CPU, I/O) for the hang timeout")
+                                  "through validation and the save to the next), or the run's first validation, may "
+                                  "take, however busy; either is a hang sooner only when it shows no sign of life "
+                                  "(output, I/O; CPU too in a validation) for the hang timeout")
     hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
     hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
