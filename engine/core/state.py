@@ -93,8 +93,9 @@ class TrainerStatus(Frozen):
     launches: int = 0
     seconds_running: float = 0.0
     stopped: bool = False               # process state T (SIGSTOP); a real deadlock looks running
-    # Gone a moment ago, its launcher still writing the exit (at most 2 s): alive until that is recorded;
-    # the watch loop decides nothing on such an observation (no hang, no exit yet).
+    # Gone a moment ago, its launcher still writing the exit (at most 2 s), or every rank of a group gone a
+    # moment ago while its launcher (torchrun's agents) still runs (at most 10 s): alive until that is
+    # recorded; the watch loop decides nothing on such an observation (no hang, no exit yet).
     exit_pending: bool = False
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint

@@ -30,6 +30,7 @@ RANKS_DIR_ENV = "RUNBOOK_RANKS_DIR"
 BEHIND_FLOOR_S = 5.0        # a rank behind the others for less than this is just slower at that instant
 BEHIND_WORK_FACTOR = 20     # ... or for less than this many of its usual micro-batches
 MAX_RANKS = 4096
+GROUP_EXIT_WAIT_S = 10.0    # torchrun's agents end within a second or two of their last worker
 PHASES = ("work", "sync")   # within one micro-batch: its own work, then the backward with the all-reduce
 
 
@@ -146,6 +147,17 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         straggler_ratio=round(slow[0].work_seconds / slow[1], 2) if slow else None,
         nodes=node_list, dead_nodes=dead_nodes, noticed_nodes=noticed,
     )
+
+
+def group_exit_pending(status: RanksStatus, now: float, wait_s: float = GROUP_EXIT_WAIT_S) -> bool:
+    """PURE. Every rank of a group has exited, a moment ago, while its launcher (torchrun, one agent per
+    node) still runs: the group is ending, and what its agents print meanwhile (the rendezvous store going
+    away: DistNetworkError, "Connection was likely closed") is the shutdown's noise, not a collective that
+    failed. Decide on the group's exit instead, unless the launcher outlives its ranks by wait_s."""
+    if status.world_size <= 1 or len(status.exited) < status.world_size:
+        return False
+    ended = [r.ended_at for r in status.ranks]
+    return all(t is not None for t in ended) and now - max(ended) < wait_s
 
 
 def _behind(ranks: list[RankStatus]) -> list[int]:

@@ -14,7 +14,7 @@ from engine.core.durable import atomic_write_text
 from engine.records.journal import Journal
 from engine.checkpoints.partial_saves import clear_trainer_tmp
 from engine.process.identity import SecondTrainerRefused, live_trainers_of
-from engine.process.ranks import RANKS_DIR_ENV, RankWatch
+from engine.process.ranks import RANKS_DIR_ENV, RankWatch, group_exit_pending
 from engine.core.state import TrainerStatus
 from engine.process.trainer_env import trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
@@ -171,11 +171,13 @@ class TrainerControl:
         alive = t.alive
         code = None if alive else t.poll()
         ended = read_exit_status(t.status_path).get("ended") if code is not None else None
+        ranks = self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None)
+        now = time.time()
         return TrainerStatus(
             pid=t.pid, alive=alive, exit_code=code, signal=signal_name(code), launches=self.launches,
-            seconds_running=time.time() - t.started_at, stopped=alive and t.stopped,
-            exit_pending=alive and t.exit_pending,
-            ranks=self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None),
+            seconds_running=now - t.started_at, stopped=alive and t.stopped,
+            exit_pending=alive and (t.exit_pending or group_exit_pending(ranks, now)),
+            ranks=ranks,
         )
 
     def write_config(self, updates: dict) -> None:

@@ -56,6 +56,24 @@ def test_the_group_exits_as_rank_0_did():
     assert group_exit_code(None, [0, 0]) == 0 and group_exit_code(None, [0, -9]) == 1 and group_exit_code(None, []) == 1
 
 
+def test_a_group_whose_ranks_all_exited_a_moment_ago_is_ending_not_failing():
+    """Seen in a full run (session 12): both ranks had saved on node 1's notice and exited 75, node 0's agent
+    was printing the rendezvous store's DistNetworkError on its way out, and `collective-timeout` fired on
+    that noise before the agents' exits (and the notice) were recorded."""
+    from engine.core.state import RanksStatus, RankStatus
+    from engine.process.ranks import group_exit_pending
+
+    def group(*ended):
+        ranks = [RankStatus(rank=i, node=i, pid=100 + i, alive=t is None, exit_code=None if t is None else 75, ended_at=t)
+                 for i, t in enumerate(ended)]
+        return RanksStatus(world_size=len(ranks), ranks=ranks, exited=[r.rank for r in ranks if not r.alive])
+
+    assert group_exit_pending(group(NOW - 1.0, NOW - 0.5), NOW)           # both gone just now: wait for the agents
+    assert not group_exit_pending(group(NOW - 1.0, None), NOW)            # rank 1 still runs: decide as before
+    assert not group_exit_pending(group(NOW - 30.0, NOW - 11.0), NOW)     # the launcher outlived them: decide
+    assert not group_exit_pending(RanksStatus(), NOW)                     # one process: its own exit_pending
+
+
 def test_each_agent_gets_a_c10d_rendezvous_and_records_its_worker():
     argv = agent_argv("py", 2, 1, "127.0.0.1:5000", "abc", Path("/r"), ["py", "-m", "entry"])
     assert "--rdzv-backend=c10d" in argv and "--rdzv-id=abc" in argv and "--max-restarts=0" in argv
