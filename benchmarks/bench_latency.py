@@ -228,7 +228,7 @@ def contention_sentence(results: list[dict]) -> str:
     loads = [float(r["load"].split(",")[0]) for r in results if r.get("load")]
     if not loads:
         return ""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = common.cores()
     text = (f"The 1-minute load average after each sample: median {statistics.median(loads):.2f}, highest "
             f"{max(loads):.2f}, on {cores} cores")
     if max(loads) > 0.75 * cores + 1:   # one trainer and its watcher account for about 1-1.5

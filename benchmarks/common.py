@@ -59,9 +59,14 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def cores() -> int:
+    """The cores this process may run on (nproc)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def machine(load_at_start: str | None = None) -> str:
     """One line: nproc, CPU model, Python, torch/litgpt versions, load average (start and end)."""
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    nproc = cores()
     load = f"load average (1, 5, 15 min) {load_at_start} at the start, {load_average()} at the end" if load_at_start \
         else f"load average (1, 5, 15 min) {load_average()}"
     return (f"nproc {nproc}, {cpu_model()}, {platform.system()} {platform.machine()}; Python {platform.python_version()}, "

@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.text import Text
 
 from engine.core.run_folder import RunFolder
+from engine.records.journal_lines import finite
 from runbook.config_arg import chosen_config, config_argument, config_option
-from runbook.commands.status_view import json_safe, render, status_code
+from runbook.commands.status_view import render, status_code
 from runbook.exit_codes import ExitCode
 
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
@@ -244,7 +245,7 @@ def status(
     for problem in data["problems"]:
         err.print(f"warning: {problem}", markup=False)
     if as_json:
-        print(json.dumps(json_safe(data), indent=2, allow_nan=False))
+        print(json.dumps(finite(data), indent=2, allow_nan=False))   # JSON has no NaN
     else:
         for line in render(data):
             out.print(Text(line))

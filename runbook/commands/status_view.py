@@ -1,9 +1,8 @@
 """PURE. `runbook status`'s text and exit code from the dict status_cmd.gather() reads off the run folder
-(the same dict `--json` prints, made JSON-safe here)."""
+(the same dict `--json` prints)."""
 
 from __future__ import annotations
 
-import math
 import time
 
 from runbook.exit_codes import STATUS_CODES, ExitCode
@@ -113,14 +112,3 @@ def status_code(status: dict) -> ExitCode:
     if status["state"] in STATUS_CODES:
         return STATUS_CODES[status["state"]]
     return ExitCode.RUNNING if status["watcher"]["running"] else ExitCode.WATCHER_FAILED
-
-
-def json_safe(value):
-    """``value`` with NaN/inf as null: `status --json` is read by machines, and JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
