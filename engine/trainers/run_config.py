@@ -8,8 +8,28 @@ from pathlib import Path
 
 from engine.core.config import LoadedConfig
 from engine.core.config import load_config as load_without_trainer
-from engine.core.yaml_source import SourceError
+from engine.core.yaml_source import SourceError, load_yaml, locate
 from engine.trainers.registry import adapter_factory
+
+
+def _type_problem(values: dict, config_path: Path) -> str | None:
+    """PURE but for locating the key. trainer.litgpt_config must be a path (a string) and trainer.extra a
+    mapping before the overlay uses them: `litgpt_config: true` (or a number, list, map) is the user's
+    mistake, worded with file:line like pydantic's errors, not a TypeError in every command."""
+    trainer = values.get("trainer")
+    if not isinstance(trainer, dict):
+        return None   # pydantic says what trainer must be
+    checks = (("litgpt_config", str, "a path to your litgpt pretrain YAML (a string)"),
+              ("extra", dict, "a mapping of litgpt keys to values"))
+    for key, kind, expected in checks:
+        value = trainer.get(key)
+        if value is None or (isinstance(value, kind) and (kind is not str or value.strip())):
+            continue
+        where = locate(load_yaml(config_path), ("trainer", key))
+        position = f"{config_path}:{where[0]}:{where[1]}" if where else str(config_path)
+        got = "an empty string" if isinstance(value, str) else f"{type(value).__name__} {repr(value)[:60]}"
+        return f"{position}: trainer.{key}: expected {expected}, got {got}"
+    return None
 
 
 class TrainerSeam:
@@ -17,6 +37,8 @@ class TrainerSeam:
         adapter_factory(kind)   # UnknownTrainer (a ValueError) says why there is no such trainer
 
     def overlay(self, values: dict, config_path: Path) -> dict:
+        if problem := _type_problem(values, config_path):
+            raise SourceError([problem])
         trainer = values.get("trainer")
         if not (isinstance(trainer, dict) and trainer.get("litgpt_config")):
             return values

@@ -42,6 +42,22 @@ watch:
 """
 
 
+def yaml_string(text: str) -> str:
+    """PURE. `text` as one double-quoted YAML scalar, written by ruamel.yaml itself: a file named `true`,
+    `null`, `~`, `&a.yaml`, `#x`, `a: b` or `[x]` (or holding a quote, backslash or line break) must read
+    back as that name, not as a bool, a null, an alias or a comment that silently drops the user's config."""
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    yaml = YAML(typ="rt")
+    yaml.width = 1 << 20   # one line, however long the path
+    buffer = io.StringIO()
+    yaml.dump({"v": DoubleQuotedScalarString(text)}, buffer)
+    return buffer.getvalue().removeprefix("v: ").rstrip("\n")
+
+
 def _relative(path: Path, project_dir: Path) -> str:
     path, project_dir = path.resolve(), project_dir.resolve()
     return os.path.relpath(path, project_dir) if path.is_relative_to(project_dir) else str(path)
@@ -66,7 +82,7 @@ def init(
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     target.parent.mkdir(parents=True, exist_ok=True)
     previous = target.read_text() if target.exists() else None
-    target.write_text(TEMPLATE.format(litgpt=_relative(from_litgpt, target.resolve().parent.parent)))
+    target.write_text(TEMPLATE.format(litgpt=yaml_string(_relative(from_litgpt, target.resolve().parent.parent))))
     try:
         loaded = load_config(target)
     except SourceError as error:
