@@ -464,26 +464,49 @@ message_values = values | st.sampled_from(["open", "update", "close", "digest", 
     st.dictionaries(st.text(max_size=5), values, max_size=3), max_size=3)
 
 
-@given(messages=st.lists(st.dictionaries(st.sampled_from(MESSAGE_KEYS), message_values, max_size=6) | values,
-                         min_size=1, max_size=5))
-def test_any_outbox_message_is_delivered_or_set_aside(tmp_path_factory, messages):
+def _notice(kind: str, incident_id: str, text: str, flag: bool) -> dict:
+    """A message as the notifier writes it (slack_notices' own builders), with random content."""
+    from runbook import slack_notices as n
+
+    if kind == "open":
+        return n.opened_notice(incident_id, text, text, {"k": text}, 0.0)
+    if kind == "update":
+        return n.update_notice(incident_id, text, 0.0)
+    if kind == "close":
+        return n.closed_notice(incident_id, "resolved", text, flag, "@oncall" if flag else None, 0.0)
+    return n.digest_notice(text, text, {}, 0.0)
+
+
+notices = st.builds(_notice, st.sampled_from(["open", "update", "close", "digest"]),
+                    st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=40).filter(str.strip), st.booleans())
+random_messages = st.dictionaries(st.sampled_from(MESSAGE_KEYS), message_values, max_size=6) | values
+
+
+@given(queue=st.lists(st.tuples(st.booleans(), notices, random_messages), min_size=0, max_size=5), first=notices)
+def test_any_outbox_message_is_delivered_or_set_aside(tmp_path_factory, queue, first):
     """The sender's queue: a message it cannot use (the `{}` that held every notice behind it) is moved to
-    failed/ with its reason; every message handed to the sender has the fields it reads."""
+    failed/ with its reason, and every usable notice among them is handed to the sender, unchanged and in
+    queue order, then delivered (done) until the queue is empty. Each queue holds at least one real notice:
+    random dicts alone are never usable, so a queue of only those delivered nothing and proved nothing."""
     from runbook.outbox import Outbox
     from runbook.slack import message_problem
 
-    TRIED["outbox: random messages (a queue of 1-5)"] += len(messages)
+    messages = [first] + [notice if usable else junk for usable, notice, junk in queue]
     folder = tmp_path_factory.mktemp("o")
     box = Outbox(folder, check=message_problem)
-    for message in messages:
-        box.put(message)
+    ids = [box.put(message) for message in messages]
+    usable = [(i, json.loads(json.dumps(m))) for i, m in zip(ids, messages) if message_problem(m) is None]
     pending = box.pending()
-    for _, message in pending:
-        assert message_problem(message) is None
+    assert pending == usable and usable
+    for msg_id, message in pending:
         {"text": message["text"], "blocks": message.get("blocks"), "key": "thread:" + message["incident_id"]}
+        box.done(msg_id)
+    TRIED["outbox: random messages (a queue of 1-6)"] += len(messages)
+    TRIED["outbox: notices delivered"] += len(pending)
     parked = sorted(p.name for p in (folder / "failed").glob("*.json")) if (folder / "failed").is_dir() else []
-    assert len(pending) + len(parked) == len(messages)
+    assert parked == [f"{i}.json" for i, m in zip(ids, messages) if message_problem(m) is not None]
     assert all((folder / "failed" / name.replace(".json", ".reason.txt")).is_file() for name in parked)
+    assert len(box) == 0 and box.pending() == []
 
 
 @given(data=st.binary(max_size=300) | st.builds(lambda n: b"[" * n, st.integers(min_value=0, max_value=100_000)))
