@@ -28,6 +28,7 @@ CLASSES = {
     "hang",
     "hardware-failure",
     "needs-human",
+    "stopped",
 }
 LAUNCHERS = {"torchrun", "deepspeed", "srun", "none"}
 SOURCE_RE = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
