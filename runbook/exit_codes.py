@@ -22,6 +22,8 @@ class ExitCode(IntEnum):
     SECOND_TRAINER = 15     # `watch`: a trainer of this run folder is alive and cannot be re-attached; no second one is started
     DRAFT_REFUSED = 14      # `playbooks draft`: the incident needs no new playbook (recovered, still open) or the draft exists
     TRIAGE_ESCALATE = 16    # `triage`: runbook would escalate this log (nothing claims it, unknown-crash, or the plan escalates)
+    OUT_DIR_TAKEN = 17      # `watch`: out_dir belongs to another run (its runbook-owner.json), live or not; nothing touched
+    OUT_DIR_BLOCKED = 18    # `watch`: out_dir holds a folder or file named `last` that is not runbook's link; left as it is
 
 
 # `runbook status` exits with the run's state, as `runbook watch` would have exited had it ended now.

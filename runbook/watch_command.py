@@ -116,6 +116,7 @@ def deliver_leftover_notices(loaded) -> None:
 
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
     from engine.core.lock import RunLocked
+    from engine.checkpoints.out_dir_claim import OutDirBlocked, OutDirTaken
     from engine.process.identity import SecondTrainerRefused
     from engine.language.playbook_set import load_run_playbooks
     from engine.core.state import RunState
@@ -177,6 +178,9 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     except SecondTrainerRefused as refused:
         err.print(f"error: {refused}", markup=False)
         return ExitCode.SECOND_TRAINER
+    except (OutDirTaken, OutDirBlocked) as refused:
+        err.print(f"error: {refused}", markup=False)
+        return ExitCode.OUT_DIR_TAKEN if isinstance(refused, OutDirTaken) else ExitCode.OUT_DIR_BLOCKED
     except Exception as error:  # noqa: BLE001 - one sentence for people, the traceback with --debug
         if debug:
             traceback.print_exc()

@@ -100,8 +100,9 @@ def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | 
     for e in sorted(entries, key=lambda e: e.name):
         if e.name.startswith(prefix):
             plan.temps.append(e.name)           # the trainer TMPDIR, a last-link temp, a prune's trash
-        elif (e.name == ckpts.LAST_LINK_NAME and e.is_symlink) or (e.is_dir and e.name in getattr(layout, "trainer_folders", ())):
-            continue                            # ours, never deleted: `last`, the trainer's own logger folder
+        elif ((e.name == ckpts.LAST_LINK_NAME and e.is_symlink) or (e.name == ckpts.OWNER_MARKER_NAME and not e.is_dir)
+              or (e.is_dir and e.name in getattr(layout, "trainer_folders", ()))):
+            continue                            # ours, never deleted: `last`, the owner marker, the trainer's logger folder
         elif e.is_dir and not e.is_symlink and e.name in announced:
             plan.temps += [f"{e.name}/{c}" for c in e.children if c.startswith(prefix)]
             plan.foreign += [f"{e.name}/{c}" for c in e.children

@@ -33,6 +33,7 @@ from engine.checkpoints.layout import CheckpointLayout
 MANIFEST_NAME = "runbook-manifest.json"
 QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
 LAST_LINK_NAME = "last"
+OWNER_MARKER_NAME = "runbook-owner.json"   # which run owns this out_dir (engine/checkpoints/out_dir_claim.py)
 OWN_TMP_PREFIX = "tmp-runbook-"  # + a token per out_dir: see own_tmp_prefix
 
 
@@ -226,21 +227,36 @@ def newest_verified(checkpoints: list[Checkpoint], verified_steps: set[int]) -> 
 # --- the `last` link, quarantine, leftovers, pruning ------------------------------------------
 
 
-def update_last_link(out_dir: Path, ckpt: Checkpoint) -> None:
+def last_in_the_way(out_dir: Path) -> str | None:
+    """Why ``out_dir/last`` cannot be runbook's link (something else has that name: a folder, a file), or None.
+    Renaming the link over it would fail on a folder (IsADirectoryError) and delete a file."""
+    link = Path(out_dir) / LAST_LINK_NAME
+    if not os.path.lexists(link) or link.is_symlink():
+        return None
+    kind = "a folder" if link.is_dir() else "a file"
+    return (f"{link} is {kind}, not runbook's `last` link: runbook never moves or deletes it, and cannot keep "
+            f"`last` pointing at the newest checkpoint while it is there. Rename or move it out of {out_dir}")
+
+
+def update_last_link(out_dir: Path, ckpt: Checkpoint) -> bool:
     """Point ``out_dir/last`` at ckpt's folder: relative (out_dir may be moved or mounted
-    elsewhere), made at a temp name and renamed over the old link, so it never is absent."""
+    elsewhere), made at a temp name and renamed over the old link, so it never is absent. False (nothing
+    changed) where a folder or file of someone else's is named ``last`` (last_in_the_way): it stays as it is."""
     out_dir = Path(out_dir)
+    if last_in_the_way(out_dir) is not None:
+        return False
     if not ckpt.path.is_dir():
         raise FileNotFoundError(f"checkpoint folder {ckpt.path} does not exist")
     target = os.path.relpath(os.path.abspath(ckpt.path), os.path.abspath(out_dir))
     tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"
     os.symlink(target, tmp)
     try:
-        os.replace(tmp, out_dir / LAST_LINK_NAME)  # fails if `last` is a real directory
+        os.replace(tmp, out_dir / LAST_LINK_NAME)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(out_dir)
+    return True
 
 
 def last_link_target(out_dir: Path) -> Path | None:

@@ -22,6 +22,7 @@ from engine.watch.incident_runner import IncidentRunner
 from engine.records.journal import Journal
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
+from engine.checkpoints.out_dir_claim import OutDirClaim
 from engine.language.matcher import MatchMemory, attempt_number, decide
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
@@ -52,6 +53,7 @@ class Supervisor:
         self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
         self.journal = Journal(folder.journal, self.trouble)
         self.lock = RunLock(loaded.run_dir)
+        self.out_dir_claim = OutDirClaim(loaded.out_dir, folder, loaded.path)   # one run per out_dir
         self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble, spares)
         self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
                                        journal=None if dry_run else self.journal, read_only=dry_run)
@@ -90,6 +92,7 @@ class Supervisor:
             if self.slurm is not None:   # registered first, so it runs after the lock's release:
                 services.callback(lambda: self.slurm.finished(self.state))   # a requeue's next allocation takes it
             services.enter_context(self.lock)
+            services.enter_context(self.out_dir_claim)   # before anything seals, resumes or prunes in out_dir
             services.callback(self.notifier.close)
             self.install_signal_handlers()
             if self.slurm is not None:

@@ -25,8 +25,10 @@ def run_check(config_path: Path) -> ExitCode:
 
     from engine.trainers.run_config import load_config
     from engine.language.playbook_set import load_run_playbooks
-    from engine.trainers.preflight import preflight
+    from engine.trainers.preflight import preflight, where
     from engine.trainers import adapter_for
+    from engine.checkpoints.out_dir_claim import owner_problem
+    from engine.checkpoints.store import last_in_the_way
 
     started = time.monotonic()
     try:
@@ -39,8 +41,11 @@ def run_check(config_path: Path) -> ExitCode:
     if not adapter.is_installed():
         err.print(f"error: {adapter.name} is not installed in this Python environment; {adapter.install_hint}", markup=False)
         return ExitCode.TRAINER_MISSING
+    # What `watch` refuses in out_dir (exit 17, 18): another run's marker, a `last` that is not runbook's link.
+    out_dir_problems = [f"{where(loaded, ('out_dir',))}: {problem}" for problem in
+                        (owner_problem(loaded.out_dir, loaded.folder), last_in_the_way(loaded.out_dir)) if problem]
     train_dir = loaded.data_path("train_dir")
-    if (loaded.config.data.make_default and train_dir == loaded.resolve(Path("data/stdlib/train"))
+    if (not out_dir_problems and loaded.config.data.make_default and train_dir == loaded.resolve(Path("data/stdlib/train"))
             and not any(train_dir.glob("*.txt"))):
         typer.echo(f"{loaded.path}: config and {len(playbooks)} playbook(s) valid; the default corpus and tokenizer "
                    "are made by the first `runbook watch`, so the data, tokenizer and trainer checks wait until then")
@@ -48,7 +53,7 @@ def run_check(config_path: Path) -> ExitCode:
     # `check` is the slow, thorough one: it always has the trainer's parser read the config.
     trainer = loaded.config.trainer.model_copy(update={"preflight_parse": True})
     loaded.config = loaded.config.model_copy(update={"trainer": trainer})
-    problems = preflight(loaded, adapter)
+    problems = out_dir_problems + preflight(loaded, adapter)
     for problem in problems:
         err.print(f"error: {problem}", markup=False)
     if problems:
