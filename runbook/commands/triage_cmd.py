@@ -69,8 +69,10 @@ def _explanation_dict(explanation) -> dict | None:
 
 
 def triage(
+    # readable=False: click's own access() check would answer an unreadable LOG with a usage error (exit 2);
+    # the engine's bounded read reports it as documented (exit 9, "cannot read: Permission denied").
     log: Path = typer.Argument(..., metavar="LOG", help="the trainer's log (its end is read: at most the last 4 MiB)",
-                               show_default=False),
+                               show_default=False, readable=False),
     config: Optional[Path] = config_argument("run config (YAML) whose values and playbooks judge the log; "
                                              "default: runbook's defaults and the shipped playbooks"),
     config_opt: Optional[Path] = config_option(),
