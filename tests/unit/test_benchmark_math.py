@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.alternating_blocks import Block, merge, paired_rates, steps_at
+from benchmarks.alternating_blocks import Block, PairedResult, merge, paired_rates, steps_at
 
 
 def synthetic_run(cost: float, drift_per_s: float, block_s: float = 1.5, blocks: int = 21):
@@ -36,7 +36,17 @@ def test_the_a_b_a_ratio_recovers_the_cost_under_a_linear_drift(cost):
     assert len(result.ratios) == 10
     assert result.mean_ratio == pytest.approx(1 - cost, abs=0.002)
     low, high = result.ci95
-    assert low <= result.mean_ratio <= high
+    assert low == pytest.approx(1 - cost, abs=0.003) and high == pytest.approx(1 - cost, abs=0.003)
+    assert 0 < high - low < 0.002   # the same cost in every block: a narrow interval, not a point
+
+
+def test_the_95_percent_interval_is_mean_plus_minus_1_96_standard_errors():
+    # (low <= mean <= high holds for any symmetric interval, a wrong one too: check the numbers.)
+    result = PairedResult([0.9, 1.0, 1.1], 10.0, 10.0)
+    low, high = result.ci95
+    half = 1.96 * 0.1 / 3 ** 0.5
+    assert (low, high) == pytest.approx((1.0 - half, 1.0 + half), abs=1e-12)
+    assert PairedResult([0.97], 10.0, 9.7).ci95 == (float("-inf"), float("inf"))   # one block bounds nothing
 
 
 def test_blocks_outside_the_training_window_and_non_adjacent_ones_are_left_out():
