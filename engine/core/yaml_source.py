@@ -186,10 +186,85 @@ def plain(node: Any) -> Any:
 
 def update_yaml_values(path: Path, updates: dict[str, Any]) -> None:
     """Set top-level keys in a YAML file, keeping comments, order and quoting."""
-    yaml = round_trip_yaml()
-    tree = yaml.load(path.read_text(encoding="utf-8"))
-    for key, value in updates.items():
-        tree[key] = value
-    buffer = io.StringIO()
-    yaml.dump(tree, buffer)
-    atomic_write_text(path, buffer.getvalue())
+    write_yaml_places(path, {(key,): value for key, value in updates.items()})
+
+
+def write_yaml_places(path: Path, values: dict[tuple, Any]) -> None:
+    """Set the value at each place (a tuple of keys) in the user's YAML file. Where every place already
+    holds a one-line scalar, only those scalars' characters change (yaml_scalar_text), so the rest of
+    the file, its indentation of lists included, stays byte for byte as the user wrote it; otherwise
+    ruamel's round trip writes it (comments and order kept, indentation its own)."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    edited = replace_scalars(text, values)
+    if edited is None:
+        yaml = round_trip_yaml()
+        tree = yaml.load(text)
+        for keys, value in values.items():
+            _set_place(tree, keys, value)
+        buffer = io.StringIO()
+        yaml.dump(tree, buffer)
+        edited = buffer.getvalue()
+    atomic_write_text(path, edited)
+
+
+def replace_scalars(text: str, values: dict[tuple, Any]) -> str | None:
+    """PURE. `text` with the scalar at each place replaced by the new value written as YAML, or None when
+    a place is missing, not a one-line scalar, or carries an anchor, alias or tag (an in-place edit
+    there would change what other keys mean)."""
+    from ruamel.yaml.nodes import MappingNode, ScalarNode
+
+    try:
+        root = YAML(typ="rt").compose(text)
+    except (MarkedYAMLError, ValueError):
+        return None
+    spans = []
+    for keys, value in values.items():
+        node = root
+        for key in keys:
+            if not isinstance(node, MappingNode):
+                return None
+            node = next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key), None)
+            if node is None:
+                return None
+        if not isinstance(node, ScalarNode) or getattr(node, "anchor", None) or node.start_mark.line != node.end_mark.line:
+            return None
+        start, end = node.start_mark.index, node.end_mark.index
+        if start == end or text[start:end][:1] in ("!", "&", "*", "|", ">") or (new := yaml_scalar_text(value)) is None:
+            return None
+        spans.append((start, end, new))
+    for start, end, new in sorted(spans, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def yaml_scalar_text(value: Any) -> str | None:
+    """PURE. A number, bool or string as YAML that YAML 1.1 readers (PyYAML, which litgpt's jsonargparse
+    uses) and 1.2 readers (ruamel) both read back as the same value; None for anything else."""
+    import json
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        text = repr(value)
+        mantissa, _, exponent = text.partition("e")
+        if "." not in mantissa:
+            mantissa += ".0"          # 1.1 needs the dot: `1e-05` is a string there
+        if exponent and exponent[0] not in "+-":
+            exponent = "+" + exponent  # and a signed exponent
+        return mantissa + ("e" + exponent if exponent else "")
+    if isinstance(value, (str, Path)):
+        return json.dumps(str(value), ensure_ascii=False)   # a JSON string is a YAML double-quoted scalar
+    return None
+
+
+def _set_place(tree, keys: tuple, value) -> None:
+    *parents, last = keys
+    for parent in parents:
+        if not isinstance(tree.get(parent), dict):
+            tree[parent] = {}
+        tree = tree[parent]
+    tree[last] = value

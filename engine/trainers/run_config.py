@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.config import LoadedConfig
+from engine.core.config import DEFAULT_TRAINER_KIND, LoadedConfig
 from engine.core.config import load_config as load_without_trainer
 from engine.core.yaml_source import SourceError, load_yaml, locate
 from engine.trainers.registry import adapter_factory
@@ -40,15 +40,19 @@ class TrainerSeam:
         if problem := _type_problem(values, config_path):
             raise SourceError([problem])
         trainer = values.get("trainer")
-        if not (isinstance(trainer, dict) and trainer.get("litgpt_config")):
+        if not isinstance(trainer, dict) or trainer.get("kind", DEFAULT_TRAINER_KIND) != "litgpt":
             return values
-        from engine.trainers.litgpt import user_config   # litgpt's side, only for configs that name a litgpt file
+        from engine.trainers.litgpt import user_config   # litgpt's side, only for litgpt runs
 
-        litgpt_path = Path(trainer["litgpt_config"])
-        litgpt_path = litgpt_path if litgpt_path.is_absolute() else config_path.resolve().parent.parent / litgpt_path
-        if not litgpt_path.is_file():
-            raise SourceError([f"{config_path}: trainer.litgpt_config: no file {litgpt_path}"])
-        return user_config.overlay(values, litgpt_path, config_path)
+        litgpt_path = None
+        if trainer.get("litgpt_config"):
+            litgpt_path = Path(trainer["litgpt_config"])
+            litgpt_path = litgpt_path if litgpt_path.is_absolute() else config_path.resolve().parent.parent / litgpt_path
+            if not litgpt_path.is_file():
+                raise SourceError([f"{config_path}: trainer.litgpt_config: no file {litgpt_path}"])
+        if problems := user_config.extra_problems(trainer.get("extra") or {}, config_path, litgpt_path):
+            raise SourceError(problems)
+        return user_config.overlay(values, litgpt_path, config_path) if litgpt_path else values
 
     def write_owned(self, loaded: LoadedConfig, updates: dict) -> dict:
         if not loaded.config.trainer.litgpt_config:

@@ -124,6 +124,11 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
     writer.version = (1, 1)
     writer.dump(config, buffer)
     atomic_write_text(config_file, buffer.getvalue())
+    reached = launched_hyperparameters(config_file)
+    if missed := hyperparameters_missed(cfg, reached):
+        raise HyperparametersNotReached(
+            f"the trainer config {config_file} would start litgpt with {missed}, not the run config's values: a "
+            "change would never reach the trainer (a relaunch would train as before). Not launching")
 
     env = launch_env(loaded)
     notice = cfg.trainer.notice_signals
@@ -139,7 +144,7 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         cwd=loaded.project_dir,
         config_file=config_file,
         resume_from=resume_from,
-        hyperparameters={"micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "lr": cfg.lr},
+        hyperparameters=reached,   # what litgpt reads from the file, checked against the run config
         memory_limit_bytes=cfg.trainer.memory_limit_mb * 1024 * 1024 if cfg.trainer.memory_limit_mb else None,
         notice_signal=notice[0] if notice else None,
         # SIGUSR2 has no handler in entry.py: its default action ends the trainer at once, like an
@@ -151,6 +156,45 @@ def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash
         training_marker="Epoch ",   # litgpt's progress line (log_lines.py)
     )
 
+
+
+class HyperparametersNotReached(RuntimeError):
+    """The generated trainer config does not carry the run config's hyperparameters: the launch is refused
+    (in a recovery, its action fails and the incident escalates) instead of restarting at the old values."""
+
+
+# runbook key -> where litgpt's pretrain reads it in the trainer config.
+LAUNCH_PLACES = {"micro_batch_size": ("train", "micro_batch_size"), "batch_size": ("train", "global_batch_size"),
+                 "lr": ("optimizer", "init_args", "lr"), "save_interval": ("train", "save_interval"),
+                 "max_tokens": ("train", "max_tokens")}
+
+
+def launched_hyperparameters(config_file: Path) -> dict:
+    """The hyperparameters litgpt will read from `config_file`, parsed as it parses it (PyYAML, YAML 1.1):
+    a value the file lacks is None."""
+    import yaml as pyyaml
+
+    tree = pyyaml.safe_load(config_file.read_text(encoding="utf-8"))
+    out = {}
+    for key, place in LAUNCH_PLACES.items():
+        node = tree
+        for part in place:
+            node = node.get(part) if isinstance(node, dict) else None
+        out[key] = node
+    return out
+
+
+def hyperparameters_missed(cfg, reached: dict) -> str:
+    """PURE. 'lr None (run config: 0.003), ...' for each hyperparameter the launch would not get; '' when all match."""
+    missed = [f"{key} {reached.get(key)!r} (run config: {getattr(cfg, key)!r})" for key in LAUNCH_PLACES
+              if not _same(reached.get(key), getattr(cfg, key))]
+    return ", ".join(missed)
+
+
+def _same(got, want) -> bool:
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return False
+    return got == want if isinstance(want, int) else abs(got - want) <= 1e-12 * max(1.0, abs(want))
 
 
 def launch_env(loaded) -> dict[str, str]:

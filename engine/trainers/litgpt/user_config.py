@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.core.durable import atomic_write_text
 from engine.core.merge import deep_merge
-from engine.core.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml
+from engine.core.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml, write_yaml_places
 from engine.core.config import RunConfig
 
 TEXT_FILES = "litgpt.data.TextFiles"
@@ -65,6 +65,38 @@ def block_size(litgpt: dict) -> int:
 def effective(litgpt: dict, extra: dict) -> dict:
     """PURE. What litgpt receives before runbook's own settings: the user's YAML, trainer.extra on top."""
     return deep_merge(litgpt, extra or {})
+
+
+def managed_in_extra(extra: dict) -> dict[tuple, list[str]]:
+    """PURE. The places in trainer.extra that would set or replace a value runbook manages (OWNED), each
+    with the runbook keys it hides: `optimizer: {init_args: {lr: 10}}` -> {("optimizer", "init_args",
+    "lr"): ["lr"]}; `optimizer: AdamW` replaces the whole optimizer, lr included. extra is merged over
+    runbook's values at every launch, so a recovery's change to such a key would never reach the trainer."""
+    found: dict[tuple, list[str]] = {}
+    for key, place in OWNED.items():
+        node = extra
+        for depth, part in enumerate(place):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+            if depth == len(place) - 1 or not isinstance(node, dict):
+                found.setdefault(place[:depth + 1], []).append(key)
+                break
+    return found
+
+
+def extra_problems(extra: dict, config_path: Path, litgpt_path: Path | None) -> list[str]:
+    """One `file:line:col` sentence per place of trainer.extra that managed_in_extra finds."""
+    if not isinstance(extra, dict):
+        return []
+    problems = []
+    for place, keys in managed_in_extra(extra).items():
+        homes = ", ".join(f"{'.'.join(OWNED[k])} in {litgpt_path}" if litgpt_path else f"`{k}` in this run config"
+                          for k in keys)
+        problems.append(f"{line_of(config_path, ('trainer', 'extra', *place))}: trainer.extra.{'.'.join(place)}: "
+                        f"{', '.join(keys)} is managed by runbook ({homes}); trainer.extra is laid over it at every "
+                        "launch, so a recovery's change would never reach the trainer. Remove it from trainer.extra")
+    return problems
 
 
 def overlay(tree: dict, litgpt_path: Path, config_path: Path) -> dict:
@@ -180,13 +212,7 @@ def write_data_values(path: Path, updates: dict) -> None:
 
 
 def _write_places(path: Path, values: dict[tuple, object]) -> None:
-    yaml = round_trip_yaml()
-    tree = yaml.load(Path(path).read_text(encoding="utf-8"))
-    for keys, value in values.items():
-        _set(tree, keys, value)
-    buffer = io.StringIO()
-    yaml.dump(tree, buffer)
-    atomic_write_text(Path(path), buffer.getvalue())
+    write_yaml_places(Path(path), values)   # the user's file: only the changed values' characters change
 
 
 def launch_config(loaded, resume_from: Path | None) -> dict:
