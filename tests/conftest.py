@@ -239,7 +239,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 # The fast tier (`pytest -m "not slow"`): every test that trains a real model, starts a real watcher or
 # scheduler, or lives in a group of such tests is marked slow here, so no file has to remember it.
 SLOW_GROUPS = {"runs", "cluster"}
-SLOW_FIXTURES = {"project", "reference_run", "shared_data", "finished_run", "slurm", "slurm_cluster"}
+# By definition, not by name: a test module's own cheap `project` fixture (a scratch folder, no model) does
+# not make its tests slow (tests/language/test_incidents_replay.py's did, by its name alone).
+SLOW_FIXTURES = {"project": "tests.conftest", "reference_run": "tests.conftest", "shared_data": "tests.conftest",
+                 "finished_run": "tests.unit.test_report_status", "slurm": "tests.cluster.test_slurm_submit"}
+
+
+def _uses_slow_fixture(item) -> bool:
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+    return any(chain and getattr(chain[-1].func, "__module__", None) == SLOW_FIXTURES[name]
+               for name, chain in defs.items() if name in SLOW_FIXTURES)
 
 
 # On two workers (pytest-xdist: `-n 2 --dist loadgroup`; the full suite in CI still runs in one process). A file with
@@ -274,7 +283,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         relative = Path(str(item.fspath)).resolve().relative_to(REPO / "tests")
         group = relative.parts[0]
-        if group in SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if group in SLOW_GROUPS or _uses_slow_fixture(item):
             item.add_marker(pytest.mark.slow)
         if _starts_slurm(item):
             item.add_marker(pytest.mark.xdist_group("slurm"))
