@@ -42,7 +42,7 @@ def watch(
     raise typer.Exit(int(code))
 
 
-# --- commands that live in their own modules: an explicit table (tests/test_cli.py keeps it in sync) ---
+# --- commands that live in their own modules: an explicit table (tests/unit/test_cli.py keeps it in sync) ---
 from runbook.commands.check_cmd import check as check_command  # noqa: E402
 from runbook.commands.drill_cmd import drill as drill_command  # noqa: E402
 from runbook.commands.incidents_cmd import incidents_app  # noqa: E402

@@ -1,5 +1,5 @@
 """`runbook watch --json`: one JSON object per line, each with typed fields (documented in
-docs/watch-events.md; SCHEMA below is what tests/test_watch_events.py checks every line of a real run
+docs/watch-events.md; SCHEMA below is what tests/runs/test_watch_events.py checks every line of a real run
 against), so scripts read the step and the loss instead of parsing `text`.
 
 Every object has `time` (ISO 8601, UTC), `event` and `text` (the line the plain output prints).

@@ -6,7 +6,7 @@ node types below this module builds plain Python closures that make the very cal
 generator emits (`environment.getattr`, `environment.getitem`, the test functions, the Python
 operators, or the sandbox's size-checked ones where it intercepts them), so values, undefined objects and
 errors are the same. Any other node (filters, calls, slices, ...) makes `direct_evaluator` return
-None and the expression runs through jinja. tests/test_playbook_language.py compares both paths.
+None and the expression runs through jinja. tests/language/test_playbook_language.py compares both paths.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Save on notice with 2 ranks (engine/trainers/litgpt/notice_save.py; DDP over gloo on the CPU, as in
-tests/test_ranks.py): a notice that reaches rank 1 alone (SIGUSR1, the scheduler's early notice) is agreed
+tests/cluster/test_ranks.py): a notice that reaches rank 1 alone (SIGUSR1, the scheduler's early notice) is agreed
 by both ranks at the next optimizer-step boundary (an all_reduce of the flag), the step is saved once, both
 ranks exit 75, and the preemption playbook resumes to the budget's exact step_count and iter_num."""
 

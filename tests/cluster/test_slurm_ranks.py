@@ -41,6 +41,6 @@ def test_two_ranks_train_inside_a_slurm_job(tmp_path, tmp_path_factory, shared_d
     beats, _ = read_folder(project.run_dir / "launches" / "launch-001" / "ranks")
     assert sorted(beats) == [0, 1] and {b.world_size for b in beats.values()} == {2}, beats
     assert beats[0].step == beats[1].step == 40
-    # the undisturbed 2-rank run's counts (tests/test_ranks.py): 40 steps, 80 micro-batches a rank
+    # the undisturbed 2-rank run's counts (tests/cluster/test_ranks.py): 40 steps, 80 micro-batches a rank
     assert project.final_progress() == {"step_count": 40, "iter_num": 80}
     assert project.incidents() == []

@@ -1,6 +1,6 @@
 """`runbook slurm submit`'s refusal of a second job for a run, the pure part (engine/cluster/slurm.py,
 live_job_refusal) and the records it reads (engine/cluster/slurm_records.py). The real check, against a running
-SLURM, is in tests/test_slurm_submit.py."""
+SLURM, is in tests/cluster/test_slurm_submit.py."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
 """A test-only trainer kind: real litgpt `pretrain`, run through a wrapper that raises a failure no
-shipped playbook knows once litgpt has logged step N (tests/test_draft_playbook.py)."""
+shipped playbook knows once litgpt has logged step N (tests/language/test_draft_playbook.py)."""

@@ -1,5 +1,5 @@
 """engine/language/drafting.py without a run: the pattern a signature gives, the closest known class and its
-reason, the refusals, and tests generated from records (the real-run story: tests/test_draft_playbook.py)."""
+reason, the refusals, and tests generated from records (the real-run story: tests/language/test_draft_playbook.py)."""
 
 from __future__ import annotations
 

@@ -347,7 +347,7 @@ def test_attempt_history_is_rebuilt_from_earlier_records(project):
     assert result.exit_code == 0, result.output
 
 
-# --- --execute: preparation (the full run is in tests/test_replay_execute.py) ------------------------
+# --- --execute: preparation (the full run is in tests/runs/test_replay_execute.py) ------------------------
 def test_execute_refuses_when_the_checkpoint_is_gone_and_creates_nothing(project, two_incidents):
     before = tree_digest(project)
     result = run("replay", "incident-1", "--execute", "--config", str(config_of(project)))

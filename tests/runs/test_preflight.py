@@ -120,7 +120,7 @@ def test_a_missing_or_empty_data_folder_is_refused_with_its_config_line(project,
 
 
 def test_cuda_without_a_gpu_is_refused_up_front(project):
-    # Two devices on a CPU are no longer refused: runbook's entry runs them with DDP over gloo (tests/test_ranks.py).
+    # Two devices on a CPU are no longer refused: runbook's entry runs them with DDP over gloo (tests/cluster/test_ranks.py).
     if cuda_available():
         pytest.skip("this machine has a GPU")
     project.set(trainer={"device": "cuda"})

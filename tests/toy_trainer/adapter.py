@@ -125,7 +125,7 @@ class ToyAdapter:
 
 class FaultyToyAdapter(ToyAdapter):
     """A trainer plugin with a bug: reading the first progress line raises, so the watcher itself fails
-    (what `runbook watch` exits with then is not the run's outcome, tests/test_watch_events.py)."""
+    (what `runbook watch` exits with then is not the run's outcome, tests/runs/test_watch_events.py)."""
 
     def parse_line(self, line: str) -> Event | None:
         if PROGRESS.match(line.rstrip("\n")):

@@ -1,5 +1,5 @@
 """`runbook ledger`: the team's failure table over several run folders, from records the engine's own
-store writes (the figures are the subject here; tests/test_draft_playbook.py runs it on real runs)."""
+store writes (the figures are the subject here; tests/language/test_draft_playbook.py runs it on real runs)."""
 
 from __future__ import annotations
 

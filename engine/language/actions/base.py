@@ -29,7 +29,7 @@ class ActionFailed(RuntimeError):
 
 class Runtime(Protocol):
     """Everything an action may use: the effects the watcher lends to one incident (engine/watch/runtime.py).
-    An action reaches nothing else; tests/test_actions_runtime.py keeps this list and the actions in step."""
+    An action reaches nothing else; tests/unit/test_actions_runtime.py keeps this list and the actions in step."""
 
     loaded: Any          # the run config in force (engine/core/config.LoadedConfig)
     state: Any           # the snapshot the playbook matched (engine/core/state.StateSnapshot)

@@ -2,7 +2,7 @@
 
 `check` (the matcher) is `holds(observe(ctx))`; `explain` (`runbook playbooks explain`) makes the
 same two calls and formats them, so an explanation cannot disagree with a decision. The few kinds
-that unroll the pair on the matcher's hot path are held to `explain` by tests/test_clause_agreement.py.
+that unroll the pair on the matcher's hot path are held to `explain` by tests/language/test_clause_agreement.py.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Combinator(Clause):
     """A clause over clauses: what it observes is the verdicts of the clauses below it, in order.
 
     Its `check` may unroll `holds(observe(ctx))` into one loop (the generator costs more than most
-    clauses on the matcher's hot path); tests/test_clause_agreement.py holds it to `explain`.
+    clauses on the matcher's hot path); tests/language/test_clause_agreement.py holds it to `explain`.
     """
 
     def children(self) -> list[Clause]:

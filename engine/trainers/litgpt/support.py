@@ -10,7 +10,7 @@ import re
 
 SUPPORTED_MIN = (0, 5, 13)   # tested (constraints.txt)
 SUPPORTED_BELOW = (0, 6)     # a 0.x minor may change what runbook reads
-SUPPORTED_RANGE = ">=0.5.13,<0.6"   # as written in pyproject.toml (tests/test_packaging.py keeps them equal)
+SUPPORTED_RANGE = ">=0.5.13,<0.6"   # as written in pyproject.toml (tests/unit/test_packaging.py keeps them equal)
 
 
 def release(version: str) -> tuple[int, ...] | None:
