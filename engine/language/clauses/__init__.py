@@ -20,6 +20,7 @@ from engine.language.clauses.expr import ExprClause
 from engine.language.clauses.log import LogClause
 from engine.language.clauses.metric import MetricClause
 from engine.language.clauses.negation import NotClause
+from engine.language.clauses.signals import SignalsClause
 from engine.language.clauses.stalled import StalledClause
 from engine.language.clauses.throughput import ThroughputClause
 
@@ -27,7 +28,7 @@ from engine.language.clauses.throughput import ThroughputClause
 CLAUSE_TYPES: dict[str, type[Clause]] = {
     clause.kind: clause
     for clause in (
-        LogClause, MetricClause, ExitClause, StalledClause, DiskClause, CheckpointClause, ThroughputClause,
+        LogClause, MetricClause, ExitClause, SignalsClause, StalledClause, DiskClause, CheckpointClause, ThroughputClause,
         ExprClause, AllClause, AnyOfClause, NotClause,
     )
 }
