@@ -1,7 +1,7 @@
 """`runbook playbooks lint`: every problem of every playbook file as `file:line:col: key: reason`.
 
-Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, params, duplicate
-names, `inhibits`) come from the loader `runbook watch` uses (engine.language.loader), so lint can
+Load-time errors (YAML, unknown keys, unknown actions, regexes, expressions, names a typed model
+lacks such as `state.trainer.alvie`, params, duplicate names, `inhibits`) come from the loader `runbook watch` uses (engine.language.loader), so lint can
 never accept what watch refuses. On top of that, lint evaluates every expression against two sample
 snapshots and reports runtime errors as warnings: an expression that errors fails closed in a real
 run (and logs an error at every observation).
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from pydantic import ValidationError
 
 from engine.language.actions import REGISTRY
-from engine.language.clauses import walk
 from engine.language.planner import plan
-from engine.expr.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, is_template, render_template
+from engine.expr.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, render_template
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, set_problems, where
 from engine.language.playbook_set import SHIPPED_DIR, read_set, shipped_files
+from engine.language.typed_names import expressions  # every expression of a playbook, with its YAML location and role
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, StateSnapshot, TrainerStatus
 from engine.core.config import RunConfig
 from engine.core.yaml_source import SourceError, load_yaml
@@ -125,32 +124,17 @@ def _key(loc: tuple) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def expressions(playbook: Playbook) -> Iterator[tuple[tuple, str, str]]:
-    """(YAML location, role, source) of every expression: conditions, guards and computed params."""
-
-    for loc, clause in walk(playbook.match, ("match",)):
-        for key, source in clause.expressions():
-            yield loc + key, "condition", source
-    for index, step in enumerate(playbook.actions):
-        if step.condition is not None:
-            yield ("actions", index, "if"), "condition", step.condition
-        for key, value in step.params.items():
-            if isinstance(value, str):
-                yield ("actions", index, step.verb, key), "value", value
-
-
 def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple, str]]:
     """Expressions that fail (or yield a non-bool condition) on the sample snapshots."""
     warnings: list[tuple[tuple, str]] = []
     for loc, role, source in expressions(playbook):
-        if role == "value" and not is_expression(source):
-            if is_template(source):  # text with {{ }} inside is rendered at plan time: try it on the samples
-                for sample_name, sample in SAMPLES.items():
-                    try:
-                        render_template(source, {"state": sample, "config": config, "attempt": 1})
-                    except Exception as error:  # noqa: BLE001 - reported as a warning, like expressions
-                        warnings.append((loc, f"on {sample_name} sample state: {type(error).__name__}: {error}"))
-                        break
+        if role == "template":  # text with {{ }} inside is rendered at plan time: try it on the samples
+            for sample_name, sample in SAMPLES.items():
+                try:
+                    render_template(source, {"state": sample, "config": config, "attempt": 1})
+                except Exception as error:  # noqa: BLE001 - reported as a warning, like expressions
+                    warnings.append((loc, f"on {sample_name} sample state: {type(error).__name__}: {error}"))
+                    break
             continue
         compiled = compile_expression(source)
         for sample_name, sample in SAMPLES.items():

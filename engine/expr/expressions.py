@@ -148,6 +148,12 @@ def _parse_expression(text: str) -> nodes.Expr:
     return expr
 
 
+def syntax_tree(source: str, template: bool = False) -> nodes.Node:
+    """The parsed tree of an expression (braces optional) or a template, for static checks of its names
+    (engine/language/typed_names.py); a TemplateSyntaxError when it does not parse."""
+    return _ENV.parse(source) if template else _parse_expression(strip_braces(source))
+
+
 def strip_braces(source: str) -> str:
     text = source.strip()
     if is_expression(text):

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.language.playbook import Playbook, build_playbook
+from engine.language.typed_names import playbook_name_problems
 from engine.core.bounded_read import MAX_PATH_CHARS, read_text_file, shown
 from engine.core.yaml_source import SourceError, describe_validation_error, load_yaml, locate, plain
 
@@ -53,6 +54,8 @@ def load_playbook_file(path: Path) -> Playbook:
         playbook = build_playbook(plain(tree), source=path, line=line, text=text)
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
+    if unknown := playbook_name_problems(playbook):   # `state.trainer.alvie` could never be true: refused like a bad key
+        raise SourceError([f"{where(path, loc, tree)}: {'.'.join(map(str, loc))}: {problem}" for loc, problem in unknown])
     if len(_LOADED) >= _LOADED_MAX:
         _LOADED.clear()
     _LOADED[key] = playbook

@@ -66,12 +66,12 @@ def test_lint_names_file_and_line_of_every_problem(broken_folder: Path):
 
 def test_lint_warns_about_expressions_that_fail_at_runtime_but_passes(tmp_path: Path):
     (tmp_path / "typo.yaml").write_text(
-        "name: typo\ndescription: x\nmatch:\n  any:\n    - stalled: {}\n    - expr: 'state.metrics.los > 3'\n"
+        "name: typo\ndescription: x\nmatch:\n  any:\n    - stalled: {}\n    - expr: 'state.metrics.loss > \"3\"'\n"
         "actions:\n  - set_hyperparameters:\n      lr: '{{ config.lr * (state.trainer.exit_code or 0) }}'\n")
     result = cli("playbooks", "lint", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert f"{tmp_path / 'typo.yaml'}:6:7: match.any.1.expr: warning:" in result.stdout
-    assert "has no attribute 'los'" in result.stdout
+    assert "'>' not supported" in result.stdout   # a typo of a field name is an error now (tests/unit/test_lint_typed.py)
     assert f"{tmp_path / 'typo.yaml'}:9:7: actions.0.set_hyperparameters.lr: warning:" in result.stdout
     assert "1 playbook(s) valid, 2 warning(s)" in result.stdout
 
