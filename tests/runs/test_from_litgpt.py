@@ -13,7 +13,7 @@ from pathlib import Path
 from engine.trainers.run_config import load_config
 from engine.trainers.litgpt.launch import trainer_config
 from engine.core.yaml_source import round_trip_yaml
-from tests.conftest import RUNBOOK, stop_process, wait_for
+from tests.conftest import RUNBOOK, stop_process, wait_for, weights_digest
 
 # Shaped like config_hub/pretrain/pythia-14m.yaml (comments as litgpt writes them), pointed at local data.
 PYTHIA = """\
@@ -174,6 +174,10 @@ def test_init_refuses_bad_inputs_in_one_sentence(tmp_path, shared_data):
     assert again.returncode == 3 and "already exists" in again.stderr
 
 
+def _final_weights(root: Path) -> str:
+    return weights_digest(root / "out" / "pretrain" / "pythia-14m" / "final" / "lit_model.pth")
+
+
 def _run(root: Path, preempt: bool) -> dict:
     config = root / "configs" / "run_config.yaml"
     log = open(root / "watch.log", "ab")
@@ -195,10 +199,16 @@ def test_a_litgpt_users_config_is_supervised_through_a_preemption_with_step_and_
     root = _user_project(tmp_path / "preempted", shared_data)
     assert _init(root).returncode == 0
     _shrink(root / "configs" / "run_config.yaml")
-    # Parity with an undisturbed run: 10240 tokens / (16 samples x 64 tokens) = 10 optimizer steps of 4
-    # micro-batches each (litgpt's iter_num counts micro-batches), exactly what the budget gives
-    # undisturbed; a lost or repeated step would show in both counters.
-    assert _run(root, preempt=True) == {"step_count": 10, "iter_num": 40}
+    # Parity with an undisturbed run of the same user config, run here (not a constant): the same counters
+    # (a lost or repeated step shows in both) and bit-identical final weights. 10240 tokens / (16 samples
+    # x 64 tokens) = 10 optimizer steps of 4 micro-batches (litgpt's iter_num counts micro-batches).
+    preempted = _run(root, preempt=True)
+    undisturbed = _user_project(tmp_path / "undisturbed", shared_data)
+    assert _init(undisturbed).returncode == 0
+    _shrink(undisturbed / "configs" / "run_config.yaml")
+    reference = _run(undisturbed, preempt=False)
+    assert preempted == reference == {"step_count": 10, "iter_num": 40}
+    assert _final_weights(root) == _final_weights(undisturbed)
     journal = (root / "runs" / "pretrain" / "journal.jsonl").read_text()
     assert '"kind": "launch", "launch": 2' in journal and "step-00000005/lit_model.pth" in journal
     incidents = list((root / "runs" / "pretrain" / "incidents").glob("incident-*.json"))
