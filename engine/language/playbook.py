@@ -84,6 +84,7 @@ class Playbook(Strict):
     priority: int = Field(50, ge=-1_000_000, le=1_000_000, description="higher wins when several playbooks match the same state")
     lesson: str = Field("", description="one line written into docs/run-log.md with each incident")
     inhibits: list[str] = Field(default_factory=list, description="playbooks silenced while this one matches")
+    evidence: list[str] = Field(default_factory=list, max_length=20, description="what must be seen before this playbook acts, in words, one item per piece (every shipped playbook that relaunches the trainer states it; `runbook triage` names the pieces a log could not show)")
     counts_toward_breaker: bool = Field(True, description="false for upkeep-like playbooks (pruning) that must not trip the global circuit breaker")
     match: AnyClause
     persist: Persistence = Field(default_factory=Persistence, alias="for")

@@ -12,6 +12,7 @@ Reads only the LOG, at most its last TAIL_BYTES, and writes nothing anywhere.
 
 from __future__ import annotations
 
+import re
 import signal as signals
 import time
 from dataclasses import dataclass, field
@@ -39,8 +40,20 @@ NEEDS = {
 }
 
 
+EXIT_MIN, EXIT_MAX = -64, 255   # Popen's -N for signal N (Linux has 64), or a process's 8-bit status
+
+
 class ExitUnknown(ValueError):
-    """--signal NAME names no signal."""
+    """--signal NAME names no signal, or --exit N is no exit status."""
+
+
+def parse_exit(text: str) -> int:
+    """--exit's value: an integer from -64 to 255 (ExitUnknown otherwise: 256, 1e20, 1.5, 'abc')."""
+    value = text.strip()
+    if not re.fullmatch(r"[+-]?\d{1,4}", value) or not EXIT_MIN <= int(value) <= EXIT_MAX:
+        raise ExitUnknown(f"--exit {text[:40]}: an exit status is an integer from {EXIT_MIN} to {EXIT_MAX} "
+                          "(137 is SIGKILL as a shell shows it, -9 as Popen does)")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,8 @@ class Ending:
 
     code: int | None
     signal: str | None
-    given: str            # as the user gave it, for the output
+    given: str                    # as the user gave it (or as inferred), for the output
+    inferred: str | None = None   # not given: what in the log it was read from
 
     @property
     def known(self) -> bool:
@@ -58,6 +72,8 @@ class Ending:
 
 def ending(exit_code: int | None = None, signal_arg: str | None = None) -> Ending:
     """--exit N (a shell's 128+N is a signal, as the launcher mirrors it) or --signal NAME; neither: unknown."""
+    if exit_code is not None and not (isinstance(exit_code, int) and EXIT_MIN <= exit_code <= EXIT_MAX):
+        raise ExitUnknown(f"--exit {exit_code}: an exit status is an integer from {EXIT_MIN} to {EXIT_MAX}")
     if signal_arg is not None:
         name = signal_arg.strip().upper()
         name = name if name.startswith("SIG") else "SIG" + name
@@ -72,6 +88,31 @@ def ending(exit_code: int | None = None, signal_arg: str | None = None) -> Endin
         return Ending(exit_code, signal_name(exit_code), f"exit {exit_code}")
     normal = exit_from_launcher(exit_code)   # 137 -> -9 (SIGKILL), 1 -> 1: how the watcher records it
     return Ending(normal["exit_code"], normal["signal"], f"exit {exit_code}")
+
+
+# How a log that ends in a failure says so, when nobody gave the exit. Python prints the traceback of an
+# uncaught exception last and exits 1; torchrun and deepspeed end with their summary and exit 1 too.
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_EXCEPTION = re.compile(r"^(\[rank\d{1,6}\]: ?)?([A-Za-z_][\w.]{0,200})(Error|Exception|Failure|Interrupt)\b")
+_LAUNCHER_SUMMARY = re.compile(r"ChildFailedError|exits with return code = [1-9]|srun: error: \S+: tasks? [\d,-]+: Exited with exit code [1-9]")
+INFER_WITHIN = 40   # the failure's last lines: what a traceback's end may be followed by (launcher noise)
+
+
+def infer_ending(lines: list[str], adapter) -> Ending | None:
+    """PURE. The exit a log's own ending shows when none was given: a Python traceback ending in an exception,
+    or a launcher's failure summary, with no progress line after it: the trainer died, non-zero (exit 1 as
+    Python and the launchers give it; a KeyboardInterrupt is SIGINT). None when the log does not say."""
+    last = _after_last_progress(lines, adapter)[-INFER_WITHIN:]   # a progress line after it: still training
+    for line in reversed(last):
+        if _LAUNCHER_SUMMARY.search(line[:4096]):
+            return Ending(1, None, "exit 1 (inferred)", inferred="its launcher's failure summary at the log's end")
+    seen_traceback = any(_TRACEBACK.search(line[:4096]) for line in last)
+    exceptions = [m for line in last if (m := _EXCEPTION.match(line[:4096].strip()))]
+    if not (seen_traceback and exceptions):
+        return None
+    if exceptions[-1].group(2) + exceptions[-1].group(3) == "KeyboardInterrupt":
+        return Ending(-2, "SIGINT", "signal SIGINT (inferred)", inferred="a KeyboardInterrupt traceback at the log's end")
+    return Ending(1, None, "exit 1 (inferred)", inferred="a Python traceback at the log's end (an uncaught exception exits 1)")
 
 
 @dataclass
@@ -169,6 +210,8 @@ def _after_last_progress(lines: list[str], adapter) -> list[str]:
 def triage(log_path: Path, end: Ending, config, playbooks, adapter, tail_bytes: int = TAIL_BYTES) -> Triage:
     """Judge a log + exit as the watcher would (SourceError when the log cannot be read)."""
     log = read_log(log_path, tail_bytes)
+    if not end.known:
+        end = infer_ending(log.lines, adapter) or end
     snapshot = snapshot_from_log(log.lines, end, config, adapter)
     outcome = decide(snapshot, config, playbooks, MatchMemory(), AttemptHistory())
     decision = outcome.decision
@@ -177,14 +220,32 @@ def triage(log_path: Path, end: Ending, config, playbooks, adapter, tail_bytes: 
         result.explanation = decision.playbook.match.explain(MatchContext(state=snapshot, config=config))
         result.steps = plan(decision.playbook, snapshot, config, attempt=1)
     result.missing = missing_evidence(result, playbooks)
+    if not end.known:
+        result.missing += with_an_exit(result, config, playbooks)
     return result
+
+
+def with_an_exit(result: Triage, config, playbooks) -> list[str]:
+    """What the missing exit status kept from firing: the decision the same log gets with a non-zero exit."""
+    dead = result.snapshot.model_copy(update={"trainer": result.snapshot.trainer.model_copy(update={"exit_code": 1})})
+    other = decide(dead, config, playbooks, MatchMemory(), AttemptHistory()).decision
+    if other is None or (result.decision is not None and other.playbook.name == result.decision.playbook.name):
+        return []
+    if other.playbook.evidence:
+        return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead; it acts on "
+                + "; ".join(other.playbook.evidence)]
+    return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead "
+            f"({other.playbook.description})"]
 
 
 def missing_evidence(result: Triage, playbooks) -> list[str]:
     """What a log cannot show, each with the playbooks that could not be judged on it."""
     snapshot = result.snapshot
     notes = []
-    if not result.ending.known:
+    if result.ending.inferred:
+        notes.append(f"how the trainer ended was not given: read as {result.ending.given} from {result.ending.inferred} "
+                     "(pass --exit N or --signal NAME to say otherwise)")
+    elif not result.ending.known:
         notes.append("how the trainer ended is unknown: judged as an exit nobody saw (pass --exit N or --signal NAME)")
     if result.log.skipped:
         notes.append(f"only the last {result.log.read:,} bytes of {result.log.size:,} were read (the log's end)")

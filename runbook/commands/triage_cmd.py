@@ -76,7 +76,9 @@ def triage(
     config: Optional[Path] = config_argument("run config (YAML) whose values and playbooks judge the log; "
                                              "default: runbook's defaults and the shipped playbooks"),
     config_opt: Optional[Path] = config_option(),
-    exit_code: Optional[int] = typer.Option(None, "--exit", help="the trainer's exit code (137 = SIGKILL, as a shell shows it)"),
+    exit_code: Optional[str] = typer.Option(None, "--exit", metavar="N", show_default=False,
+                                            help="the trainer's exit code, -64 to 255 (137 = SIGKILL, as a shell shows it); "
+                                                 "default: read from the log's ending where it shows one (a traceback)"),
     signal_arg: Optional[str] = typer.Option(None, "--signal", help="the signal that ended the trainer, e.g. SIGTERM"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object"),
 ) -> None:
@@ -84,14 +86,14 @@ def triage(
     Writes nothing. Exit 0 recover, 16 escalate, 9 unreadable LOG."""
     from engine.core.errors import SourceError
     from engine.trainers import adapter_for
-    from engine.watch.triage import ExitUnknown, ending, triage as judge
+    from engine.watch.triage import ExitUnknown, ending, parse_exit, triage as judge
 
     if exit_code is not None and signal_arg is not None:
         _fail(ExitCode.USAGE, "error: give --exit N or --signal NAME, not both")
     if config is not None and config_opt is not None and config != config_opt:
         _fail(ExitCode.USAGE, f"error: two run configs given ({config} and --config {config_opt}); give one")
     try:
-        end = ending(exit_code, signal_arg)
+        end = ending(parse_exit(exit_code) if exit_code is not None else None, signal_arg)
     except ExitUnknown as error:
         _fail(ExitCode.USAGE, f"error: {error}")
     run_config, playbooks, used = _setup(config or config_opt)
@@ -105,14 +107,16 @@ def triage(
         metrics = result.snapshot.metrics
         typer.echo(json.dumps({
             "log": str(log), "log_bytes": result.log.size, "bytes_read": result.log.read, "lines": len(result.log.lines),
-            "exit": {"code": end.code, "signal": end.signal, "known": end.known, "given": end.given},
+            # As judged: given, or read from the log's ending ("given" then says "(inferred)", `missing` from what).
+            "exit": {"code": result.ending.code, "signal": result.ending.signal, "known": result.ending.known,
+                     "given": result.ending.given},
             "config": used,
             "verdict": result.verdict,
             "playbook": decision.playbook.name if decision else None,
             "decision": None if decision is None else {
                 "kind": decision.kind, "reason": decision.reason, "matched": list(decision.matched),
                 "inhibited": list(decision.inhibited), "priority": decision.playbook.priority,
-                "description": decision.playbook.description},
+                "description": decision.playbook.description, "evidence": list(decision.playbook.evidence)},
             "explain": _explanation_dict(result.explanation),
             "missing": result.missing,
             "plan": [step.to_dict() for step in result.steps],
@@ -152,6 +156,9 @@ def _report(log: Path, result, used: str, code: ExitCode) -> list[str]:
         if others:
             inhibited = set(decision.inhibited)
             lines.append("  also matched: " + ", ".join(f"{n} (inhibited)" if n in inhibited else n for n in others))
+        if playbook.evidence:
+            lines.append("it acts on (its stated evidence):")
+            lines += [printable(f"  - {item}") for item in playbook.evidence]
         lines.append("why (the clauses of its match):")
         lines += ["  " + line for line in _tree(result.explanation)]
     for error in result.errors:
