@@ -147,6 +147,11 @@ class WatchSettings(Strict):
                                   "through validation and the save to the next), or the run's first validation, may "
                                   "take, however busy; either is a hang sooner only when it shows no sign of life "
                                   "(output, I/O; CPU too in a validation) for the hang timeout")
+    cpu_life_window_s: float = Field(180.0, gt=0, le=86400, description="in start-up and the first validation, CPU "
+                                     "time is a sign of life only when the trainer's process tree gained at least "
+                                     "cpu_life_min_s CPU-seconds over this many seconds: a deadlocked start-up still "
+                                     "ticks (its threads poll), a real one (tokenizing, loading, compiling) works")
+    cpu_life_min_s: float = Field(1.0, gt=0, description="CPU-seconds per cpu_life_window_s that count as a sign of life")
     hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
     hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")

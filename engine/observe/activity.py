@@ -8,14 +8,24 @@ process appears in it; a SIGSTOPped or deadlocked tree gains nothing. A save is 
 moves bytes (or prints): CPU alone does not count there, since a collective deadlocked on a GPU spins
 its host thread, and the save phase lasts until the next progress line, through training steps.
 
+CPU time is life only in bulk: at least ``min_cpu_s`` CPU-seconds over the last ``cpu_window_s``
+(watch.cpu_life_min_s, watch.cpu_life_window_s). A deadlocked tree still ticks: litgpt's data loader
+whose workers died (`AF_UNIX path too long`) polls its queues, 0.01 CPU-s per 30 s measured, and when
+any tick was life only watch.startup_timeout_s (4 h) caught it. A real start-up's work (tokenizing,
+building, loading, compiling) uses a core or more; a download moves bytes.
+
 Reads /proc through psutil: a few milliseconds for a small tree, and at most once per SAMPLE_INTERVAL_S.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import psutil
 
 SAMPLE_INTERVAL_S = 1.0
+CPU_WINDOW_S = 180.0   # the defaults of watch.cpu_life_window_s and watch.cpu_life_min_s (engine/core/settings.py)
+MIN_CPU_S = 1.0
 
 
 def tree_counters(pid: int) -> dict[tuple[int, float], tuple[float, int]]:
@@ -58,6 +68,21 @@ def advanced(before: dict, after: dict, count_cpu: bool = True) -> bool:
     return False
 
 
+def cpu_gained(before: dict, after: dict) -> float:
+    """PURE. CPU-seconds the tree's processes present in both samples gained (an ended one is not a loss)."""
+    return sum(max(0.0, cpu - before[key][0]) for key, (cpu, _moved) in after.items() if key in before)
+
+
+def busy_enough(history: deque, now: float, window_s: float, min_cpu_s: float) -> bool:
+    """PURE. history: (time, CPU-seconds so far) samples, oldest first, the newest at `now`. At least
+    min_cpu_s gained over the last window_s; over a shorter history, the same rate (a young start-up)."""
+    while len(history) > 1 and history[1][0] <= now - window_s:
+        history.popleft()   # keep one sample at or before the window's start
+    (then, cpu_then), (_, cpu_now) = history[0], history[-1]
+    span = now - then
+    return span > 0 and cpu_now - cpu_then >= min_cpu_s * min(1.0, span / window_s)
+
+
 class StartupActivity:
     """When the trainer of the current launch last showed life: output, or its process tree working."""
 
@@ -70,21 +95,30 @@ class StartupActivity:
         self._pid: int | None = None
         self._counters: dict = {}
         self._sampled_at = float("-inf")
+        self._cpu_total = 0.0
+        self._cpu_history: deque[tuple[float, float]] = deque()
 
     def output(self, now: float) -> None:
         """The trainer wrote to its log (a whole line or a progress bar's partial one)."""
         self.last_life = max(self.last_life, now)
 
-    def sample(self, pid: int | None, now: float, count_cpu: bool = True) -> None:
-        """Compare the tree's counters with the last sample (at most once per SAMPLE_INTERVAL_S); without
-        count_cpu only I/O and new processes are life."""
+    def sample(self, pid: int | None, now: float, count_cpu: bool = True, cpu_window_s: float = CPU_WINDOW_S,
+               min_cpu_s: float = MIN_CPU_S) -> None:
+        """Compare the tree's counters with the last sample (at most once per SAMPLE_INTERVAL_S): a new
+        process or I/O is life; CPU is life (with count_cpu) only when the tree gained at least min_cpu_s
+        over the last cpu_window_s."""
         if pid is None or now - self._sampled_at < SAMPLE_INTERVAL_S:
             return
         counters = tree_counters(pid)
         if pid != self._pid:          # a first sample is a baseline, not a sign of life
             self._pid = pid
-        elif advanced(self._counters, counters, count_cpu):
-            self.last_life = max(self.last_life, now)
+            self._cpu_history = deque([(now, self._cpu_total)])
+        else:
+            self._cpu_total += cpu_gained(self._counters, counters)
+            self._cpu_history.append((now, self._cpu_total))
+            busy = count_cpu and busy_enough(self._cpu_history, now, cpu_window_s, min_cpu_s)
+            if busy or advanced(self._counters, counters, count_cpu=False):
+                self.last_life = max(self.last_life, now)
         self._counters, self._sampled_at = counters, now
 
     def seconds_idle(self, now: float) -> float:

@@ -257,13 +257,13 @@ class Observer:
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
         if self.tracker.progress_since_launch == 0:
-            trainer = self._judged_by_life(trainer, now, "startup")
+            trainer = self._judged_by_life(trainer, now, "startup", watch)
         elif self.tracker.save_started is not None:
-            trainer = self._judged_by_life(trainer, now, "saving")
+            trainer = self._judged_by_life(trainer, now, "saving", watch)
         elif self.tracker.validation_started is not None and self.tracker.validations_done == 0:
             # The run's first validation: no gap has measured one yet, so a timeout learnt from training
             # steps says nothing about it. Later ones are inside longest_gap_s, and judged by it.
-            trainer = self._judged_by_life(trainer, now, "validating")
+            trainer = self._judged_by_life(trainer, now, "validating", watch)
         return StateSnapshot(
             observation=self.observation, time=now, run_state=run_state, trainer=trainer,
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
@@ -273,14 +273,15 @@ class Observer:
             evidence=self.evidence.gather(trainer, checkpoints),
         )
 
-    def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str) -> TrainerStatus:
+    def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line
         since): the phase, and how long since the trainer last showed life: output, or I/O anywhere in
         its process tree, or in start-up CPU time too (activity.py says why not in a save); the save's
         announcement is output."""
         if not trainer.alive:
             return trainer.model_copy(update={"phase": phase})
-        self.activity.sample(trainer.pid, now, count_cpu=phase in ("startup", "validating"))   # both compute
+        self.activity.sample(trainer.pid, now, count_cpu=phase in ("startup", "validating"),   # both compute
+                             cpu_window_s=watch.cpu_life_window_s, min_cpu_s=watch.cpu_life_min_s)
         return trainer.model_copy(update={"phase": phase, "seconds_since_activity": self.activity.seconds_idle(now)})
 
 

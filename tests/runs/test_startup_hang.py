@@ -1,0 +1,122 @@
+"""A start-up that only ticks is a hang (issue 34): litgpt's data loader whose workers died of
+`OSError: AF_UNIX path too long` (a TMPDIR deep in a long out_dir) deadlocked at start-up while its
+threads polled, 0.01 CPU-s per 30 s; since any CPU tick was a sign of life, only watch.startup_timeout_s
+(4 h) would have caught it. CPU is now life only in bulk (watch.cpu_life_min_s over watch.cpu_life_window_s,
+engine/observe/activity.py), and the trainer's TMPDIR stays short whatever out_dir's length
+(engine/process/trainer_env.py). Real processes throughout; the last test is a real litgpt run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.observe.activity import StartupActivity
+from engine.process.trainer_env import MAX_TMPDIR_CHARS, short_link_name, short_tmpdir
+from tests.conftest import REPO, make_project, stop_process
+from tests.runs.test_toy_trainer import make_toy_project
+from tests.toy_trainer.adapter import ToyAdapter
+
+TICKING = "import time\nwhile True:\n    time.sleep(0.005); sum(range(300))\n"   # ~0.01-0.03 CPU-s per second
+BUSY = "while True: sum(range(10000))\n"
+
+
+class TickingStartAdapter(ToyAdapter):
+    """The toy, whose first launch never gets past start-up: it ticks like the deadlocked loader (no output,
+    no I/O, a little CPU) until it is stopped; the relaunch trains."""
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from, data_hash: str):
+        spec = super().prepare_launch(loaded, launch_dir, resume_from, data_hash)
+        marker = loaded.run_dir / "test-ticked-once"
+        if marker.exists():
+            return spec
+        marker.write_text("the first launch ticks\n")
+        return replace(spec, argv=[sys.executable, "-c", TICKING])
+
+
+def idle_after(code: str, seconds: float = 8.0, window_s: float = 4.0, min_cpu_s: float = 0.5) -> float:
+    """seconds_idle of a real process running `code`, sampled each second (after its interpreter started)."""
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        activity = StartupActivity(time.time())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            activity.sample(proc.pid, time.time(), cpu_window_s=window_s, min_cpu_s=min_cpu_s)
+            time.sleep(1.05)
+        return activity.seconds_idle(time.time())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_that_only_ticks_shows_no_life_and_a_busy_one_does():
+    ticking, busy = idle_after(TICKING), idle_after(BUSY)
+    print(f"ticking: idle {ticking:.1f} s of 8; busy: idle {busy:.1f} s (window 4 s, 0.5 CPU-s)")
+    assert ticking >= 6.0, ticking
+    assert busy <= 2.5, busy
+
+
+def test_a_ticking_start_up_is_a_hang_within_window_plus_timeout_and_recovers(tmp_path):
+    project = make_toy_project(tmp_path / "project", step_seconds=0.0)
+    project.set(trainer={"kind": "python:tests.runs.test_startup_hang:TickingStartAdapter"},
+                watch={"hang_timeout_s": 3.0, "cpu_life_window_s": 4.0, "cpu_life_min_s": 0.5, "startup_timeout_s": 600})
+    started = time.time()
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})
+    try:
+        assert watcher.wait(timeout=90) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+    [incident] = project.incidents()
+    assert incident["playbook"] == "hang" and incident["outcome"] == "recovered", incident
+    assert incident["snapshot"]["trainer"]["phase"] == "startup"
+    took = incident["detected_at"] - started
+    print(f"ticking start-up -> hang incident {took:.1f} s after `watch` started (window 4 s + hang timeout 3 s)")
+    assert took < 40, took   # before: no incident until startup_timeout_s (600 s here, 4 h by default)
+    assert (project.out_dir / "final" / "state.json").is_file()
+
+
+def test_a_long_tmpdir_is_handed_over_as_a_short_link_of_runbooks_own(tmp_path):
+    target = tmp_path / ("x" * 100) / "tmp-runbook-0123456789-trainer"
+    target.mkdir(parents=True)
+    assert short_tmpdir("/tmp/short") == "/tmp/short" and len(str(target)) > MAX_TMPDIR_CHARS
+    root = tmp_path / "r"
+    root.mkdir()
+    short = short_tmpdir(str(target), root)
+    assert short == str(short_link_name(str(target), root)) and os.readlink(short) == str(target)
+    assert short_tmpdir(str(target), root) == short   # every launch reuses the same link
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (tmp_path / "second").mkdir()
+    second = tmp_path / "second" / ("y" * 100)
+    second.mkdir()
+    os.symlink(other, short_link_name(str(second), root))   # the name is taken by something not ours
+    handed = short_tmpdir(str(second), root)
+    assert os.readlink(short_link_name(str(second), root)) == str(other)   # left alone
+    assert Path(handed).resolve() == second.resolve() and len(handed) < len(str(second))
+
+
+@pytest.mark.slow
+def test_a_real_litgpt_run_with_loader_workers_under_a_long_out_dir_trains(tmp_path, shared_data):
+    """Before: the trainer's TMPDIR (inside out_dir) made multiprocessing's socket path too long, and the
+    data loader's workers deadlocked the start-up."""
+    project = make_project(tmp_path / "project", shared_data, max_tokens=8192, save_interval=8)
+    deep = project.root / ("d" * 60) / ("e" * 60) / "out"
+    project.set(out_dir=str(deep), trainer={"num_workers": 2},
+                watch={"startup_timeout_s": 200})
+    project.out_dir = deep
+    watcher = project.watch()
+    try:
+        assert watcher.wait(timeout=300) == 0, project.watch_output()[-3000:]
+    finally:
+        stop_process(watcher)
+    log = "".join(p.read_text(errors="replace") for p in sorted((project.run_dir / "logs").glob("trainer-*.log")))
+    assert "AF_UNIX path too long" not in log, log[-3000:]
+    assert (deep / "final" / "lit_model.pth").is_file()
+    assert project.incidents() == []
