@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import sys
 
+from engine.core.text_safety import for_display, redact, redact_tree
+from runbook.shown_values import step_text
 from runbook.watch_events import fields
 
 
@@ -26,12 +28,13 @@ class PlainReporter:
             line = f"launch {data['launch']}: trainer pid {data['pid']}" + (f", resuming from {resume}" if resume else "")
         if line is None:
             return
+        line = for_display(line)   # symptoms, summaries and warnings quote the trainer's log: no escapes, no secrets
         if self.as_json:
             typed = fields(kind, data)   # the schema: runbook/watch_events.py, docs/watch-events.md
             if typed is None:
                 return
             payload = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), "event": kind,
-                       "text": line, **typed}
+                       "text": line, **redact_tree(typed, redact)}
             print(json.dumps(payload, allow_nan=False), file=self.stream, flush=True)
         elif not self.quiet or kind in ("incident_opened", "incident_closed", "transition"):
             stamp = dt.datetime.now().strftime("%H:%M:%S")
@@ -53,13 +56,13 @@ class PlainReporter:
             return None
         if kind == "incident_opened":
             r = data["record"]
-            return f"INCIDENT {r['id']} {r['playbook']}: {r['symptom']} (step {r['step_at_failure']})"
+            return f"INCIDENT {r['id']} {r['playbook']}: {r['symptom']} (step {step_text(r['step_at_failure'])})"
         if kind == "action":
             res = data["result"]
             return f"  {data['record']['id']} {res['verb']}: {'ok' if res['ok'] else 'FAILED'} - {res['summary']}"
         if kind == "incident_closed":
             r = data["record"]
-            return f"{r['id']} {r['outcome']} in {r['recovery_seconds']:.1f} s (steps lost: {r.get('steps_lost')})"
+            return f"{r['id']} {r['outcome']} in {r['recovery_seconds']:.1f} s (steps lost: {step_text(r.get('steps_lost'))})"
         if kind == "dry_run_plan":
             d = data["decision"]
             steps = "\n".join(f"    {i + 1}. {s.description}" + (f" [{s.skipped or s.error}]" if s.skipped or s.error else "")

@@ -24,6 +24,7 @@ from rich.text import Text
 from engine.core.state import RunState
 from runbook.console import PlainReporter
 from runbook.report import duration, total_steps
+from runbook.shown_values import step_problem, step_text
 
 ETA_WINDOW_S = 60.0          # steps/s over the last minute: reacts to a slowdown, ignores one slow step
 STATE_STYLES = {"starting": "cyan", "running": "green", "incident": "bold red", "recovering": "bold yellow",
@@ -132,7 +133,11 @@ class LiveView:
         counter = Text(f"{step} / {total}  {pct}  ETA {duration(eta) if eta is not None else '-'}")
         row = Table.grid(padding=(0, 1))
         row.add_row(bar, counter)
-        grid.add_row("step", row if m.step is not None else Text("no progress line yet", style="dim"))
+        if m.step is None:
+            row = Text("no progress line yet", style="dim")
+        elif problem := step_problem(m.step):   # never a bar at step -5
+            row = Text(f"invalid ({problem})", style="red")
+        grid.add_row("step", row)
         loss = "-" if m.loss is None else f"{m.loss:.4f}"
         val = "-" if m.val_loss is None else f"{m.val_loss:.4f}"
         best = f" (best {m.best_val_loss:.4f} at step {m.best_val_step})" if m.best_val_loss is not None else ""
@@ -171,7 +176,7 @@ class LiveView:
         i = self.incident
         if i is None:
             return Text("none", style="dim")
-        head = Text(f"{i['id']} {i['playbook']} at step {i['step']}: ", style="bold")
+        head = Text(f"{i['id']} {i['playbook']} at step {step_text(i['step'])}: ", style="bold")
         if i["outcome"] == "open":
             head.append("under way", style="bold yellow")
             if i["doing"]:
@@ -181,7 +186,8 @@ class LiveView:
         elif not i["closed"]:
             head.append(f"{i['outcome']}; waiting for the first progress line", style="yellow")
         else:
-            lost = f", {i['steps_lost']} steps lost" if i["steps_lost"] is not None else ""
+            lost = "" if i["steps_lost"] is None else f", {i['steps_lost']} steps lost" \
+                if not (why := step_problem(i["steps_lost"])) else f", steps lost invalid ({why})"
             recovery = f" in {i['recovery_seconds']:.1f} s" if i["recovery_seconds"] is not None else ""
             head.append(f"{i['outcome']}{recovery}{lost}", style="green" if i["outcome"] == "recovered" else "red")
         return head

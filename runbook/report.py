@@ -18,6 +18,7 @@ from engine.core.durable import atomic_write
 from engine.observe.events import FinalValidation, Progress, Resumed, Validation
 from engine.records.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
+from runbook.shown_values import checked_incident
 
 LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
 
@@ -176,6 +177,9 @@ def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
         logs = logs[-1:]
     launches = [parse_launch(n, path, starts.get(n), adapter) for n, path in logs]
     incidents, bad_records = read_incident_records(run_dir)
+    checked = [checked_incident(record) for record in incidents]   # a step of -5 is shown as unknown, and said
+    incidents = [record for record, _ in checked]
+    bad_records += [problem for _, problems in checked for problem in problems]
     return RunHistory(
         journal=rebuild(entries), journal_entries=entries, launches=launches, incidents=incidents,
         checkpoints=read_checkpoints(loaded.out_dir, adapter.layout),

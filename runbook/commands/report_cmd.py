@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from runbook.config_arg import chosen_config, config_argument, config_option
+from runbook.shown_values import field_text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -43,8 +44,8 @@ def incident_table(incidents: list[dict]) -> list[str]:
     for r in incidents:
         changes = ", ".join(f"{k} {old} → {new}" for k, (old, new) in (r.get("config_changes") or {}).items())
         lines.append("| " + " | ".join([
-            _cell(r.get("id")), _cell(r.get("playbook")), _cell(r.get("outcome")), _cell(r.get("step_at_failure")),
-            _cell(r.get("resumed_step")), _cell(r.get("steps_lost")), _cell(r.get("tokens_lost"), "{:,}"),
+            _cell(r.get("id")), _cell(r.get("playbook")), _cell(r.get("outcome")), field_text(r, "step_at_failure"),   # "invalid (-5 is negative)"
+            field_text(r, "resumed_step"), field_text(r, "steps_lost"), field_text(r, "tokens_lost", "{:,}"),
             _cell(r.get("recovery_seconds"), "{:.1f}"), changes or "-",
         ]) + " |")
     return lines

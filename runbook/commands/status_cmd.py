@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import shutil
 import time
@@ -26,6 +25,7 @@ from engine.records.journal_lines import finite
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.commands.status_view import render, status_code
 from runbook.exit_codes import ExitCode
+from runbook.shown_values import step_problem, time_problem
 
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
 RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
@@ -123,16 +123,23 @@ def gather(loaded, now: float | None = None) -> dict:
     from engine.core.bounded_read import read_json_record
     from engine.core.errors import SourceError
 
-    heartbeat, heartbeat_problem = None, None
+    heartbeat, heartbeat_problem, heartbeat_invalid = None, None, None
     beat_path = loaded.folder.heartbeat
     if beat_path.is_file():
         try:
             beat = read_json_record(beat_path)   # 100,000-deep JSON: one SourceError (a ValueError), no traceback
-            if not math.isfinite(beat["time"]):
-                raise ValueError("heartbeat time is not finite")
-            heartbeat = {"age_seconds": round(now - beat["time"], 1), "step": beat.get("step"),
-                         "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
-                         "held_in_memory": beat.get("held_in_memory") or {}}
+            if not isinstance(beat, dict):
+                raise ValueError("heartbeat is not a JSON object")
+            # A time of 1e300 would read "0 s ago": an invalid heartbeat is no heartbeat (and said so).
+            if why := time_problem(beat.get("time"), now):
+                heartbeat_invalid = f"heartbeat time invalid ({why})"
+            else:
+                step_why = step_problem(beat.get("step"))
+                heartbeat = {"age_seconds": round(now - beat["time"], 1),
+                             "step": None if step_why else beat.get("step"),
+                             **({"step_invalid": step_why} if step_why else {}),
+                             "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
+                             "held_in_memory": beat.get("held_in_memory") or {}}
         except (OSError, ValueError, KeyError, TypeError, OverflowError) as error:   # OverflowError: a 400-digit time
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer
             if isinstance(error, SourceError):
@@ -155,13 +162,15 @@ def gather(loaded, now: float | None = None) -> dict:
         "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
         "state": h.journal.run_state.value,
         "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
-                            "seconds_ago": round(now - last["time"], 1)} if last else None,
+                            **({"seconds_ago": None, "time_invalid": why} if (why := time_problem(last.get("time"), now))
+                               else {"seconds_ago": round(now - last["time"], 1)})} if last else None,
         "watcher": {"running": watcher_pid is not None, "pid": watcher_pid,
                     **({"note": watcher_note} if watcher_note else {})},   # note: a stale pid in watch.lock
         "trainer": {"pid": h.journal.trainer_pid, "launches": h.journal.launches,
                     "supervised": watcher_pid is not None, **trainer_identity(loaded, h.journal)},
         "progress": progress,
         "heartbeat": heartbeat,
+        "heartbeat_invalid": heartbeat_invalid,   # the file's time is out of range: shown as such, counted as none
         "journal_tail": journal_tail_note(loaded, heartbeat, watcher_pid is not None),
         "disk": {"free_bytes": disk.free_bytes, "total_bytes": disk.total_bytes,
                  "free_percent": round(disk.free_percent, 1)},
@@ -174,7 +183,7 @@ def gather(loaded, now: float | None = None) -> dict:
             "count": len(h.incidents), "by_outcome": outcomes,
             "open": h.journal.open_incident.get("incident") if h.journal.open_incident else None,
             "last": {k: newest.get(k) for k in ("id", "playbook", "outcome", "step_at_failure", "resumed_step",
-                                                 "steps_lost", "tokens_lost", "recovery_seconds")} if newest else None,
+                                                 "steps_lost", "tokens_lost", "recovery_seconds", "invalid")} if newest else None,
         },
     }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from runbook.exit_codes import STATUS_CODES, ExitCode
+from runbook.shown_values import field_text, step_text
 
 
 def _clock(epoch: float | None) -> str:
@@ -44,7 +45,8 @@ def render(status: dict) -> list[str]:
     lines.append(f"state     {state}{note}")
     if s["last_transition"]:
         t = s["last_transition"]
-        lines.append(f"          last change {duration(t['seconds_ago'])} ago: {t['from']} -> {t['to']} ({t['reason']})")
+        when = f"at an invalid time ({t['time_invalid']})" if t.get("time_invalid") else f"{duration(t['seconds_ago'])} ago"
+        lines.append(f"          last change {when}: {t['from']} -> {t['to']} ({t['reason']})")
     if watcher.get("note") and watcher["running"]:   # the lock is held, but its pid is stale
         lines.append(f"watcher   holds the run folder's lock ({watcher['note']})")
     else:
@@ -71,9 +73,12 @@ def render(status: dict) -> list[str]:
                      f"log last written {duration(p['seconds_since_log_written'])} ago")
     else:
         lines.append("step      no progress line logged yet")
-    if s["heartbeat"]:
+    if s.get("heartbeat_invalid"):
+        lines.append(f"heartbeat {s['heartbeat_invalid']}: not counted")
+    elif s["heartbeat"]:
         b = s["heartbeat"]
-        lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {b['step']}, trainer alive {b['trainer_alive']}")
+        step = f"invalid ({b['step_invalid']})" if b.get("step_invalid") else step_text(b["step"])
+        lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {step}, trainer alive {b['trainer_alive']}")
     if s.get("journal_tail"):
         lines.append(f"journal   {s['journal_tail']}")
     d = s["disk"]
@@ -96,8 +101,8 @@ def render(status: dict) -> list[str]:
                  + (f"; OPEN: {i['open']}" if i["open"] else ""))
     if i["last"]:
         r = i["last"]
-        lines.append(f"          last: {r['id']} {r['playbook']} {r['outcome']} at step {r['step_at_failure']}"
-                     f", steps lost {_number(r['steps_lost'], '{}')}, recovery {_number(r['recovery_seconds'], '{:.1f} s')}")
+        lines.append(f"          last: {r['id']} {r['playbook']} {r['outcome']} at step {field_text(r, 'step_at_failure')}"
+                     f", steps lost {field_text(r, 'steps_lost')}, recovery {_number(r['recovery_seconds'], '{:.1f} s')}")
     return lines
 
 
@@ -106,6 +111,7 @@ def status_code(status: dict) -> ExitCode:
     stopped 7 (resumable), running under a watcher 13, unfinished with no watcher 12 (it failed or was killed).
     A trainer alive with no watcher is 12 whatever state was recorded last: a watcher killed between launching
     the trainer and journaling "running" leaves "stopped" behind, and the unsupervised trainer is the news."""
+    # The heartbeat plays no part: an invalid one (status["heartbeat_invalid"]) is no heartbeat, and so is a valid one.
     trainer = status.get("trainer") or {}
     if trainer.get("alive") and not trainer.get("supervised") and not status["watcher"]["running"]:
         return ExitCode.WATCHER_FAILED
