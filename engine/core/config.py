@@ -11,9 +11,10 @@ import hashlib
 import io
 import shutil
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from functools import cache
+from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import (Field, ValidationError, ValidationInfo, field_validator,
+from pydantic import (Field, ValidationError, ValidationInfo, create_model, field_validator,
                       model_validator)
 
 from engine.core.config_paths import file_problems, run_folder_problems
@@ -23,30 +24,29 @@ from engine.core.notifier import SlackSettings
 from engine.core.run_folder import RunFolder
 from engine.core.settings import PlaybookSettings, SlurmSettings, Strict, UpkeepSettings, WatchSettings  # noqa: F401 - importable here too
 from engine.core.yaml_source import (
-    SourceError, describe_validation_error, load_yaml, plain, round_trip_yaml, update_yaml_values,
+    SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
 )
 
-DEFAULT_TRAINER_KIND = "litgpt"   # engine/trainers/registry.py registers it
+# The kind a config without `trainer.kind` gets; engine/trainers/registry.py says which trainer that is
+# (the core names none) and engine/trainers/run_config.py writes that trainer's name in at load.
+DEFAULT_TRAINER_KIND = "default"
 
-class ModelShape(Strict):
-    """The GPT the trainer builds (litgpt `model_config`)."""
 
-    name: str = "runbook-tiny"
-    block_size: int = Field(64, gt=0)
-    n_layer: int = Field(2, gt=0)
-    n_head: int = Field(2, gt=0)
-    n_embd: int = Field(64, gt=0)
-    vocab_size: int = Field(512, gt=0)
-    intermediate_size: int = Field(172, gt=0)
+class ModelSection(Strict):
+    """`model:` as the core reads it: the tokens of one sequence (an optimizer step is batch_size x
+    block_size tokens). A trainer whose config describes the model declares a subclass with its
+    other keys (TrainerSettings.model_section)."""
+
+    block_size: int = Field(64, gt=0, description="tokens per sequence (the context length)")
 
 
 class DataSettings(Strict):
     # text-files: runbook owns the data (folders of .txt: hashed, scanned, tokenized into its cache).
-    # data-module: the trainer's own data module as the user's litgpt config names it (LitData, a custom
-    # class); runbook passes it through unchanged, fingerprints its arguments and files, scans nothing.
+    # data-module: the trainer's own data module as the trainer's config names it (a custom class);
+    # runbook passes it through unchanged, fingerprints its arguments and files, scans nothing.
     kind: Literal["text-files", "data-module"] = Field(
-        "text-files", description="text-files (train_dir/val_dir of .txt) or data-module (the litgpt config's own "
-        "data module, set by trainer.litgpt_config)")
+        "text-files", description="text-files (train_dir/val_dir of .txt) or data-module (the trainer's own data "
+        "module, named in the trainer's config)")
     train_dir: Path = Path("data/stdlib/train")
     val_dir: Path = Path("data/stdlib/val")
     tokenizer_dir: Path = Path("data/tokenizer")
@@ -55,28 +55,29 @@ class DataSettings(Strict):
 
 
 class TrainerSettings(Strict):
-    kind: str = Field(DEFAULT_TRAINER_KIND, description=f"a registered trainer ({DEFAULT_TRAINER_KIND}) or python:<module>:<adapter class>")
+    """`trainer:` as every trainer has it. Each adapter supplies a subclass, its settings model, with
+    its own keys (engine/trainers/registry.py finds it by kind); the run config of that kind is
+    validated by it (run_config_type). The hooks below let a trainer's own config file own values;
+    by default the run config owns them all."""
+
+    # The `model:` section's model for this trainer (a ModelSection subclass).
+    model_section: ClassVar[type[ModelSection]] = ModelSection
+
+    kind: str = Field(DEFAULT_TRAINER_KIND, description="a registered trainer or python:<module>:<adapter class>; "
+                      "default: runbook's default trainer (docs/trainers.md)")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: str = "32-true"
-    lr_warmup_steps: int = Field(10, ge=0)
-    min_lr: float = Field(1e-4, ge=0)
-    eval_interval: int = Field(20, gt=0, description="optimizer steps between validations")
-    eval_iters: int = Field(4, gt=0)
-    num_workers: int = Field(0, ge=0)
+    num_workers: int = Field(0, ge=0, description="data loader worker processes")
     devices: int = Field(1, gt=0, description="GPUs on this node used by the trainer")
     num_nodes: int = Field(1, gt=0, description="nodes, one torchrun agent each (c10d rendezvous); devices is per node (docs/nodes.md)")
     memory_limit_mb: int | None = Field(None, gt=0, description="address-space limit of the trainer process (RLIMIT_AS)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the trainer")
     extra: dict[str, Any] = Field(default_factory=dict, description="merged into the generated trainer config")
     preflight_parse: bool = Field(True, description="before a launch, have the trainer's own parser read the generated "
-                                  "config and size a checkpoint (litgpt: a subprocess, ~5 s of imports; `runbook check` "
-                                  "always does it)")
-    litgpt_config: Path | None = Field(None, description="your litgpt pretrain YAML as the run's base (`runbook init --from-litgpt`): "
-                                       "its hyperparameters, data and tokenizer are read from it and changes are written back to it")
+                                  "config and size a checkpoint (a subprocess of seconds; `runbook check` always does it)")
     notice_signals: list[str] = Field(["SIGTERM", "SIGUSR1"], description="signals on which the trainer finishes its optimizer "
-                                      "step, saves a checkpoint and exits 75 (litgpt); the watcher sends the first on its own "
-                                      "SIGTERM; [] = die at once, as litgpt does by itself")
-    warm_spare: bool = Field(False, description="keep a spare trainer interpreter with torch and litgpt imported, "
+                                      "step, saves a checkpoint and exits with SAVED_ON_NOTICE (75); the watcher sends the "
+                                      "first on its own SIGTERM; [] = die at once, as most trainers do by themselves")
+    warm_spare: bool = Field(False, description="keep a spare trainer interpreter with the trainer's modules imported, "
                              "which becomes the next launch (a relaunch skips the imports); costs an idle process")
 
     @field_validator("env")
@@ -101,6 +102,30 @@ class TrainerSettings(Strict):
             seam.check_kind(kind)   # a ValueError says why there is no such trainer (with file:line, below)
         return kind
 
+    # --- hooks for a trainer whose own config file owns some values (a YAML of its own) ---
+    @classmethod
+    def overlay(cls, values: dict, config_path: Path) -> dict:
+        """The raw run config values with what the trainer's own config file owns laid over them
+        (before validation; raise SourceError with file:line for what is wrong there)."""
+        return values
+
+    def write_owned(self, loaded: "LoadedConfig", updates: dict) -> dict:
+        """Write the updates the trainer's own config file owns there; return the rest."""
+        return updates
+
+    def source_line(self, loaded: "LoadedConfig", loc: tuple) -> str | None:
+        """`file:line:col` where the trainer's own config file sets this key, or None."""
+        return None
+
+    def write_data_dirs(self, loaded: "LoadedConfig", values: dict) -> bool:
+        """Write data folders where the trainer's own config keeps them; False when the run config does."""
+        return False
+
+    def detach(self, tree: dict, loaded: "LoadedConfig", folder: Path) -> dict:
+        """`tree` (a scratch run's config: a drill, a replay) with the trainer's own config file copied
+        into `folder` and pointed at, so the scratch run never writes into the user's files."""
+        return tree
+
 
 class NotificationSettings(Strict):
     slack: SlackSettings = Field(default_factory=SlackSettings)
@@ -121,7 +146,7 @@ class RunConfig(Strict):
     run_log_template: Path | None = Field(None, description="Jinja2 template of one run-log entry (default: built in)")
     run_dir: Path = Field(Path("runs/pretrain"), description="journal, incidents, trainer logs, quarantine")
 
-    model: ModelShape = Field(default_factory=ModelShape)
+    model: ModelSection = Field(default_factory=ModelSection)
     data: DataSettings = Field(default_factory=DataSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
     playbooks: PlaybookSettings = Field(default_factory=PlaybookSettings)
@@ -143,6 +168,17 @@ class RunConfig(Strict):
         return self
 
 
+@cache
+def run_config_type(settings: type[TrainerSettings]) -> type[RunConfig]:
+    """PURE. The run config of one trainer: `trainer:` validated by its settings model and `model:` by
+    the model section it declares (errors keep their place in the file: the keys do not move)."""
+    if settings is TrainerSettings and settings.model_section is ModelSection:
+        return RunConfig
+    return create_model(f"RunConfig[{settings.__name__}]", __base__=RunConfig, __module__=settings.__module__,
+                        trainer=(settings, Field(default_factory=settings)),
+                        model=(settings.model_section, Field(default_factory=settings.model_section)))
+
+
 class TrainerConfigSeam(Protocol):
     """What the trainer side adds to a run config (engine/trainers/run_config.py provides it): the
     config itself knows no trainer, so this floor imports none."""
@@ -150,17 +186,11 @@ class TrainerConfigSeam(Protocol):
     def check_kind(self, kind: str) -> None:
         """Raise ValueError when no adapter has this trainer.kind."""
 
+    def settings_model(self, kind: str) -> type[TrainerSettings]:
+        """The settings model of the trainer of this kind; ValueError when there is none."""
+
     def overlay(self, values: dict, config_path: Path) -> dict:
-        """The values with what a trainer's own config file owns laid over them."""
-
-    def write_owned(self, loaded: "LoadedConfig", updates: dict) -> dict:
-        """Write the updates a trainer's own config file owns there; return the rest."""
-
-    def source_line(self, loaded: "LoadedConfig", loc: tuple) -> str | None:
-        """`file:line:col` where a trainer's own config file sets this key, or None."""
-
-    def write_data_dirs(self, loaded: "LoadedConfig", values: dict) -> bool:
-        """Write data folders where a trainer's own config keeps them; False when the run config does."""
+        """The values with the default kind written in and what a trainer's own config file owns laid over them."""
 
 
 class LoadedConfig:
@@ -226,19 +256,19 @@ class LoadedConfig:
 
     def write_back(self, updates: dict[str, Any]) -> "LoadedConfig":
         """Persist changed hyperparameters into the user's file (comments and order kept); with
-        trainer.litgpt_config, the keys that file owns go there (one source of truth)."""
-        RunConfig.model_validate({**self.config.model_dump(), **updates})  # refuse invalid values first
-        if self.seam is not None:
-            updates = self.seam.write_owned(self, updates)
+        a trainer config file of the user's (TrainerSettings.write_owned), the keys that file owns go
+        there (one source of truth)."""
+        type(self.config).model_validate({**self.config.model_dump(), **updates})  # refuse invalid values first
+        updates = self.config.trainer.write_owned(self, updates)
         if updates:
             update_yaml_values(self.path, updates)
         return self.reload()
 
     def write_data_dirs(self, values: dict[str, str]) -> "LoadedConfig":
-        """Set data.<key> (train_dir, val_dir) where the user keeps it: the run config, or the litgpt
-        YAML that owns the data paths (trainer.litgpt_config); comments and order kept."""
-        RunConfig.model_validate({**self.config.model_dump(), "data": {**self.config.data.model_dump(), **values}})
-        if self.seam is not None and self.seam.write_data_dirs(self, values):
+        """Set data.<key> (train_dir, val_dir) where the user keeps it: the run config, or the trainer's
+        own config file that owns the data paths; comments and order kept."""
+        type(self.config).model_validate({**self.config.model_dump(), "data": {**self.config.data.model_dump(), **values}})
+        if self.config.trainer.write_data_dirs(self, values):
             return self.reload()
         yaml = round_trip_yaml()
         tree = yaml.load(self.path.read_text(encoding="utf-8"))
@@ -262,10 +292,20 @@ def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConf
     if not isinstance(tree, dict):
         raise SourceError([f"{path}:1:1: the run config must be a mapping of keys to values"])
     values = plain(tree)
+    model = RunConfig
     if seam is not None:
         values = seam.overlay(values, path)
+        trainer = values.get("trainer")
+        kind = trainer.get("kind", DEFAULT_TRAINER_KIND) if isinstance(trainer, dict) else None
+        if isinstance(kind, str):   # else pydantic says what trainer and its kind must be
+            try:
+                model = run_config_type(seam.settings_model(kind))
+            except ValueError as err:   # no such trainer: that alone, not every key its model would know
+                where = locate(tree, ("trainer", "kind"))
+                position = f"{path}:{where[0]}:{where[1]}" if where else str(path)
+                raise SourceError([f"{position}: trainer.kind: {err}"]) from None
     try:
-        config = RunConfig.model_validate(values, context={"seam": seam})
+        config = model.model_validate(values, context={"seam": seam})
     except ValidationError as err:
         raise SourceError(describe_validation_error(path, tree, err)) from None
     loaded = LoadedConfig(path, config, seam)

@@ -21,6 +21,9 @@ import re
 import signal as _signal
 from typing import Iterable
 
+# A trainer that saved a checkpoint on a notice signal and stopped, to be resumed (sysexits EX_TEMPFAIL),
+# whatever the trainer: litgpt's notice handler, runbook.sdk for a plain script, playbooks/preemption.yaml.
+SAVED_ON_NOTICE = 75
 # The signals a trainer dies of, for the 256-N wrap (SIGHUP's 255 is everybody's generic "exit -1").
 WRAPPED_SIGNALS = frozenset({2, 6, 7, 9, 11, 15})
 MAX_LINE = 4096   # launcher summary lines are short; a longer line is read on its first MAX_LINE characters

@@ -21,6 +21,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from engine.core.exit_codes import SAVED_ON_NOTICE
+
 MAX_MESSAGE = 160            # masked message kept in the signature (the rest rarely tells failures apart)
 MAX_EVIDENCE = 300           # the raw log line shown to a person
 MAX_LINE_SCANNED = 2000      # a longer line is cut before any regex sees it
@@ -128,8 +130,8 @@ def _group_cause(ranks) -> str:
     if first in (None, 0):
         return ""
     ended = next((r for r in ranks.get("ranks") or [] if isinstance(r, dict) and r.get("rank") == first), {})
-    noticed = ended.get("exit_code") == 75 or ranks.get("first_failed_signal") in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
-    return "" if noticed else ", a rank died first"   # a notice's save (exit 75) or a stop request is no rank's death
+    noticed = ended.get("exit_code") == SAVED_ON_NOTICE or ranks.get("first_failed_signal") in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+    return "" if noticed else ", a rank died first"   # a notice's save or a stop request is no rank's death
 
 
 def _phase(snapshot: dict) -> str:

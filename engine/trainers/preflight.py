@@ -27,9 +27,9 @@ def at(config_path: Path, loc: tuple) -> str:
 
 
 def where(loaded, loc: tuple) -> str:
-    """`file:line:col` where the user wrote this setting: the user's litgpt YAML for the keys it owns
-    (trainer.litgpt_config), else the run config."""
-    written = loaded.seam.source_line(loaded, loc) if loaded.seam is not None else None
+    """`file:line:col` where the user wrote this setting: the trainer's own config file for the keys it
+    owns (TrainerSettings.source_line: litgpt's trainer.litgpt_config), else the run config."""
+    written = loaded.config.trainer.source_line(loaded, loc)
     return written or at(loaded.path, loc)
 
 

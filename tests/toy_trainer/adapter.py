@@ -10,6 +10,9 @@ import re
 import sys
 from pathlib import Path
 
+from pydantic import ConfigDict
+
+from engine.core.config import ModelSection, TrainerSettings
 from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, ValidationStarted
 from engine.trainers.base import LaunchSpec, ResumePlan
 
@@ -64,8 +67,21 @@ class ToyLayout:
         return names
 
 
+class ToyModel(ModelSection):
+    # The toy's configs are copies of the shipped litgpt one: its model keys are there, and unused.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ToySettings(TrainerSettings):
+    """The toy's `trainer:` section: the core's keys; litgpt's, left in a copied config, are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    model_section = ToyModel
+
+
 class ToyAdapter:
     name = "toy"
+    settings_model = ToySettings
     install_hint = f"{TRAINER} is part of runbook's repository: run from a checkout that has tests/toy_trainer/"
 
     def __init__(self):

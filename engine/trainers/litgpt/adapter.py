@@ -9,10 +9,12 @@ from engine.trainers.base import LaunchSpec, ResumePlan
 from engine.trainers.litgpt import data_cache, data_moves, launch, log_lines, preflight, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt import user_config
+from engine.trainers.litgpt.settings import LitGPTSettings
 
 
 class LitGPTAdapter:
     name = "litgpt"
+    settings_model = LitGPTSettings   # also for adapters built on this one (registry.py)
     install_hint = launch.INSTALL_HINT
 
     def __init__(self):

@@ -28,9 +28,10 @@ from pathlib import Path
 
 from engine.core.crash_points import crash_point
 from engine.core.durable import fsync_dir, fsync_tree
+from engine.core.exit_codes import SAVED_ON_NOTICE
 
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
-NOTICE_EXIT_CODE = 75   # sysexits EX_TEMPFAIL: stopped on a notice, to be resumed; playbooks/preemption.yaml
+NOTICE_EXIT_CODE = SAVED_ON_NOTICE   # 75: stopped on a notice, to be resumed; playbooks/preemption.yaml
 STAGING_SUFFIX = ".staging"
 
 
