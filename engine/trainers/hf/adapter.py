@@ -1,0 +1,60 @@
+"""A Hugging Face Trainer script as a supervised trainer (kind `hf-trainer`)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from engine.observe.events import Event
+from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.hf.launch import hf_argv
+from engine.trainers.hf.layout import hf_layout
+from engine.trainers.hf.settings import HFTrainerSettings
+from engine.trainers.script import launch, lines, template, weights
+
+
+class HFTrainerAdapter:
+    name = "hf-trainer"
+    settings_model = HFTrainerSettings
+    install_hint = "pip install 'runbook[hf]' (transformers, accelerate, safetensors)"
+
+    def __init__(self):
+        self.layout = hf_layout()
+
+    def is_installed(self) -> bool:
+        return all(importlib.util.find_spec(m) is not None for m in ("transformers", "accelerate", "safetensors"))
+
+    def check_environment(self, loaded) -> list[str]:
+        script = loaded.resolve(loaded.config.trainer.script)
+        if not script.is_file():
+            return [f"trainer.script in {loaded.path}: no file {script}; name your Trainer script (relative to {loaded.project_dir})"]
+        return []
+
+    def data_fingerprint(self, loaded) -> str | None:
+        return None   # the script reads data.train_dir (RUNBOOK_TRAIN_DIR): runbook's own hash applies
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        s = loaded.config.trainer
+        values = template.values_of(loaded, str(resume_from) if resume_from else None)
+        # HF resumes from the checkpoint's folder; runbook hands the folder's resume file (model.safetensors).
+        folder = Path(resume_from).parent if resume_from else None
+        argv = hf_argv(loaded.resolve(s.script), values, [template.render(a, values) for a in s.args], folder)
+        return launch.launch_spec(loaded, launch_dir, resume_from, argv)
+
+    def parse_line(self, line: str) -> Event | None:
+        return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))
+
+    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+        # A smaller micro-batch needs no rewrite: HF counts optimizer steps (global_step) and skips
+        # global_step x gradient_accumulation_steps batches of the new size, the same sequences.
+        return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
+
+    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+        path = self.layout.resume_file(checkpoint.path)
+        return weights.nonfinite_names(path, None, limit) if path.is_file() else []
+
+    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+        return 0   # HF records output_dir in training_args.bin, which a resume does not use
+
+    def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:
+        return []

@@ -1,0 +1,69 @@
+"""A plain training script as a supervised trainer (kind `script`): any `python train.py` (or torchrun)
+that prints runbook/sdk.py's lines and takes resume, micro-batch and lr as templated arguments."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from engine.observe.events import Event
+from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.script import launch, lines, template, weights
+from engine.trainers.script.layout import FolderLayout
+from engine.trainers.script.settings import ScriptSettings
+
+# The contract (docs/trainers.md): each save is <out_dir>/step-<6 digits>/state.pt, announced first with
+# runbook.sdk.saving(folder); the last is <out_dir>/final/state.pt.
+CHECKPOINT_PREFIX, RESUME_FILE = "step-", "state.pt"
+
+
+class ScriptAdapter:
+    name = "script"
+    settings_model = ScriptSettings
+    install_hint = "the script's command (trainer.command) must name an executable on PATH or a file"
+
+    def __init__(self):
+        # Fixed, not configured: the engine reads checkpoints (status, verify, drills) before any config binds.
+        self.layout = FolderLayout(CHECKPOINT_PREFIX, RESUME_FILE, 6, frozenset())
+        self._settings: ScriptSettings | None = None
+
+    def _bind(self, loaded) -> ScriptSettings:
+        self._settings = loaded.config.trainer
+        return self._settings
+
+    def is_installed(self) -> bool:
+        return True   # what is run is the user's command; check_environment says when it cannot start
+
+    def check_environment(self, loaded) -> list[str]:
+        s = self._bind(loaded)
+        head = template.render(s.command[0], template.values_of(loaded, None))
+        if not (shutil.which(head) or Path(loaded.project_dir, head).is_file()):
+            return [f"trainer.command[0] in {loaded.path} is {head!r}: no such executable on PATH or file; "
+                    "write the interpreter first (e.g. [\"{python}\", \"train.py\", ...])"]
+        return []
+
+    def data_fingerprint(self, loaded) -> str | None:
+        return None   # the script reads data.train_dir/val_dir: runbook's own hash applies
+
+    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        s = self._bind(loaded)
+        values = template.values_of(loaded, str(resume_from) if resume_from else None)
+        return launch.launch_spec(loaded, launch_dir, resume_from, launch.argv_of(s.command, s.resume_args, values))
+
+    def parse_line(self, line: str) -> Event | None:
+        return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))
+
+    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+        self._bind(loaded)
+        return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
+
+    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+        path = self.layout.resume_file(checkpoint.path)
+        key = self._settings.weights_key if self._settings else "model"
+        return weights.nonfinite_names(path, key, limit) if path.is_file() else []
+
+    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+        return 0   # the sdk's contract records no run-folder paths in a checkpoint
+
+    def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:
+        return []

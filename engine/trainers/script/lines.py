@@ -1,0 +1,49 @@
+"""PURE. The lines runbook/sdk.py prints (also runbook/hf_callback.py's), read back as events.
+
+The two sides must agree: tests/trainers/test_formats.py prints with the sdk and parses here."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from engine.observe.events import CheckpointSaving, Event, Progress, Resumed
+
+PROGRESS = re.compile(r"^runbook: step (\d{1,12}) loss (\S{1,40}) took (\d{1,12}(?:\.\d*)?) ms$")
+SAVING = re.compile(r"^runbook: saving (.{1,4096})$")
+RESUMED = re.compile(r"^runbook: resumed (.{1,4096})$")
+MAX_LINE = 8192   # a longer line is no sdk line: never run a regex over megabytes of one line
+
+
+def _loss(text: str) -> float | None:
+    try:
+        return float(text)   # "nan" and "inf" included: the nan playbook reads them
+    except ValueError:
+        return None
+
+
+def parse(line: str, resume_file_of) -> Event | None:
+    """`resume_file_of(folder) -> Path`: the announced folder's resume file (the event names the file)."""
+    line = line.rstrip("\r\n")
+    if len(line) > MAX_LINE or not line.startswith("runbook: "):
+        return None
+    if (m := PROGRESS.match(line)) and (loss := _loss(m.group(2))) is not None:
+        step = int(m.group(1))
+        return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=float(m.group(3)), is_step=True)
+    if (m := SAVING.match(line)):
+        return CheckpointSaving(path=str(resume_file_of(m.group(1))))
+    if (m := RESUMED.match(line)):
+        return Resumed(path=m.group(1))
+    return None
+
+
+def announced_folders(log_text: bytes, out_dir, is_checkpoint_name) -> set[str]:
+    """Names of out_dir's children whose save the log announces (`runbook: saving <out_dir>/<name>`)."""
+    roots = {os.path.abspath(out_dir), os.path.realpath(out_dir)}
+    names = set()
+    for line in log_text.decode("utf-8", "replace").splitlines():
+        if len(line) <= MAX_LINE and (m := SAVING.match(line)):
+            root, name = os.path.split(os.path.normpath(m.group(1)))
+            if root in roots and is_checkpoint_name(name):
+                names.add(name)
+    return names

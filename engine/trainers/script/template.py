@@ -1,0 +1,37 @@
+"""PURE. `{name}` templates in a trainer's argv: only the names below, so a typo is a config error
+at load, not an argument the script chokes on mid-run. `{{` and `}}` are literal braces."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+NAMES = ("python", "out_dir", "resume", "micro_batch_size", "batch_size", "grad_accum", "lr", "max_steps",
+         "save_interval", "seed", "block_size", "train_dir", "val_dir", "device")
+_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+
+def check(text: str) -> None:
+    for m in _FIELD.finditer(text):
+        if m.group(0) not in ("{{", "}}") and m.group(1) not in NAMES:
+            raise ValueError(f"unknown template field {{{m.group(1)}}} in {text!r}; use {', '.join(NAMES)}")
+
+
+def render(text: str, values: dict) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(0) in ("{{", "}}"):
+            return m.group(0)[0]
+        return str(values[m.group(1)])
+    return _FIELD.sub(one, text)
+
+
+def values_of(loaded, resume: str | None) -> dict:
+    """The template's values for one launch of the run `loaded` describes."""
+    cfg = loaded.config
+    return {"python": sys.executable, "out_dir": loaded.out_dir, "resume": resume or "",
+            "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size,
+            "grad_accum": cfg.batch_size // cfg.micro_batch_size, "lr": repr(float(cfg.lr)),
+            "max_steps": cfg.max_tokens // (cfg.batch_size * cfg.model.block_size),
+            "save_interval": cfg.save_interval, "seed": cfg.seed, "block_size": cfg.model.block_size,
+            "train_dir": loaded.resolve(cfg.data.train_dir), "val_dir": loaded.resolve(cfg.data.val_dir),
+            "device": cfg.trainer.device}

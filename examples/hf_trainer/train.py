@@ -1,0 +1,70 @@
+"""A user's own Hugging Face Trainer script, supervised by runbook as `kind: hf-trainer` (docs/trainers.md).
+
+The only runbook lines in it are the callback and its exit status; runbook passes the usual
+TrainingArguments flags (--output_dir, --per_device_train_batch_size, --gradient_accumulation_steps,
+--learning_rate, --max_steps, --save_steps, --resume_from_checkpoint ...). A tiny GPT-2 built from a
+config in code and a byte-level vocabulary (256): nothing is downloaded. The data are the .txt files of
+RUNBOOK_TRAIN_DIR (or --train_dir), cut into blocks of --block_size bytes.
+
+RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more for its step (think
+activations): a real allocation, which fails only where memory is really short (trainer.memory_limit_mb).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+
+from runbook.hf_callback import RunbookCallback
+
+
+@dataclass
+class DataArguments:
+    train_dir: str = field(default_factory=lambda: os.environ.get("RUNBOOK_TRAIN_DIR", "data/train"))
+    block_size: int = 64
+
+
+class Blocks(torch.utils.data.Dataset):
+    def __init__(self, train_dir: Path, block: int):
+        data = b"".join(p.read_bytes() for p in sorted(Path(train_dir).rglob("*.txt")))
+        self.ids = torch.tensor(list(data[: len(data) // block * block]), dtype=torch.long).view(-1, block)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Activations(TrainerCallback):
+    """The env-armed memory fault (see the module docstring)."""
+
+    def __init__(self, mb: int):
+        self.mb = mb
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        held = torch.ones(self.mb * args.per_device_train_batch_size * 2**18)   # 4-byte floats
+        del held
+
+
+def main() -> int:
+    args, data_args = HfArgumentParser((TrainingArguments, DataArguments)).parse_args_into_dataclasses()
+    torch.manual_seed(args.seed)
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=data_args.block_size,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    callbacks = [RunbookCallback()]
+    if mb := int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0):
+        callbacks.append(Activations(mb))
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=callbacks,
+                      train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size))
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    return RunbookCallback.finish(trainer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""A nanoGPT-style training script supervised by runbook as `kind: script` (docs/trainers.md).
+
+Everything runbook needs is the contract in runbook/sdk.py: a progress line per optimizer step, a save
+announced before it is written to <out>/step-<6 digits>/state.pt, a save and exit 75 on a notice, and
+resume / micro-batch / lr taken as arguments (the run config's trainer.command templates them).
+Byte-level (vocabulary 256), so it needs no tokenizer; the data are the .txt files of --train-dir.
+Each step's sequences are drawn from a generator seeded by (seed, step): a resumed run sees exactly
+the sequences an undisturbed one would, whatever its micro-batch.
+
+RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more (think activations):
+a real allocation, which fails only where memory is really short (trainer.memory_limit_mb).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from runbook import sdk
+
+
+class GPT(nn.Module):
+    def __init__(self, block: int, width: int = 64, layers: int = 2, heads: int = 2, vocab: int = 256):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(block, width)
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(block), persistent=False)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        return self.head(self.blocks(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True))
+
+
+def corpus(train_dir: Path) -> torch.Tensor:
+    data = b"".join(p.read_bytes() for p in sorted(train_dir.rglob("*.txt")))
+    return torch.tensor(list(data), dtype=torch.long)
+
+
+def step_batch(data: torch.Tensor, seed: int, step: int, batch: int, block: int):
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    starts = torch.randint(0, len(data) - block - 1, (batch,), generator=g)
+    x = torch.stack([data[s:s + block] for s in starts])
+    y = torch.stack([data[s + 1:s + block + 1] for s in starts])
+    return x, y
+
+
+def save(folder: Path, step: int, model, optimizer) -> None:
+    sdk.saving(folder)                       # before the first byte: runbook may prune only what was announced
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".state.pt.tmp"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
+    os.replace(tmp, folder / "state.pt")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    for name, kind in (("out", Path), ("train-dir", Path), ("resume", Path)):
+        p.add_argument(f"--{name}", type=kind)
+    for name, kind, default in (("steps", int, 40), ("save-interval", int, 10), ("micro-batch", int, 4), ("batch", int, 16),
+                                ("lr", float, 3e-3), ("seed", int, 1337), ("block", int, 64)):
+        p.add_argument(f"--{name}", type=kind, default=default)
+    a = p.parse_args(argv)
+    torch.manual_seed(a.seed)
+    sdk.watch_notice()
+    data, model = corpus(a.train_dir), GPT(a.block)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
+    start = 0
+    if a.resume:
+        state = torch.load(a.resume, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+        sdk.resumed(a.resume)
+    for group in optimizer.param_groups:
+        group["lr"] = a.lr                   # the run config's lr wins over the one the checkpoint recorded
+    extra_mb = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0)
+    accum = a.batch // a.micro_batch
+    for step in range(start + 1, a.steps + 1):
+        x, y = step_batch(data, a.seed, step, a.batch, a.block)
+        total = 0.0
+        for i in range(accum):
+            held = torch.ones(extra_mb * a.micro_batch * 2**18) if extra_mb else None   # 4-byte floats: N MB per sample
+            xs, ys = x[i * a.micro_batch:(i + 1) * a.micro_batch], y[i * a.micro_batch:(i + 1) * a.micro_batch]
+            loss = nn.functional.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) / accum
+            loss.backward()
+            total += loss.item()
+            del held
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sdk.progress(step, total)
+        if step % a.save_interval == 0 or sdk.notice():
+            save(a.out / f"step-{step:06d}", step, model, optimizer)
+        if sdk.notice() and step < a.steps:
+            return sdk.NOTICE_EXIT
+        if not math.isfinite(total):
+            print(f"loss is not finite at step {step}", flush=True)
+    save(a.out / "final", a.steps, model, optimizer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,83 @@
+"""runbook's TrainerCallback for a Hugging Face Trainer script (trainer kind `hf-trainer`, docs/trainers.md).
+
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[RunbookCallback()])
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    sys.exit(RunbookCallback.finish(trainer))
+
+It prints runbook/sdk.py's lines (a progress line per logged step, each save announced before it is
+written), saves the step in progress and exits 75 on a notice signal (SIGTERM by default), makes the
+run config's learning rate win over the one a resumed checkpoint recorded, and writes a rank heartbeat
+where runbook asks for one (RUNBOOK_RANKS_DIR).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+from transformers import TrainerCallback
+
+from engine.process.ranks import RANKS_DIR_ENV, RankHeartbeat, heartbeat_path, write_record
+from runbook import sdk
+
+
+class RunbookCallback(TrainerCallback):
+    def __init__(self):
+        sdk.watch_notice()
+        self.ranks_dir = os.environ.get(RANKS_DIR_ENV)
+        self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        self.started = psutil.Process().create_time()
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        # A resumed optimizer and scheduler bring the lr they were saved with; runbook lowers lr after a NaN.
+        for i, group in enumerate(optimizer.param_groups if optimizer is not None else []):
+            saved = group.get("initial_lr")
+            if saved and saved != args.learning_rate:
+                group["lr"] *= args.learning_rate / saved
+                group["initial_lr"] = args.learning_rate
+                if lr_scheduler is not None and i < len(getattr(lr_scheduler, "base_lrs", [])):
+                    lr_scheduler.base_lrs[i] = args.learning_rate
+        self._beat(state, "work")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if sdk.notice():   # save the step just finished and stop: 0 steps lost
+            control.should_save = control.should_training_stop = True
+        if control.should_save and not control.should_log:
+            self._announce(args, state)
+        self._beat(state, "work")
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs and state.is_world_process_zero:
+            sdk.progress(state.global_step, logs["loss"])
+        if control.should_save:   # the save follows this log in the same step
+            self._announce(args, state)
+
+    def _announce(self, args, state) -> None:
+        if state.is_world_process_zero:
+            sdk.saving(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+    def _beat(self, state, phase: str) -> None:
+        if not self.ranks_dir:
+            return
+        try:
+            write_record(heartbeat_path(Path(self.ranks_dir), self.rank), RankHeartbeat(
+                rank=self.rank, world_size=self.world, pid=os.getpid(), started=self.started, step=state.global_step,
+                iter_num=state.global_step, phase=phase, time=time.time(), host=os.uname().nodename))
+        except OSError:
+            pass   # a full disk must not stop training; the watcher then sees an old heartbeat
+
+    @staticmethod
+    def finish(trainer) -> int:
+        """The script's exit status after trainer.train(): 75 after a notice save, else 0 with the model in final/."""
+        if sdk.notice() and trainer.state.global_step < trainer.state.max_steps:
+            return sdk.NOTICE_EXIT
+        final = Path(trainer.args.output_dir) / "final"
+        if trainer.state.is_world_process_zero:
+            sdk.saving(final)
+        trainer.save_model(str(final))
+        if trainer.state.is_world_process_zero:
+            trainer.state.save_to_json(str(final / "trainer_state.json"))
+        return 0
