@@ -96,23 +96,27 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _EXCEPTION = re.compile(r"^(\[rank\d{1,6}\]: ?)?([A-Za-z_][\w.]{0,200})(Error|Exception|Failure|Interrupt)\b")
 _LAUNCHER_SUMMARY = re.compile(r"ChildFailedError|exits with return code = [1-9]|srun: error: \S+: tasks? [\d,-]+: Exited with exit code [1-9]")
 INFER_WITHIN = 40   # the failure's last lines: what a traceback's end may be followed by (launcher noise)
+EXCEPTION_LAST = 8  # an exception line with no traceback header: only among the log's last lines (its wrapped message)
 
 
 def infer_ending(lines: list[str], adapter) -> Ending | None:
-    """PURE. The exit a log's own ending shows when none was given: a Python traceback ending in an exception,
-    or a launcher's failure summary, with no progress line after it: the trainer died, non-zero (exit 1 as
+    """PURE. The exit a log's own ending shows when none was given: a Python traceback ending in an exception
+    (or an exception line as the log's very end), or a launcher's failure summary, with no progress line after it: the trainer died, non-zero (exit 1 as
     Python and the launchers give it; a KeyboardInterrupt is SIGINT). None when the log does not say."""
     last = _after_last_progress(lines, adapter)[-INFER_WITHIN:]   # a progress line after it: still training
     for line in reversed(last):
         if _LAUNCHER_SUMMARY.search(line[:4096]):
             return Ending(1, None, "exit 1 (inferred)", inferred="its launcher's failure summary at the log's end")
     seen_traceback = any(_TRACEBACK.search(line[:4096]) for line in last)
-    exceptions = [m for line in last if (m := _EXCEPTION.match(line[:4096].strip()))]
-    if not (seen_traceback and exceptions):
+    # With its `Traceback` header anywhere in the ending; without one (a paste cut to the error), as the very end.
+    window = last if seen_traceback else last[-EXCEPTION_LAST:]
+    exceptions = [m for line in window if (m := _EXCEPTION.match(line[:4096].strip()))]
+    if not exceptions:
         return None
     if exceptions[-1].group(2) + exceptions[-1].group(3) == "KeyboardInterrupt":
         return Ending(-2, "SIGINT", "signal SIGINT (inferred)", inferred="a KeyboardInterrupt traceback at the log's end")
-    return Ending(1, None, "exit 1 (inferred)", inferred="a Python traceback at the log's end (an uncaught exception exits 1)")
+    what = "a Python traceback" if seen_traceback else f"an uncaught exception ({exceptions[-1].group(2)}{exceptions[-1].group(3)})"
+    return Ending(1, None, "exit 1 (inferred)", inferred=f"{what} at the log's end (an uncaught exception exits 1)")
 
 
 @dataclass

@@ -38,6 +38,16 @@ def test_a_plain_cuda_oom_traceback_without_exit_is_an_oom_read_from_its_ending(
     assert "set_hyperparameters" in [step["verb"] for step in report["plan"]]
 
 
+def test_an_oom_pasted_without_its_traceback_header_is_read_from_its_last_lines(tmp_path):
+    # The field's shape (tests/field/corpus litgpt-litllama-137): the error line and its wrapped message only.
+    lines = ["OutOfMemoryError: CUDA out of memory. Tried to allocate 172.00 MiB (GPU 0; 23.70",
+             "GiB total capacity; 22.87 GiB already allocated; 120.75 MiB free; 22.89 GiB",
+             "Management and PYTORCH_CUDA_ALLOC_CONF\"."]
+    report = json.loads(triage(tmp_path, lines, "--json")[1])
+    assert report["playbook"] == "oom" and report["exit"]["given"] == "exit 1 (inferred)", report
+    assert any("an uncaught exception (OutOfMemoryError)" in note for note in report["missing"]), report["missing"]
+
+
 def test_a_log_still_training_at_its_end_infers_nothing_and_says_what_an_exit_would_decide(tmp_path):
     # An OOM caught by the trainer (a batch-size finder), then training went on: no ending to read.
     code, out = triage(tmp_path, [*OOM_TRACEBACK, PROGRESS.format(i=8, s=2, loss=6.1)], "--json")
