@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.core.text_safety import for_display
+
 KINDS = ("open", "update", "close", "digest")
 FIELDS_PER_SECTION = 10      # Slack's limit
 HEADER_LIMIT, FIELD_LIMIT, TEXT_LIMIT = 150, 2000, 3000
@@ -78,8 +80,9 @@ def _short(value: Any) -> str:
 
 
 def _esc(text: str) -> str:
-    # Slack mrkdwn control characters; log lines love "<" and ">".
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Secrets redacted and control characters (bidi overrides too) neutralised before a log line leaves
+    # for Slack; then Slack's mrkdwn control characters: log lines love "<" and ">".
+    return for_display(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -91,7 +94,7 @@ def _mrkdwn(text: str) -> dict[str, str]:
 
 
 def _header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text", "text": _clip(text, HEADER_LIMIT)}}
+    return {"type": "header", "text": {"type": "plain_text", "text": _clip(for_display(text), HEADER_LIMIT)}}
 
 
 def _section(text: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from engine.core.bounded_read import MAX_FILE_BYTES, read_json_record, without_name
 from engine.core.durable import atomic_write_text
 from engine.core.errors import SourceError
+from engine.core.text_safety import redact_tree
 from engine.records.incident import Incident
 from engine.records.incident_checks import ID_PATTERN, problem
 
@@ -59,8 +60,11 @@ class IncidentStore:
         return self.dir / f"{incident_id}.json"
 
     def write(self, incident: Incident) -> Path:
+        """The record on disk has every secret redacted (a token the trainer printed is in its log tail
+        and snapshot); the Incident in memory is left as it is."""
         path = self.path(incident.id)
-        atomic_write_text(path, json.dumps(incident.to_json(), indent=2, sort_keys=False, default=str) + "\n")
+        record = redact_tree(incident.to_json())
+        atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")
         return path
 
     def read(self, incident_id: str) -> Incident:

@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from engine.core.text_safety import for_display, redact, redact_tree
+from engine.core.yaml_source import SourceError
 from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
-from engine.core.yaml_source import SourceError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -89,7 +90,8 @@ def read_all(store) -> tuple[list[dict], dict[str, str]]:
 
 
 def report(problem: RecordProblem) -> ExitCode:
-    err.print(Text("error: " + str(problem)) if problem.code != ExitCode.BAD_CONFIG else Text(str(problem)))
+    text = for_display(problem)
+    err.print(Text("error: " + text) if problem.code != ExitCode.BAD_CONFIG else Text(text))
     return problem.code
 
 
@@ -139,6 +141,13 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def shown(record: dict) -> dict:
+    """PURE. The record as it may reach a terminal: every text with its secrets redacted and its control
+    characters neutralised (a log line can clear the screen, retitle the window or reorder what is read).
+    Records written before redaction existed are redacted here too."""
+    return redact_tree(record, for_display)
+
+
 def print_table(records: list[dict]) -> None:
     # SIMPLE box, two-line headers, no-wrap cells: the table stays readable in an 80-column terminal or CI log.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
@@ -148,7 +157,7 @@ def print_table(records: list[dict]) -> None:
         table.add_column(name, justify=justify, no_wrap=name != "playbook", min_width=12 if name == "id" else None,
                          max_width=12 if numeric else None, overflow="ellipsis" if numeric else "fold")
     for record in records:
-        r = row(record)
+        r = row(shown(record))
         style = {"recovered": "green", "escalated": "yellow", "failed": "red"}.get(str(r["outcome"]), "")
         table.add_row(*(Text(_show(r[k]), style=style if k == "outcome" else "")
                         for k in ("id", "when", "playbook", "outcome", "step", "steps_lost", "recovery_seconds")))
@@ -156,6 +165,7 @@ def print_table(records: list[dict]) -> None:
 
 
 def print_record(record: dict) -> None:
+    record = shown(record)
     out.print(Text(f"{record.get('id')}: {record.get('playbook')} ({record.get('outcome')})", style="bold"))
     summary = [
         ("symptom", record.get("symptom")), ("severity", record.get("severity")),
@@ -219,14 +229,14 @@ def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(
     except RecordProblem as problem:
         raise typer.Exit(int(report(problem)))
     records, problems = read_all(store)
-    if as_json:
-        typer.echo(json.dumps([row(r) for r in records], indent=2))
+    if as_json:   # json.dumps writes control characters as \u escapes; secrets are redacted
+        typer.echo(json.dumps([row(redact_tree(r, redact)) for r in records], indent=2))
     elif records:
         print_table(records)
     elif not problems:
         out.print(Text(f"no incidents recorded in {store.dir}"))
     for problem in problems.values():
-        err.print(Text("error: " + problem))
+        err.print(Text("error: " + for_display(problem)))
     raise typer.Exit(int(ExitCode.NOT_FOUND if problems else ExitCode.OK))
 
 
@@ -242,7 +252,7 @@ def show_incident(ctx: typer.Context, incident_id: str = typer.Argument(..., hel
     except RecordProblem as problem:
         raise typer.Exit(int(report(problem)))
     if as_json:
-        typer.echo(json.dumps(record, indent=2, default=str))
+        typer.echo(json.dumps(redact_tree(record, redact), indent=2, default=str))
     else:
         print_record(record)
     raise typer.Exit(int(ExitCode.OK))

@@ -10,6 +10,7 @@ configs/run_config.yaml). Exit 0; 9 when no run folder or no readable record was
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from engine.core.text_safety import for_display
 from runbook.exit_codes import ExitCode
 
 out = Console(highlight=False, soft_wrap=True)
@@ -36,6 +38,13 @@ def _label(run_dir: Path, roots: list[Path]) -> str:
         except ValueError:
             continue
     return str(run_dir)
+
+
+def shown(entry):
+    """PURE. A ledger entry whose texts (a signature is a log line, masked) can neither act on a terminal
+    nor carry a secret: the Markdown, the JSON and the chart are all made from these."""
+    return dataclasses.replace(entry, **{f.name: for_display(getattr(entry, f.name)) for f in dataclasses.fields(entry)
+                                         if isinstance(getattr(entry, f.name), str)})
 
 
 def write_png(ledger, path: Path) -> bool:
@@ -82,6 +91,7 @@ def ledger(
 
     roots = list(run_dirs) if run_dirs else [_default_run_dir(config)]
     folders, problems = run_folders(roots)
+    problems = [for_display(problem) for problem in problems]   # they quote folder names and file contents
     if not folders:
         for problem in problems:
             err.print(Text(f"error: {problem}"))
@@ -90,9 +100,9 @@ def ledger(
     for folder in folders:
         label = _label(folder, roots)
         found, skipped = ledger_entries(folder, label)
-        entries += found
-        labels.append(label)
-        problems += skipped
+        entries += [shown(entry) for entry in found]
+        labels.append(for_display(label))
+        problems += [for_display(problem) for problem in skipped]
     for problem in problems:
         err.print(Text(f"warning: {problem}"))
     table = build_ledger(entries)
@@ -103,12 +113,12 @@ def ledger(
         atomic_write_text(output / "ledger.json", data)
         drawn = write_png(table, output / "ledger.png")
     except OSError as error:
-        err.print(Text(f"error: cannot write the ledger into {output}: {error.strerror or error}"))
+        err.print(Text(for_display(f"error: cannot write the ledger into {output}: {error.strerror or error}")))
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     if as_json:
         out.print(Text(data, end=""))
     else:
         out.print(Text(markdown))
-    err.print(Text(f"wrote {output / 'ledger.md'}, {output / 'ledger.json'}" + (f", {output / 'ledger.png'}" if drawn else "")))
+    err.print(Text(for_display(f"wrote {output / 'ledger.md'}, {output / 'ledger.json'}" + (f", {output / 'ledger.png'}" if drawn else ""))))
     if not entries and problems:
         raise typer.Exit(int(ExitCode.NOT_FOUND))

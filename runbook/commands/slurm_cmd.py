@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from engine.core.text_safety import for_display
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 
@@ -81,8 +82,8 @@ def submit(
         raise typer.Exit(int(ExitCode.USAGE))
     folder = slurm_dir(loaded.run_dir)
     if any(ch.isspace() or ch == "%" for ch in str(folder) + str(loaded.path)):   # #SBATCH lines split on blanks; % is a pattern
-        err.print(f"error: the run folder {folder} or the config {loaded.path} has a blank or '%' in its path: "
-                  "#SBATCH lines cannot carry it; move the project or set run_dir", markup=False)
+        err.print(for_display(f"error: the run folder {folder} or the config {loaded.path} has a blank or '%' in its "
+                              "path: #SBATCH lines cannot carry it; move the project or set run_dir"), markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     script_text = job_script(project_dir=loaded.project_dir, config_path=loaded.path, runbook=runbook_executable(),
                              output=folder / "job-%j.out", settings=settings,
@@ -90,9 +91,9 @@ def submit(
                              nodes=loaded.config.trainer.num_nodes)
     script = folder / "job.sbatch"
     argv = submit_argv(script, options)
-    if dry_run:
-        out.print(script_text, end="", markup=False)
-        out.print(f"# would run: {' '.join(argv)}", markup=False)
+    if dry_run:   # paths, the run folder's name and sbatch options may hold escapes: shown, never acted on
+        out.print(for_display(script_text), end="", markup=False)
+        out.print(for_display(f"# would run: {' '.join(argv)}"), markup=False)
         return
     if shutil.which("sbatch") is None:
         err.print("error: sbatch is not on PATH: submit from a SLURM login node (or use --dry-run to see the script)",
@@ -112,7 +113,8 @@ def submit(
     answer = run_command(argv, settings.command_timeout_s, cwd=loaded.project_dir)
     job_id = parse_job_id(answer.text) if answer.ok else None
     if job_id is None:
-        err.print(f"error: sbatch did not submit the job: {answer.text.strip() or 'no job id printed'}", markup=False)
+        err.print(for_display(f"error: sbatch did not submit the job: {answer.text.strip() or 'no job id printed'}"),
+                  markup=False)
         raise typer.Exit(int(ExitCode.BAD_CONFIG))
     write_submission(loaded.run_dir, Submission(job_id=job_id, submitted_at=time.time(), script=str(script), argv=argv))
     print(job_id)
