@@ -107,7 +107,7 @@ def config_problems(playbook: Playbook, config: RunConfig) -> list[tuple[tuple, 
                 continue
             updates = p.params.updates()
             try:
-                RunConfig.model_validate({**config.model_dump(), **updates})
+                type(config).model_validate({**config.model_dump(), **updates})   # its trainer's settings model too
             except ValidationError as err:
                 problems.append((("actions", index, step.verb),
                                  f"the run config refuses {updates}: {err.errors()[0]['msg']}"))

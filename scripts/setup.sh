@@ -9,7 +9,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 # torch first, from the exact pin, so nothing later can swap in a CUDA build.
 .venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
-.venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
+# The litgpt extra: the default trainer (torch, litgpt, litdata); test: the suite's runner and HF stack.
+.venv/bin/python -m pip install -q -c constraints.txt -e '.[litgpt,test]'
 # litdata pulls torchvision, whose PyPI build does not import beside this torch build
 # ("operator torchvision::nms does not exist") and breaks `import litgpt`; runbook needs none of it.
 if .venv/bin/python -m pip show torchvision >/dev/null 2>&1; then

@@ -22,7 +22,7 @@ import signal as _signal
 from typing import Iterable
 
 # A trainer that saved a checkpoint on a notice signal and stopped, to be resumed (sysexits EX_TEMPFAIL),
-# whatever the trainer: litgpt's notice handler, runbook.sdk for a plain script, playbooks/preemption.yaml.
+# whatever the trainer: its notice handler (engine/trainers/<name>/), runbook.sdk in a plain script; playbooks/preemption.yaml.
 SAVED_ON_NOTICE = 75
 # The signals a trainer dies of, for the 256-N wrap (SIGHUP's 255 is everybody's generic "exit -1").
 WRAPPED_SIGNALS = frozenset({2, 6, 7, 9, 11, 15})

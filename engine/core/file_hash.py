@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-BLOCK = 1024 * 1024   # the read size of the checkpoint scans (engine/trainers/litgpt/pth_scan.py)
+BLOCK = 1024 * 1024   # the read size of the checkpoint scans (a trainer layout's scan of its files)
 
 
 def sha256_file(path: Path) -> str:

@@ -100,7 +100,7 @@ class TrainerStatus(Frozen):
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
     # load, compile), then "training"; "saving" from a save's announcement to the next progress line;
-    # "validating" from the run's first validation's announcement (litgpt's `Validating ...`) to the next
+    # "validating" from the run's first validation's announcement (a trainer's `Validating ...`) to the next
     # progress line. These are judged by their signs of life, not by progress lines: a first save or a first
     # validation of a big model outlasts a timeout learnt from the training steps before it.
     phase: Literal["startup", "training", "saving", "validating"] = "training"

@@ -1,4 +1,4 @@
-"""Loading a Hugging Face tokenizer.json in one sentence or not at all: `runbook check` (the litgpt
+"""Loading a Hugging Face tokenizer.json in one sentence or not at all: `runbook check` (the trainer's
 preflight) and `runbook scan-data` both load it, and both say the same thing when it cannot be loaded.
 
 What a user's tokenizer.json can be: empty, garbage, 100,000-deep JSON (the Rust parser refuses it, no

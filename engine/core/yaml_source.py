@@ -239,7 +239,7 @@ def replace_scalars(text: str, values: dict[tuple, Any]) -> str | None:
 
 
 def yaml_scalar_text(value: Any) -> str | None:
-    """PURE. A number, bool or string as YAML that YAML 1.1 readers (PyYAML, which litgpt's jsonargparse
+    """PURE. A number, bool or string as YAML that YAML 1.1 readers (PyYAML, which trainers' jsonargparse
     uses) and 1.2 readers (ruamel) both read back as the same value; None for anything else."""
     import json
     import math

@@ -1,7 +1,7 @@
 """The config of a scratch run (a drill, `replay --execute`) made from a user's run.
 
 A scratch run must never write into the user's files. A run config is copied by its callers; a run
-based on a trainer config file of the user's (a litgpt YAML) also needs that file copied beside it,
+based on a trainer config file of the user's (a YAML of the trainer's own) also needs that file copied beside it,
 with the scratch run's values (out_dir, max_tokens, the hyperparameters of the replayed record) in
 the copy, since the file owns them and a recovery writes them back there. The trainer's settings
 model knows its file (TrainerSettings.detach).

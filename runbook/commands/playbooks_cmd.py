@@ -158,13 +158,13 @@ def explain(
     """Clause by clause: does NAME match this state, expected vs actual. Exit 0 on match, 1 on no match."""
     from engine.language.clauses import MatchContext
     from engine.language.planner import plan
-    from engine.core.config import RunConfig
+    from engine.trainers.run_config import run_config_of
 
     run_config, paths, shipped = _setup(playbooks, config)
     snapshot, record_config = _read_state(state)
     if config is None and record_config:
         try:
-            run_config = RunConfig.model_validate(record_config)  # the config the incident was decided with
+            run_config = run_config_of(record_config)  # the config the incident was decided with, by its trainer's model
         except ValidationError:
             typer.echo("note: the record's config_before is not valid any more; using the defaults")
     loaded = _load(paths, ExitCode.BAD_CONFIG, shipped)

@@ -85,8 +85,6 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
     run_dir and run_log inside the replay folder (relative: they resolve against it)."""
     from pydantic import ValidationError
 
-    from engine.core.config import RunConfig
-
     tree = loaded.config.model_dump(mode="json")
     after = record.get("config_after") if isinstance(record.get("config_after"), dict) else {}
     for key in HYPERPARAMETERS:
@@ -103,7 +101,7 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
         tree["run_log_template"] = str(loaded.resolve(loaded.config.run_log_template))
     tree["watch"] = {**tree["watch"], "quarantine_dir": None}
     try:
-        RunConfig.model_validate(tree)
+        type(loaded.config).model_validate(tree)   # by today's trainer's settings model
     except ValidationError as error:
         first = error.errors()[0]
         raise ExecuteRefused(ExitCode.BAD_CONFIG, f"{record['id']}: config_after gives an invalid run config "

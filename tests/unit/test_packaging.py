@@ -138,9 +138,11 @@ def test_pyproject_allows_the_litgpt_range_runbook_accepts():
         import tomllib
     except ImportError:   # Python 3.10 (supported); CI runs 3.11, so there this is a failure
         require_capability("tomllib is in the standard library from Python 3.11; this is 3.10")
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert f"litgpt{SUPPORTED_RANGE}" in deps
-    assert not [d for d in deps if "==" in d], "exact pins belong in constraints.txt"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps, extra = project["dependencies"], project["optional-dependencies"]["litgpt"]   # litgpt is an extra (issue 36)
+    assert f"litgpt{SUPPORTED_RANGE}" in extra and not [d for d in deps if d.startswith(("litgpt", "litdata", "torch"))]
+    assert "runbook[litgpt]" in project["optional-dependencies"]["test"]   # the suite trains litgpt models
+    assert not [d for d in deps + extra if "==" in d], "exact pins belong in constraints.txt"
     from importlib.metadata import version
 
     assert version_problem(version("litgpt")) is None   # the installed (tested) version is inside the range

@@ -24,7 +24,7 @@ class StalledClause(Clause):
            "`state.startup_timeout_s` (`watch.startup_timeout_s`), however busy. A checkpoint save (announced, "
            "no progress line since, `phase == \"saving\"`) is judged the same way (CPU time alone is no life in a save), with "
            "`state.save_timeout_s` (`watch.save_timeout_s`) as its longest, and so is the run's first validation "
-           "(litgpt's `Validating ...`, no progress line since, `phase == \"validating\"`; CPU time is life there: it "
+           "(the trainer's `Validating ...`, no progress line since, `phase == \"validating\"`; CPU time is life there: it "
            "computes), which no learnt gap has measured yet; later validations are inside the learnt gap.")
     example = "stalled:\n  seconds: 300"
 
