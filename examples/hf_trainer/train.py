@@ -48,7 +48,7 @@ class Activations(TrainerCallback):
         self.mb = mb
 
     def on_step_begin(self, args, state, control, **kwargs):
-        held = torch.ones(self.mb * args.per_device_train_batch_size * 2**18)   # 4-byte floats
+        held = torch.empty(self.mb * args.per_device_train_batch_size * 2**18)   # 4-byte floats, reserved
         del held
 
 

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         x, y = step_batch(data, a.seed, step, a.batch, a.block)
         total = 0.0
         for i in range(accum):
-            held = torch.ones(extra_mb * a.micro_batch * 2**18) if extra_mb else None   # 4-byte floats: N MB per sample
+            held = torch.empty(extra_mb * a.micro_batch * 2**18) if extra_mb else None   # 4-byte floats: N MB per sample
             xs, ys = x[i * a.micro_batch:(i + 1) * a.micro_batch], y[i * a.micro_batch:(i + 1) * a.micro_batch]
             loss = nn.functional.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) / accum
             loss.backward()
