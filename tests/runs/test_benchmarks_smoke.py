@@ -96,6 +96,22 @@ def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):
     assert "Goal (issue 7) not measured" in out        # --smoke leaves the page cache alone: warm figures only
 
 
+def test_run_action_smoke(untouched_repo):
+    """Both contenders meet both commands: the bounded action's peak stays small while the seed's grows with
+    the flood, and it neither waits for nor leaves behind the backgrounded sleep the seed leaves running."""
+    from benchmarks import bench_run_action
+
+    results = bench_run_action.main(["--smoke"])["results"]
+    flood, background = results["flood"], results["background"]
+    assert [len(flood[c]) for c in ("seed", "bounded")] == [len(background[c]) for c in ("seed", "bounded")] == [1, 1]
+    [seed_flood], [bounded_flood] = flood["seed"], flood["bounded"]
+    assert bounded_flood["maxrss_kb"] < 200 * 1024 and "did not finish within 1 s" in bounded_flood["summary"], bounded_flood
+    assert seed_flood["maxrss_kb"] is None or seed_flood["maxrss_kb"] > 2 * bounded_flood["maxrss_kb"], seed_flood
+    [seed_bg], [bounded_bg] = background["seed"], background["bounded"]
+    assert seed_bg["left_running"] == 1 and "timed out" in seed_bg["summary"], seed_bg
+    assert bounded_bg["left_running"] == 0 and bounded_bg["ok"] and "killed them" in bounded_bg["summary"], bounded_bg
+
+
 # The smokes that train (chaos, latency, relaunch, overhead, log flood, false alarms) take 1-7 min each on
 # 2 cores; they run in CI (on two workers, beside the other tests). RUNBOOK_BENCHMARK_SMOKE=0 leaves them out
 # of a quick local run, and the end-of-run skip list says so.
