@@ -41,6 +41,11 @@ class PlainReporter:
             print(f"{stamp} {line}", file=self.stream, flush=True)
 
     def format(self, kind: str, data: dict) -> str | None:
+        """The event's line, safe for a terminal (the live view prints these too), or None."""
+        line = self._words(kind, data)
+        return None if line is None else for_display(line)
+
+    def _words(self, kind: str, data: dict) -> str | None:
         if kind == "observation":
             snap = data["snapshot"]
             m = snap.metrics

@@ -150,3 +150,5 @@ def test_the_watch_console_prints_no_escape_and_no_secret(as_json):
     out = stream.getvalue()
     assert out.count("\n") == 2 and "\x1b" not in out and "\u202e" not in out and "hf_QQQ" not in out, out
     assert "ALL CLEAR" in out
+    line = report.format("warning", {"text": HOSTILE_LINE})     # what the live view prints above its panel
+    assert "\x1b" not in line and "hf_QQQ" not in line and "ALL CLEAR" in line
