@@ -17,6 +17,7 @@ from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
 from engine.watch.runtime import EngineRuntime
+from engine.watch.stopping import stop_on_request
 from engine.core.state import RunState
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
@@ -175,6 +176,9 @@ class IncidentRunner:
     # --- closing and reporting -----------------------------------------------------------------
     def _close(self, incident: Incident, runtime: EngineRuntime, outcome: str) -> None:
         s = self.ctx
+        if outcome != "recovered" and s.control.alive:   # nobody supervises it from here on: stop it (stopping.py)
+            detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.ledger)
+            incident.note(f"the run {outcome}, so its trainer was stopped: {detail}")
         incident.close(outcome, self.ctx.control.loaded.config.model_dump(mode="json"), s.tokens_per_step,
                        self.escalation)
         self._save(incident)

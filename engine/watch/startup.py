@@ -29,8 +29,9 @@ def start_or_continue(sup) -> None:
     sup.control.launches = past.launches
     trainer = None
     if past.trainer_pid:
-        # Whatever the run's state: an escalation leaves its trainer running unsupervised, and a new
-        # watcher takes it back rather than launching a second one (engine/process/identity.py proves it).
+        # Whatever the run's state: a trainer left running (a watcher killed or crashed; an escalation
+        # stops its trainer, but one of an older runbook did not) is taken back rather than doubled
+        # (engine/process/identity.py proves it is this run's).
         trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
         if not trainer.alive and past.run_state in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED):
             trainer = None   # it ended and that end was already judged
@@ -45,6 +46,9 @@ def start_or_continue(sup) -> None:
             take_back(sup, adopted, f"of launch {sup.control.launches}, which the journal had not recorded "
                                     "(its watcher was killed as it launched)")
             return
+        # A live trainer of this run folder that cannot be proven the journal's (its record lost the start
+        # time): judged neither as ended nor as ours, and never doubled (exit 15, naming it).
+        sup.control.refuse_second_trainer()
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
     # reads from the trainer's log which save is under way.

@@ -1,6 +1,9 @@
-"""The watcher asked to stop (SIGTERM/SIGINT to it, a cloud notice, a scheduler's notice): forward the
-notice so the trainer finishes its step and saves, wait up to grace_period_s for that save, then stop
-whatever still runs. The save is sealed now: the next watch resumes from it."""
+"""The watcher asked to stop (SIGTERM/SIGINT to it, a cloud notice, a scheduler's notice), or the run
+escalated: forward the notice so the trainer finishes its step and saves, wait up to grace_period_s for
+that save, then stop whatever still runs. The save is sealed now: the next watch resumes from it.
+
+An escalation stops its trainer too: left running, a diverged trainer trained on unsupervised to final/
+while the run said "escalated", and nobody watched what it wrote into out_dir."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from engine.process.trainer_control import TrainerControl
 from engine.records.journal import Journal
 
 
-def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger, slurm) -> str:
+def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger, slurm=None) -> str:
     """What was done, for the transition to STOPPED."""
     noticed = None
     if control.alive and control.process is not None:

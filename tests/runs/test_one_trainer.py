@@ -1,6 +1,6 @@
 """One trainer per run folder, and signals only to a process proven to be this run's.
 
-Real runs, real processes: a run escalated while its trainer lives is taken back by the next
+Real runs, real processes: a trainer whose watcher died is taken back by the next
 `runbook watch` (never a second trainer into the same out_dir); a live trainer the journal cannot
 prove stops `watch` with exit 15; and an unrelated process behind every kind of stale or forged
 record is neither watched nor signalled, by `watch`, `watch --dry-run` or `status`.
@@ -25,19 +25,6 @@ from tests.conftest import RUNBOOK, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 
-ESCALATE_AT_STEP_3 = textwrap.dedent("""\
-    name: escalate-early
-    description: A test playbook that hands the run to a human while its trainer keeps training.
-    severity: warning
-    priority: 50
-    match:
-      expr: "state.metrics.step is not none and state.metrics.step >= 3"
-    limits: {max_attempts: 1}
-    actions:
-      - escalate: {reason: "a person must look at step {{ state.metrics.step }}"}
-""")
-
-
 def journal_entries(project) -> list[dict]:
     return Journal(project.run_dir / "journal.jsonl").entries()
 
@@ -46,27 +33,26 @@ def launches(project) -> list[dict]:
     return [e for e in journal_entries(project) if e["kind"] == "launch"]
 
 
-def escalate_with_the_trainer_alive(project) -> int:
-    """Run until the test playbook escalates, hold the trainer (SIGSTOP) so it is still mid-run when the
-    next watcher starts, and return its pid. The escalating watcher exits 4 and leaves it running."""
-    (project.root / "playbooks").mkdir(exist_ok=True)
-    (project.root / "playbooks" / "escalate_early.yaml").write_text(ESCALATE_AT_STEP_3)
+def leave_the_trainer_alive_unsupervised(project) -> int:
+    """Run until its first sealed checkpoint, hold the trainer (SIGSTOP) so it is still mid-run when the next watcher starts,
+    kill its watcher (SIGKILL: a crash) and return the trainer's pid. (An escalation no longer leaves its
+    trainer running: tests/runs/test_escalation_stops.py.)"""
     watcher = project.watch()
     try:
-        wait_for(lambda: any(e.get("to") == "escalated" for e in journal_entries(project)), 240, interval=0.05,
-                 what="the escalation")
+        wait_for(lambda: any(e.get("kind") == "verified" for e in journal_entries(project))
+                 and bool(launches(project)), 240, interval=0.05, what="a sealed checkpoint")
         pid = launches(project)[-1]["pid"]
         os.kill(pid, signal.SIGSTOP)
-        assert watcher.wait(timeout=60) == 4, project.watch_output()
+        watcher.kill()
+        watcher.wait(timeout=60)
     finally:
         stop_process(watcher)
     assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
-    (project.root / "playbooks" / "escalate_early.yaml").unlink()
     return pid
 
 
-def test_a_rerun_after_an_escalation_reattaches_to_the_live_trainer(project, reference_run):
-    pid = escalate_with_the_trainer_alive(project)
+def test_a_rerun_after_the_watcher_died_reattaches_to_the_live_trainer(project, reference_run):
+    pid = leave_the_trainer_alive_unsupervised(project)
     status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, cwd=project.root)
     assert f"alive, UNSUPERVISED" in status.stdout, status.stdout
     watcher = project.watch()
@@ -84,7 +70,7 @@ def test_a_rerun_after_an_escalation_reattaches_to_the_live_trainer(project, ref
 def test_a_live_trainer_the_journal_cannot_prove_stops_watch_with_exit_15(project):
     """The journal lost the start time (an older format, a hand edit): the trainer cannot be proven
     ours, so it is not signalled, and it is found through its launcher so nothing launches beside it."""
-    pid = escalate_with_the_trainer_alive(project)
+    pid = leave_the_trainer_alive_unsupervised(project)
     path = project.run_dir / "journal.jsonl"
     kept = [line for line in path.read_text().splitlines() if '"kind": "launch"' not in line]
     entry = {k: v for k, v in launches(project)[-1].items() if k not in ("started", "crc32")}
