@@ -109,6 +109,7 @@ class MetricTracker:
         # still measured against the healthy loss, not against its own diverged level.
         self.losses.clear()
         self.val_condemned_step = None   # a relaunch starts from other (checkpointed) weights
+        self.loss = None   # the old process's: a NaN it printed would match again before the relaunch prints a loss
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):

@@ -1,0 +1,128 @@
+"""The parts of the hf-trainer and script kinds without a run: the sdk's lines read back by the engine,
+the checkpoint checks of safetensors / torch.save / JSON on real files, argv templates, settings errors
+with file:line, and the metric tracker forgetting a dead launch's NaN."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from engine.checkpoints.store import list_checkpoints, verify_checkpoint
+from engine.core.yaml_source import SourceError
+from engine.observe.events import CheckpointSaving, Progress, Resumed
+from engine.observe.observer import MetricTracker
+from engine.trainers.hf.adapter import HFTrainerAdapter
+from engine.trainers.hf.launch import hf_argv
+from engine.trainers.run_config import load_config
+from engine.trainers.script import formats, template
+from engine.trainers.script.adapter import ScriptAdapter
+from engine.trainers.script.launch import argv_of
+from tests.conftest import REPO
+from tests.trainers.projects import TRAINERS, make_project
+
+
+def sdk_lines(code: str) -> list[str]:
+    """What runbook/sdk.py prints, from a real interpreter (as a user's script would)."""
+    done = subprocess.run([sys.executable, "-c", f"from runbook import sdk\n{code}"], capture_output=True, text=True,
+                          cwd=REPO, check=True)
+    return done.stdout.splitlines()
+
+
+def test_the_sdks_lines_are_read_back_as_events_by_both_adapters(tmp_path):
+    printed = sdk_lines(f"sdk.progress(7, 2.5)\nsdk.progress(8, float('nan'))\nsdk.saving({str(tmp_path / 'step-000008')!r})\n"
+                        f"sdk.resumed({str(tmp_path / 'step-000008' / 'state.pt')!r})")
+    script, hf = ScriptAdapter(), HFTrainerAdapter()
+    first, second, saving, resumed = (script.parse_line(line) for line in printed)
+    assert isinstance(first, Progress) and (first.step, first.loss, first.is_step) == (7, 2.5, True)
+    assert isinstance(second, Progress) and math.isnan(second.loss)   # the nan playbook reads it
+    assert saving == CheckpointSaving(path=str(tmp_path / "step-000008" / "state.pt"))
+    assert isinstance(resumed, Resumed)
+    assert hf.parse_line(printed[2]) == CheckpointSaving(path=str(tmp_path / "step-000008" / "model.safetensors"))
+    assert script.parse_line("runbook: step 3 loss abc took 1 ms") is None
+    assert script.parse_line("runbook: step 3 loss 1.0 took 1 ms" + " " * 10_000) is None   # bounded
+
+
+def test_only_folders_announced_directly_in_out_dir_count_as_runbooks_saves(tmp_path):
+    layout = HFTrainerAdapter().layout
+    log = "\n".join([f"runbook: saving {tmp_path}/checkpoint-4", f"runbook: saving {tmp_path}/final",
+                     f"runbook: saving {tmp_path}/elsewhere/checkpoint-8", f"runbook: saving {tmp_path}/checkpoint-x",
+                     "checkpoint-12 saved"]).encode()
+    assert layout.announced_saves(log, tmp_path) == {"checkpoint-4", "final"}
+
+
+def hf_checkpoint(folder, step: int) -> None:
+    folder.mkdir(parents=True)
+    save_file({"w": torch.arange(1000, dtype=torch.float32)}, str(folder / "model.safetensors"))
+    torch.save({"state": {"exp_avg": torch.arange(10_000, dtype=torch.float32)}, "param_groups": []}, folder / "optimizer.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+def test_hf_checkpoints_are_judged_by_their_own_formats(tmp_path):
+    layout = HFTrainerAdapter().layout
+    for step in (4, 8, 12, 16):
+        hf_checkpoint(tmp_path / f"checkpoint-{step}", step)
+    (tmp_path / "checkpoint-last").mkdir()   # not a step: HF's name with no number is not one of its checkpoints
+    found = list_checkpoints(tmp_path, layout)
+    assert [c.step for c in found] == [4, 8, 12, 16] and all(verify_checkpoint(c).ok for c in found)
+    model = tmp_path / "checkpoint-16" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:-100])
+    assert "truncated" in verify_checkpoint(found[3]).reason and not layout.looks_whole(found[3].path)
+    optimizer = tmp_path / "checkpoint-12" / "optimizer.pt"
+    data = bytearray(optimizer.read_bytes())
+    data[len(data) // 3] ^= 0xFF   # inside a member: its CRC fails
+    optimizer.write_bytes(bytes(data))
+    assert "optimizer.pt" in (verify_checkpoint(found[2]).reason or "")
+    (tmp_path / "checkpoint-8" / "trainer_state.json").write_text('{"global_step": ')
+    assert "trainer_state.json" in verify_checkpoint(found[1]).reason
+    (tmp_path / "checkpoint-4" / "model.safetensors").write_bytes(b"\xff" * 8 + b"{}")
+    assert "header" in verify_checkpoint(found[0]).reason
+
+
+def test_a_nonfinite_tensor_is_named(tmp_path):
+    hf_checkpoint(tmp_path / "checkpoint-4", 4)
+    save_file({"ok": torch.ones(3), "bad": torch.tensor([1.0, float("nan")])}, str(tmp_path / "checkpoint-4" / "model.safetensors"))
+    [checkpoint] = list_checkpoints(tmp_path, HFTrainerAdapter().layout)
+    assert HFTrainerAdapter().find_nonfinite(checkpoint, 5) == ["bad"]
+
+
+def test_argv_templates_and_the_hf_flags_carry_the_run_configs_hyperparameters():
+    values = {"python": "py", "out_dir": "/o", "resume": "/o/step-000004/state.pt", "micro_batch_size": 2,
+              "batch_size": 8, "grad_accum": 4, "lr": "0.001", "max_steps": 24, "save_interval": 4, "seed": 1,
+              "block_size": 32, "train_dir": "/d", "val_dir": "/v", "device": "cpu"}
+    assert argv_of(["{python}", "t.py", "--mb={micro_batch_size}", "{{literal}}"], ["--resume", "{resume}"], values) == \
+        ["py", "t.py", "--mb=2", "{literal}", "--resume", "/o/step-000004/state.pt"]
+    assert argv_of(["{python}"], ["--resume", "{resume}"], {**values, "resume": ""}) == ["py"]   # no resume: no flag
+    argv = hf_argv("train.py", values, [], None)
+    pairs = dict(zip(argv[2::2], argv[3::2]))
+    assert (pairs["--per_device_train_batch_size"], pairs["--gradient_accumulation_steps"], pairs["--learning_rate"]) == ("2", "4", "0.001")
+    assert pairs["--logging_nan_inf_filter"] == "false" and "--resume_from_checkpoint" not in argv
+    with pytest.raises(ValueError, match="unknown template field {mb}"):
+        template.check("--micro={mb}")
+
+
+def test_a_wrong_setting_is_a_config_error_with_file_and_line(tmp_path):
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    project.set(trainer={"args": ["--warmup_steps", "2"]})
+    load_config(project.config)   # the script's own flags pass
+    project.set(trainer={"args": ["--learning-rate=1"]})
+    with pytest.raises(SourceError, match=r"run_config.yaml:\d+.*set by runbook from the run config"):
+        load_config(project.config)
+    script = make_project(tmp_path / "script", TRAINERS["script"])
+    script.set(trainer={"command": ["{python}", "train.py", "--lr", "{learning_rate}"]})
+    with pytest.raises(SourceError, match=r"run_config.yaml:\d+.*unknown template field \{learning_rate\}"):
+        load_config(script.config)
+
+
+def test_a_relaunch_forgets_the_dead_launchs_last_loss():
+    """A trainer that printed loss nan and was stopped for it: until the relaunch prints a loss of its own,
+    the nan playbook must not see that NaN again (it fired 4 more times in 5 s, each relaunch from scratch)."""
+    tracker = MetricTracker(tokens_per_iter=256)
+    tracker.on_event(Progress(iter_num=8, step=8, loss=float("nan"), iter_time_ms=1.0, is_step=True), 1.0)
+    tracker.new_launch(256)
+    assert tracker.loss is None
