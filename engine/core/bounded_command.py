@@ -150,9 +150,10 @@ def run_bounded(argv: list[str], timeout_s: float, cwd=None, env: dict[str, str]
                     eof = _read_some(fd, kept)
         if not eof:
             eof = _read_some(fd, kept)       # what it wrote just before it exited; never wait for more
-        # Ours to stop: the command's own session. At the deadline that includes the command itself.
-        left_behind = kill_group(proc.pid, kill_grace_s)
     finally:
+        # Ours to stop: the command's own session, also when the caller is interrupted (KeyboardInterrupt).
+        # At the deadline that includes the command itself.
+        left_behind = kill_group(proc.pid, kill_grace_s)
         try:
             proc.wait(timeout=max(kill_grace_s * 2, 1.0))
         except subprocess.TimeoutExpired:   # in uninterruptible sleep even after SIGKILL: not waited for
