@@ -18,7 +18,8 @@ SUMMARY_TAIL = 300   # characters of output in a failure's one-line summary
 
 class RunParams(Params):
     argv: list[str] = Field(min_length=1, description="program and arguments; never passed through a shell")
-    timeout: float = Field(60.0, gt=0, le=3600)
+    timeout: float = Field(60.0, gt=0, le=3600, description="seconds; then the command's whole process group is "
+                           "stopped (SIGTERM, then SIGKILL)")
 
 
 def describe(p: RunParams, state) -> str:
@@ -57,6 +58,7 @@ def apply(p: RunParams, rt) -> ActionResult:
 
 
 ACTION = ActionDef(
-    "run", RunParams, "Run an external command given as an argument list (never through a shell).",
+    "run", RunParams, "Run an external command given as an argument list (never through a shell). Its output "
+    "(the first and last 32 KiB) goes into the incident's notes; processes it leaves running are killed.",
     describe, apply, example={"run": {"argv": ["nvidia-smi"], "timeout": 10}},
 )
