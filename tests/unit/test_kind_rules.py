@@ -146,3 +146,28 @@ def test_unanimity_needs_two_reports_of_one_crash_signal():
 def test_a_hostile_line_is_read_within_bounds():
     reports = reports_from_log(["exitcode  : -7 (pid: 1) " + "x" * 10_000_000, "srun: error: n: tasks " + "1-" * 10_000 + ": Bus error"])
     assert len(reports) <= 4096
+
+
+# --- a real watched run ---------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_real_worker_dead_of_sigbus_behind_its_launcher_is_escalated_and_never_relaunched(tmp_path):
+    """`runbook watch` of a real trainer process whose worker a real SIGBUS kills (tests/unit/sigbus_launcher.py):
+    one launch, one incident, escalated; before environment-fault, rank-exited relaunched it."""
+    import json
+
+    from runbook.exit_codes import ExitCode
+    from tests.conftest import REPO, stop_process
+    from tests.runs.test_toy_trainer import make_toy_project
+
+    project = make_toy_project(tmp_path / "project")
+    project.set(trainer={"kind": "python:tests.unit.sigbus_launcher:SigbusLauncherToyAdapter"})
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})
+    try:
+        assert watcher.wait(timeout=90) == ExitCode.ESCALATED, project.watch_output()
+    finally:
+        stop_process(watcher)
+    [incident] = project.incidents(include_slow=True)
+    assert incident["playbook"] == "environment-fault" and incident["outcome"] == "escalated", json.dumps(incident)[:2000]
+    verbs = {a.get("verb") for a in incident.get("actions", [])}
+    assert not verbs & {"resume", "set_hyperparameters", "set_env", "rollback"}, verbs
+    assert len(list((project.run_dir / "logs").glob("trainer-*.log"))) == 1   # launched once, never again
