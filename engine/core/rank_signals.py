@@ -9,8 +9,9 @@ restart meets it again. This reads the reports a dead group leaves:
 - the launcher's summary: torchrun's `exitcode  : -7 (pid: 16615)` / `failed (exitcode: -7) local_rank: 0
   (pid: 5275)` / `Signal 7 (SIGBUS) received by PID 16615`, deepspeed's `exits with return code = -7`,
   srun's `task 3: Bus error` (a task range counts each task);
+- torch.multiprocessing.spawn's `process 1 terminated with signal SIGBUS`;
 - a crash handler's own line in each process: UCX's `[host:5283:0:5704] Caught signal 7 (Bus error: ...)`,
-  faulthandler's `Fatal Python error: Bus error`.
+  Open MPI's `[host:5283] Signal: Bus error (7)`, faulthandler's `Fatal Python error: Bus error`.
 
 A report that names a pid is counted once however many lines name it.
 """
@@ -34,6 +35,8 @@ _RECEIVED = re.compile(r"[Ss]ignal (\d{1,2}) \((SIG[A-Z0-9]{2,8})\) received by 
 _DEEPSPEED = re.compile(r"exits with return code = (-?\d{1,3})\b")
 _SRUN = re.compile(r"srun: error: \S{1,200}: tasks? ([\d,-]{1,100}): (Segmentation fault|Bus error|Aborted|Killed|Terminated)")
 _CAUGHT = re.compile(r"(?:\[[^\]:]{0,200}:(\d{1,10}) ?:[^\]]{0,40}\] )?Caught signal (\d{1,2}) \(")
+_SPAWN = re.compile(r"process (\d{1,6}) terminated with signal (SIG[A-Z0-9]{2,8})")
+_OPEN_MPI = re.compile(r"\[[^\]:]{0,200}:(\d{1,10})\] Signal: [A-Za-z ]{1,40} \((\d{1,2})\)")
 _FAULTHANDLER = re.compile(r"Fatal Python error: (Segmentation fault|Bus error|Aborted|Floating point exception|Illegal instruction)")
 _NAMES = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Aborted": "SIGABRT", "Killed": "SIGKILL",
           "Terminated": "SIGTERM", "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
@@ -83,6 +86,10 @@ def reports_from_log(lines: Iterable[str]) -> list[SignalReport]:
                 by_pid.setdefault(m.group(1), report)
             else:
                 anonymous.append(report)
+        elif (m := _SPAWN.search(line)) is not None:
+            by_pid.setdefault(f"spawn {m.group(1)}", SignalReport(f"spawned process {m.group(1)}", m.group(2)))
+        elif (m := _OPEN_MPI.search(line)) is not None:
+            by_pid.setdefault(m.group(1), SignalReport(f"pid {m.group(1)}", signal_of(int(m.group(2)))))
         elif (m := _FAULTHANDLER.search(line)) is not None:
             anonymous.append(SignalReport("a process", _NAMES[m.group(1)]))
     return (list(by_pid.values()) + anonymous)[:MAX_REPORTS]

@@ -136,6 +136,13 @@ def test_a_pid_named_twice_is_one_report_and_an_srun_range_counts_each_task():
     assert len(srun) == 4 and {r.signal for r in srun} == {"SIGBUS"}
 
 
+def test_spawn_and_open_mpi_reports_are_read_too():
+    spawn = reports_from_log(["torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGBUS"])
+    mpi = reports_from_log(["[node1:05283] *** Process received signal ***", "[node1:05283] Signal: Bus error (7)",
+                            "[node1:05284] Signal: Bus error (7)"])
+    assert [r.signal for r in spawn] == ["SIGBUS"] and [r.signal for r in mpi] == ["SIGBUS", "SIGBUS"]
+
+
 def test_unanimity_needs_two_reports_of_one_crash_signal():
     assert same_signal_everywhere(["SIGBUS", "SIGBUS"]) == "SIGBUS"
     assert same_signal_everywhere(["SIGBUS"]) is None                  # one process is no "every rank"
