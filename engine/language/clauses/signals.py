@@ -35,9 +35,10 @@ class SignalsClause(Clause):
     kind = "signals"
     doc = ("The trainer's processes died of these signals, read from every report a dead group leaves: the ranks' "
            "own exit records, the launcher's summary (torchrun's `exitcode  : -7 (pid: N)` and `Signal 7 (SIGBUS) "
-           "received by PID N`, deepspeed's `exits with return code = -7`, srun's `task 3: Bus error`), a crash "
-           "handler's line in each process (UCX's `Caught signal 7 (Bus error ...)`, faulthandler's `Fatal Python "
-           "error: Bus error`) and the trainer's own exit. `any_of`: some process died of one of them. "
+           "received by PID N`, deepspeed's `exits with return code = -7`, srun's `task 3: Bus error`, torch.multiprocessing's "
+           "`process 1 terminated with signal SIGBUS`), a crash handler's line in each process (UCX's `Caught signal 7 "
+           "(Bus error ...)`, Open MPI's `Signal: Bus error (7)`, faulthandler's `Fatal Python error: Bus error`) and the "
+           "trainer's own exit. `any_of`: some process died of one of them. "
            "`every_rank: true`: at least `min_ranks` processes are reported dead and every one died of the same signal "
            "(one of `any_of`, by default a crash signal): the same fault everywhere at once is the environment's "
            "(/dev/shm, a driver, a config), not one rank's.")
