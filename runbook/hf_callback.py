@@ -30,16 +30,25 @@ class RunbookCallback(TrainerCallback):
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         self.started = psutil.Process().create_time()
 
-    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
-        # A resumed optimizer and scheduler bring the lr they were saved with; runbook lowers lr after a NaN.
-        for i, group in enumerate(optimizer.param_groups if optimizer is not None else []):
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._lr_set = False
+        self._beat(state, "work")
+
+    def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        # A resumed optimizer and scheduler bring the lr they were saved with, and runbook lowers lr after a
+        # NaN: make the run config's win, at the first step (on_train_begin may come before HF loads them).
+        if getattr(self, "_lr_set", True) or optimizer is None:
+            return
+        self._lr_set = True
+        for i, group in enumerate(optimizer.param_groups):
             saved = group.get("initial_lr")
             if saved and saved != args.learning_rate:
                 group["lr"] *= args.learning_rate / saved
                 group["initial_lr"] = args.learning_rate
                 if lr_scheduler is not None and i < len(getattr(lr_scheduler, "base_lrs", [])):
                     lr_scheduler.base_lrs[i] = args.learning_rate
-        self._beat(state, "work")
+        if lr_scheduler is not None and hasattr(lr_scheduler, "_last_lr"):   # what HF logs as learning_rate
+            lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
 
     def on_step_end(self, args, state, control, **kwargs):
         if sdk.notice():   # save the step just finished and stop: 0 steps lost
