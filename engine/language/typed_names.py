@@ -4,7 +4,8 @@
 run. A typo on one (`state.trainer.alvie`) is undefined at every observation, so its condition fails
 closed for ever and the playbook can never fire; the sandbox cannot tell a typo from a missing value,
 but the model can. Only chains of typed models are checked: below a dict, a list, a property or
-`Any`, what an expression may read is the data's, not the model's.
+`Any`, what an expression may read is the data's, not the model's; below `config.trainer` and
+`config.model`, the names are those of the run's trainer (a settings model per trainer.kind).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Iterator
 from jinja2 import nodes
 from pydantic import BaseModel
 
-from engine.core.config import RunConfig
+from engine.core.config import ModelSection, RunConfig, TrainerSettings
 from engine.core.state import StateSnapshot
 from engine.expr.expressions import is_expression, is_template, syntax_tree
 from engine.expr.sandbox import model_info
@@ -89,10 +90,15 @@ def _resolve(node: nodes.Node, roots: dict, found: dict) -> tuple[str, type[Base
     return (f"{chain}.{attr}", inner) if inner is not None else None
 
 
+# Sections each trainer extends with a model of its own (trainer.kind's settings, engine/trainers/registry.py):
+# which names they have depends on the run, not on the playbook, so they are not checked.
+OPEN_SECTIONS = (TrainerSettings, ModelSection)
+
+
 def _model_of(annotation) -> type[BaseModel] | None:
     """The pydantic model a field holds (`Metrics`, `Metrics | None`), else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
+        return None if issubclass(annotation, OPEN_SECTIONS) else annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         models = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(models) == 1:

@@ -55,6 +55,7 @@ def test_the_loader_refuses_the_typo_so_watch_cannot_run_a_playbook_that_never_f
     "state.metrics['loss'] > 3",                                       # subscript of a model
     "config.trainer.env.FOO == 'x'",                                   # below a dict: the data's names
     "state.metrics.loss_history.count(3) > 0",                         # below a list: its methods
+    "config.trainer.precision == '32-true' and config.model.n_layer > 1",   # litgpt's settings: names by trainer.kind
 ])
 def test_names_the_models_have_are_not_reported(source):
     assert unknown_names(source, "condition") == []
