@@ -1,0 +1,378 @@
+"""Mutation score of the pure core: how many small bugs planted in a module its fast tests catch.
+
+An equivalent of mutmut, written for this repository (mutmut rewrites files in place; this working tree is
+shared). For each module of MODULES, every mutation site is listed from its AST, in source order:
+
+  compare   == <-> !=, < -> >= and <=, <= -> > and <, > -> <= and >=, >= -> < and >, in <-> not in, is <-> is not
+  boolop    and <-> or
+  constant  an int or float n -> n + 1 (not bools, not in annotations); True <-> False
+  not       `not x` -> `x`
+  return    `return <value>` -> `return None`
+
+Only sites inside functions (module level: simple assignments) are mutated; class bodies (pydantic and
+dataclass field declarations) are left alone. A mutant is applied in a forked child of one process that has
+imported the tests once: the mutated module is compiled from the copy's source and each of the module's
+functions gets the mutant's code object (`f.__code__ = ...`), so every `from m import f` sees it. The child
+then runs the module's fast tests (TESTS) with pytest -x; a failing or timed-out run kills the mutant.
+
+Everything runs in a copy of the repository (engine/, runbook/, playbooks/, tests/, configs/, pyproject.toml)
+in a scratch folder: the working tree is never written.
+
+    nice -n 10 python benchmarks/bench_mutation.py                      # every module, the table
+    nice -n 10 python benchmarks/bench_mutation.py --module signature --survivors
+    python benchmarks/bench_mutation.py --smoke                         # 6 exit_codes mutants, < 60 s
+
+Exit 0; 1 when the unmutated tests fail in the copy (no score is honest then); 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import gc
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import types
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# module key -> (source files, fast tests that cover them). The tests are what a change to the module is
+# checked by; tests/unit/test_mut_<key>*.py (the tests written against this benchmark's survivors) are added.
+CLAUSES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "engine" / "language" / "clauses").glob("*.py"))
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "matcher": (["engine/language/matcher.py"],
+                ["tests/language/test_playbook_language.py", "tests/unit/test_nan_needs_evidence.py"]),
+    "planner": (["engine/language/planner.py"],
+                ["tests/language/test_playbook_language.py", "tests/unit/test_env_names.py"]),
+    "exit_codes": (["engine/core/exit_codes.py"], ["tests/unit/test_exit_codes.py"]),
+    "signature": (["engine/records/signature.py"], ["tests/language/test_signatures.py", "tests/language/test_drafting.py"]),
+    "clauses": (CLAUSES, ["tests/language/test_playbook_language.py", "tests/language/test_clause_agreement.py"]),
+}
+COPIED = ["engine", "runbook", "playbooks", "tests", "configs", "benchmarks", "pyproject.toml", "README.md", "docs"]
+
+# Mutants that cannot change behaviour, by (file, the mutated line as written, mutation): each with the reason.
+# They are run and shown, and left out of the score (mutmut's `# pragma: no mutate`, kept here: the modules
+# are other people's files). Keyed by the line's text, not its number, so an edit elsewhere keeps the entry;
+# an edit of the line itself drops it (the mutant is then counted again).
+_SIGNAL_RANGE = "if 128 < code < 128 + 65:"
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("engine/core/exit_codes.py", "if code < 0:", "< -> <="): "code 0: signal_of(0) is None, as the fall-through gives",
+    ("engine/core/exit_codes.py", "if code < 0:", "0 -> 1"): "code 0: signal_of(0) is None, as the fall-through gives",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "< -> <="): "128 and 193 give signal 0 and 65, which do not exist: None either way",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "128 -> 129"): "193 (128 + 65) gives signal 65, which does not exist",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "65 -> 66"): "193 gives signal 65, which does not exist",
+    ("engine/core/exit_codes.py", "return -int(_signal.Signals[sig]) if sig and code is not None and code > 0 else code",
+     "> -> >="): "code 0 stands for no signal: sig is None and the code is returned either way",
+    ("engine/core/exit_codes.py", "return -int(_signal.Signals[sig]) if sig and code is not None and code > 0 else code",
+     "0 -> 1"): "code 1 stands for no signal: sig is None and the code is returned either way",
+}
+
+_FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],
+          ast.Gt: [ast.LtE, ast.GtE], ast.GtE: [ast.Lt, ast.Gt], ast.In: [ast.NotIn], ast.NotIn: [ast.In],
+          ast.Is: [ast.IsNot], ast.IsNot: [ast.Is]}
+_SYMBOL = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
+           ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+
+
+@dataclass
+class Mutant:
+    module: str          # the MODULES key
+    path: str            # the file, relative to the repository
+    index: int           # the site's number in this file (source order)
+    line: int
+    what: str            # e.g. "< -> <=" or "return None"
+    outcome: str = ""    # "killed", "timeout" (counts as killed), "survived"
+    equivalent: str = "" # why this mutant cannot change behaviour (EQUIVALENT), then not in the score
+
+
+# --- sites: pure functions of a syntax tree ----------------------------------------------------------------
+
+
+def _annotation_nodes(tree: ast.AST) -> set[int]:
+    """ids of every node inside an annotation (a constant there is not behaviour)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        for ann in [getattr(node, "annotation", None), getattr(node, "returns", None)]:
+            if ann is not None:
+                found.update(id(n) for n in ast.walk(ann))
+    return found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            found.add(id(body[0].value))
+    return found
+
+
+def _mutable_region(tree: ast.Module) -> list[ast.AST]:
+    """The statements whose nodes may be mutated: function bodies (at module level or in a class) and
+    module-level assignments."""
+    region: list[ast.AST] = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Assign)):
+            region.append(stmt)
+        elif isinstance(stmt, ast.ClassDef):
+            region.extend(s for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return region
+
+
+def sites(tree: ast.Module) -> list[tuple[ast.AST, int, str]]:
+    """(node, variant, description) for every mutation, in a deterministic order."""
+    skip = _annotation_nodes(tree) | _docstrings(tree)
+    found: list[tuple[ast.AST, int, str]] = []
+    for stmt in _mutable_region(tree):
+        nodes = [n for n in ast.walk(stmt) if id(n) not in skip]
+        decorators = {id(n) for d in getattr(stmt, "decorator_list", []) for n in ast.walk(d)}
+        for node in sorted((n for n in nodes if id(n) not in decorators and hasattr(n, "lineno")),
+                           key=lambda n: (n.lineno, n.col_offset, type(n).__name__)):
+            if isinstance(node, ast.Compare):
+                for i, op in enumerate(node.ops):
+                    for j, new in enumerate(_FLIPS.get(type(op), [])):
+                        found.append((node, i * 10 + j, f"{_SYMBOL[type(op)]} -> {_SYMBOL[new]}"))
+            elif isinstance(node, ast.BoolOp):
+                found.append((node, 0, "and -> or" if isinstance(node.op, ast.And) else "or -> and"))
+            elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+                found.append((node, 0, f"{node.value!r} -> {node.value + 1!r}"))
+            elif isinstance(node, ast.Constant) and type(node.value) is bool:
+                found.append((node, 0, f"{node.value} -> {not node.value}"))
+            elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                found.append((node, 0, "not x -> x"))
+            elif isinstance(node, ast.Return) and node.value is not None and not (
+                    isinstance(node.value, ast.Constant) and node.value.value is None):
+                found.append((node, 0, "return None"))
+    return found
+
+
+def mutate(tree: ast.Module, index: int) -> tuple[ast.Module, ast.AST]:
+    """A copy of the tree with site `index` mutated, and the top-level statement that holds it."""
+    tree = copy.deepcopy(tree)
+    node, variant, _ = sites(tree)[index]
+    if isinstance(node, ast.Compare):
+        i, j = divmod(variant, 10)
+        node.ops[i] = _FLIPS[type(node.ops[i])][j]()
+    elif isinstance(node, ast.BoolOp):
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    elif isinstance(node, ast.Constant):
+        node.value = (not node.value) if type(node.value) is bool else node.value + 1
+    elif isinstance(node, ast.UnaryOp):
+        _replace(tree, node, node.operand)
+    elif isinstance(node, ast.Return):
+        node.value = ast.Constant(None)
+    holder = next(s for s in tree.body if any(n is node for n in ast.walk(s)))
+    return ast.fix_missing_locations(tree), holder
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for parent in ast.walk(tree):
+        for name, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, name, new)
+            elif isinstance(value, list):
+                value[:] = [new if v is old else v for v in value]
+
+
+# --- applying a mutant (in the forked child only) ----------------------------------------------------------
+
+
+def _codes(code: types.CodeType, into: dict[str, types.CodeType]) -> dict[str, types.CodeType]:
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            into.setdefault(const.co_qualname, const)
+            _codes(const, into)
+    return into
+
+
+def apply(module: types.ModuleType, path: Path, tree: ast.Module, index: int) -> bool:
+    """Put mutant `index` of `module` in place in this process; False when it has nothing to act on."""
+    mutated, holder = mutate(tree, index)
+    if isinstance(holder, ast.Assign):   # a module constant: rebind it (functions read module globals)
+        exec(compile(ast.Module([holder], []), str(path), "exec"), module.__dict__)
+        return True
+    new = _codes(compile(mutated, str(path), "exec"), {})
+    patched = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and obj.__code__.co_filename == str(path):
+            replacement = new.get(obj.__code__.co_qualname)
+            if replacement is not None and replacement is not obj.__code__ and replacement != obj.__code__:
+                obj.__code__ = replacement
+                patched += 1
+    return patched > 0
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+
+def copy_repo(into: Path) -> Path:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"), symlinks=True)
+        elif source.exists():
+            shutil.copy2(source, into / name)
+    return into
+
+
+def pytest_args(tests: list[str]) -> list[str]:
+    return [*tests, "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "--no-header", "-o", "addopts=", "--tb=no"]
+
+
+NOT_APPLIED = 7   # the child's exit status when the mutant changed no code object (then it is not counted)
+
+
+def run_child(body, timeout: float) -> str:
+    """Fork; the child runs body() (an exit status) with its output discarded: 'ok', 'failed', 'timeout' or
+    'not applied'."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            sys.stdout, sys.stderr = io.TextIOWrapper(io.FileIO(1, "w")), io.TextIOWrapper(io.FileIO(2, "w"))
+            code = body()
+        except BaseException:   # noqa: BLE001 - whatever the mutant did, the child only reports
+            code = 3
+        os._exit(code if isinstance(code, int) else 3)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return "ok" if code == 0 else "not applied" if code == NOT_APPLIED else "failed"
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout"
+        time.sleep(0.02)
+
+
+def _import_once(tests: list[str]) -> None:
+    """The tests and what they import, loaded in this process before any fork: each child then pays only for
+    running them (pytest reuses a module already in sys.modules)."""
+    import importlib
+
+    importlib.import_module("tests.conftest")
+    for test in tests:
+        importlib.import_module(test.removesuffix(".py").replace("/", "."))
+
+
+def run_module(key: str, copy_root: Path, limit: int | None, timeout_floor: float) -> tuple[list[Mutant], float]:
+    """Every mutant of one module (the first `limit` with a limit), and the unmutated tests' seconds."""
+    import importlib
+
+    import pytest
+
+    files, tests = MODULES[key]
+    tests = [*tests, *sorted(str(p.relative_to(copy_root)) for p in (copy_root / "tests" / "unit").glob(f"test_mut_{key}*.py"))]
+    args = pytest_args(tests)
+    _import_once(tests)
+    started = time.monotonic()
+    baseline = run_child(lambda: int(pytest.main(args)), timeout=600)
+    seconds = time.monotonic() - started
+    if baseline != "ok":
+        raise SystemExit(f"the unmutated tests of {key} do not pass in the copy ({baseline}): "
+                         f"cd {copy_root} && python -m pytest {' '.join(args)}")
+    timeout = max(timeout_floor, 3 * seconds + 5)
+    mutants: list[Mutant] = []
+    for rel in files:
+        path = copy_root / rel
+        text = path.read_text()
+        tree, lines = ast.parse(text), text.splitlines()
+        name = rel.removesuffix(".py").replace("/", ".")
+        module = importlib.import_module(name)
+        for index, (node, _variant, what) in enumerate(sites(tree)):
+            if limit is not None and len(mutants) >= limit:
+                return mutants, seconds
+            source_line = lines[node.lineno - 1].strip()
+            mutant = Mutant(key, rel, index, node.lineno, what, equivalent=EQUIVALENT.get((rel, source_line, what), ""))
+
+            def body(index=index):
+                if not apply(module, path, tree, index):
+                    return NOT_APPLIED
+                return int(pytest.main(args))
+
+            result = run_child(body, timeout)
+            mutant.outcome = {"ok": "survived", "failed": "killed", "timeout": "timeout", "not applied": "not applied"}[result]
+            if mutant.outcome != "not applied":
+                mutants.append(mutant)
+    return mutants, seconds
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "| --- |" + " ---: |" * (len(headers) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def score(mutants: list[Mutant]) -> tuple[int, int, int]:
+    """(killed, counted, equivalent): the score is killed / counted; equivalent mutants are not counted."""
+    counted = [m for m in mutants if not m.equivalent]
+    return sum(m.outcome in ("killed", "timeout") for m in counted), len(counted), len(mutants) - len(counted)
+
+
+def score_rows(mutants: list[Mutant]) -> list[list[str]]:
+    rows = []
+    for key in dict.fromkeys(m.module for m in mutants):
+        killed, counted, equivalent = score([m for m in mutants if m.module == key])
+        rows.append([key, str(counted + equivalent), str(equivalent), str(killed), str(counted - killed),
+                     f"{100 * killed / counted:.0f}%" if counted else "-"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", choices=sorted(MODULES), help="only these modules (repeatable)")
+    parser.add_argument("--smoke", action="store_true", help="6 mutants of exit_codes: the machinery works (< 60 s)")
+    parser.add_argument("--survivors", action="store_true", help="list every surviving mutant")
+    parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
+    parser.add_argument("--root", type=Path, help="scratch folder for the repository copy (default: a temporary one)")
+    parser.add_argument("--timeout", type=float, default=20.0, help="least seconds a mutant's tests may run")
+    args = parser.parse_args(argv)
+    keys = ["exit_codes"] if args.smoke else (args.module or list(MODULES))
+    scratch = Path(tempfile.mkdtemp(prefix="mutation-", dir=args.root)) if args.root else Path(tempfile.mkdtemp(prefix="mutation-"))
+    if args.root:
+        args.root.mkdir(parents=True, exist_ok=True)
+    copy_root = copy_repo(scratch / "repo")
+    os.chdir(copy_root)
+    sys.path.insert(0, str(copy_root))
+    for name in [n for n in sys.modules if n.split(".")[0] in ("engine", "runbook", "tests", "benchmarks")]:
+        del sys.modules[name]   # the copy's modules, not the working tree's, are the ones mutated and tested
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    started = time.monotonic()
+    mutants: list[Mutant] = []
+    try:
+        for key in keys:
+            found, seconds = run_module(key, copy_root, 6 if args.smoke else None, args.timeout)
+            mutants += found
+            killed, counted, equivalent = score(found)
+            print(f"{key}: {killed}/{counted} killed, {equivalent} equivalent (unmutated tests {seconds:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(table(["module", "mutants", "equivalent", "killed", "survived", "score (killed / not equivalent)"],
+                score_rows(mutants)))
+    print(f"\n{len(mutants)} mutants in {time.monotonic() - started:.0f} s; docs/benchmarks.md not written")
+    if args.survivors or args.smoke:
+        for m in mutants:
+            if m.outcome == "survived":
+                print(f"survived: {m.path}:{m.line} {m.what}" + (f" (equivalent: {m.equivalent})" if m.equivalent else ""))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(m) for m in mutants], indent=1))
+    if args.smoke:
+        assert len(mutants) == 6 and all(m.outcome for m in mutants), mutants
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
