@@ -16,7 +16,7 @@ from engine.checkpoints.partial_saves import clear_trainer_tmp
 from engine.process.identity import SecondTrainerRefused, live_trainers_of
 from engine.process.ranks import RANKS_DIR_ENV, RankWatch, group_exit_pending
 from engine.core.state import TrainerStatus
-from engine.process.trainer_env import trainer_environment
+from engine.process.trainer_env import release_short_tmpdir, trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
 from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble, passing
@@ -38,6 +38,7 @@ class TrainerControl:
         self.trouble = trouble or WriteTrouble()
         self.ranks = RankWatch(None)      # the ranks of the current launch (engine/process/ranks.py)
         self.spares = spares or SparePool()   # this watcher's warm spare (trainer.warm_spare)
+        self.long_tmpdir: str | None = None   # the last launch's TMPDIR as its adapter gave it
 
     @property
     def folder(self):
@@ -66,6 +67,7 @@ class TrainerControl:
         spec.env.update(self.extra_env)
         self.ranks = RankWatch(launch_dir / "ranks")
         spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
+        self.long_tmpdir = spec.env.get("TMPDIR")   # trainer_environment may hand it over as a short link
         spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches), self.spares)
@@ -147,6 +149,11 @@ class TrainerControl:
         self.process = TrainerProcess.attach(pid, log, started, self.folder.exit_status(launch))
         self.ranks = RankWatch(self.folder.launch_dir(launch) / "ranks")
         return self.process
+
+    def release_tmpdir_link(self) -> None:
+        """The watcher ends: the short TMPDIR link (trainer_env.short_tmpdir) goes, unless a trainer still uses it."""
+        if self.long_tmpdir and not self.alive:
+            release_short_tmpdir(self.long_tmpdir)
 
     def stop(self, reason: str) -> str:
         if self.process is None:

@@ -92,3 +92,16 @@ def short_tmpdir(tmpdir: str, root: Path = SHORT_TMP_ROOT) -> str:
         return str(holder / "t")
     except OSError:
         return tmpdir   # no writable /tmp: the long path, as before (a data loader with workers may fail)
+
+
+def release_short_tmpdir(tmpdir: str, root: Path = SHORT_TMP_ROOT) -> bool:
+    """Remove the short link to `tmpdir` once no trainer uses it: only a link that names exactly this folder
+    (runbook's, by short_tmpdir); anything else under that name is left alone. True when one was removed."""
+    link = short_link_name(tmpdir, root)
+    try:
+        if link.is_symlink() and os.readlink(link) == os.path.abspath(tmpdir):
+            link.unlink()
+            return True
+    except OSError:
+        pass
+    return False

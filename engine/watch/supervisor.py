@@ -97,6 +97,7 @@ class Supervisor:
             self.install_signal_handlers()
             if self.slurm is not None:
                 self.slurm.started()
+            services.callback(self.control.release_tmpdir_link)   # after the spare's discard (callbacks unwind in reverse)
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             endpoint = self._start(services, lambda: services_of_watch.metrics_endpoint(
                 self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,

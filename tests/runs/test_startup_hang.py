@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from engine.observe.activity import StartupActivity
-from engine.process.trainer_env import MAX_TMPDIR_CHARS, short_link_name, short_tmpdir
+from engine.checkpoints.partial_saves import trainer_tmp_dir
+from engine.process.trainer_env import MAX_TMPDIR_CHARS, release_short_tmpdir, short_link_name, short_tmpdir
 from tests.conftest import REPO, make_project, stop_process
 from tests.runs.test_toy_trainer import make_toy_project
 from tests.toy_trainer.adapter import ToyAdapter
@@ -91,6 +92,8 @@ def test_a_long_tmpdir_is_handed_over_as_a_short_link_of_runbooks_own(tmp_path):
     short = short_tmpdir(str(target), root)
     assert short == str(short_link_name(str(target), root)) and os.readlink(short) == str(target)
     assert short_tmpdir(str(target), root) == short   # every launch reuses the same link
+    assert release_short_tmpdir(str(target), root) and not os.path.lexists(short) and target.is_dir()
+    assert short_tmpdir(str(target), root) == short
     other = tmp_path / "elsewhere"
     other.mkdir()
     (tmp_path / "second").mkdir()
@@ -99,6 +102,7 @@ def test_a_long_tmpdir_is_handed_over_as_a_short_link_of_runbooks_own(tmp_path):
     os.symlink(other, short_link_name(str(second), root))   # the name is taken by something not ours
     handed = short_tmpdir(str(second), root)
     assert os.readlink(short_link_name(str(second), root)) == str(other)   # left alone
+    assert not release_short_tmpdir(str(second), root) and os.readlink(short_link_name(str(second), root)) == str(other)
     assert Path(handed).resolve() == second.resolve() and len(handed) < len(str(second))
 
 
@@ -120,3 +124,4 @@ def test_a_real_litgpt_run_with_loader_workers_under_a_long_out_dir_trains(tmp_p
     assert "AF_UNIX path too long" not in log, log[-3000:]
     assert (deep / "final" / "lit_model.pth").is_file()
     assert project.incidents() == []
+    assert not os.path.lexists(short_link_name(str(trainer_tmp_dir(deep))))   # the watcher removed its link
