@@ -8,6 +8,7 @@ of verified steps is never out of step with the folder. Planning stays pure in e
 
 from __future__ import annotations
 
+import errno
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +114,14 @@ class CheckpointLedger:
             # A sealed checkpoint is checked against its manifest, not re-sealed: rewriting it would
             # cost a write per file and could seal over damage the manifest is there to catch.
             recheck = self.read_only or ckpts.has_manifest(c)
-            result = ckpts.verify_checkpoint(c) if recheck else ckpts.seal_checkpoint(c)
+            try:
+                result = ckpts.verify_checkpoint(c) if recheck else ckpts.seal_checkpoint(c)
+            except OSError as error:
+                if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # A full disk has no room for the manifest: the checkpoint stays unsealed (so not verified)
+                # and is sealed by a later refresh, once disk-full/disk-low freed room; the watcher lives on.
+                continue
             read["rechecked" if recheck else "sealed"].append(c.step)
             if result.ok:
                 self.verified.add(c.step)

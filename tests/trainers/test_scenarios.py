@@ -80,11 +80,11 @@ def corrupt_sealed_then_kill(drill: DrillRun) -> None:
     a byte flipped inside a safetensors tensor is visible only to the seal's sha256 (the format has no
     checksum), and an HF Trainer saves faster than a loaded 2-core machine's watcher seals (measured: the
     drill's flip landed before the seal, which then recorded the flipped bytes)."""
-    newest = drill.wait_for_checkpoint(3)
-    older = drill.checkpoint_folders()[-2]
-    wait_for(lambda: (older / "runbook-manifest.json").is_file(), timeout=60, what=f"{older.name} sealed")
+    drill.wait_for_checkpoint(3)
     pid = drill.trainer_pid()
-    os.kill(pid, signal.SIGSTOP)
+    os.kill(pid, signal.SIGSTOP)   # no further save; the watcher seals what is there meanwhile
+    *_, older, newest = drill.checkpoint_folders()
+    wait_for(lambda: (older / "runbook-manifest.json").is_file(), timeout=60, what=f"{older.name} sealed")
     resume_file = drill.layout.resume_file(newest)
     with open(resume_file, "r+b") as fh:
         fh.truncate(resume_file.stat().st_size // 2)
