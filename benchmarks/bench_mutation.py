@@ -341,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="least seconds a mutant's tests may run")
     args = parser.parse_args(argv)
     keys = ["exit_codes"] if args.smoke else (args.module or list(MODULES))
-    scratch = Path(tempfile.mkdtemp(prefix="mutation-", dir=args.root)) if args.root else Path(tempfile.mkdtemp(prefix="mutation-"))
     if args.root:
         args.root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="mutation-", dir=args.root))
     copy_root = copy_repo(scratch / "repo")
     os.chdir(copy_root)
     sys.path.insert(0, str(copy_root))

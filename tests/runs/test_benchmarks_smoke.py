@@ -96,6 +96,12 @@ def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):
     assert "Goal (issue 7) not measured" in out        # --smoke leaves the page cache alone: warm figures only
 
 
+def test_mutation_smoke(untouched_repo, tmp_path):
+    # A process of its own: the benchmark forks a child per mutant and works in a copy of the repository.
+    done = run_benchmark("bench_mutation.py", tmp_path / "mutation")
+    assert "| exit_codes | 6 |" in done.stdout and "6 mutants in" in done.stdout, done.stdout
+
+
 def test_run_action_smoke(untouched_repo):
     """Both contenders meet both commands: the bounded action's peak stays small while the seed's grows with
     the flood, and it neither waits for nor leaves behind the backgrounded sleep the seed leaves running."""
