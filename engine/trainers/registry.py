@@ -22,9 +22,13 @@ from engine.trainers.base import TrainerAdapter
 PYTHON_PREFIX = "python:"
 DEFAULT_TRAINER_KIND = "litgpt"   # the trainer of a run config that names none (`pip install .[litgpt]`)
 
-_registered: dict[str, str | Callable[[], TrainerAdapter]] = {"litgpt": "engine.trainers.litgpt.adapter:LitGPTAdapter"}
+_registered: dict[str, str | Callable[[], TrainerAdapter]] = {"litgpt": "engine.trainers.litgpt.adapter:LitGPTAdapter",
+                                                              "hf-trainer": "engine.trainers.hf.adapter:HFTrainerAdapter",
+                                                              "script": "engine.trainers.script.adapter:ScriptAdapter"}
 # kind -> "module:class" of its settings model, imported without its adapter (nor torch)
-_settings: dict[str, str | type[TrainerSettings]] = {"litgpt": "engine.trainers.litgpt.settings:LitGPTSettings"}
+_settings: dict[str, str | type[TrainerSettings]] = {"litgpt": "engine.trainers.litgpt.settings:LitGPTSettings",
+                                                   "hf-trainer": "engine.trainers.hf.settings:HFTrainerSettings",
+                                                   "script": "engine.trainers.script.settings:ScriptSettings"}
 
 
 class UnknownTrainer(ValueError):

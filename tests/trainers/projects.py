@@ -27,10 +27,10 @@ class Trainer:
 
 TRAINERS = {t.name: t for t in (
     Trainer("toy", "python:tests.toy_trainer.adapter:ToyAdapter", {"extra": {"step_seconds": 0.03}}, "state.json"),
-    Trainer("hf-trainer", "python:engine.trainers.hf.adapter:HFTrainerAdapter",
+    Trainer("hf-trainer", "hf-trainer",
             {"script": str(REPO / "examples" / "hf_trainer" / "train.py"),
              "args": ["--block_size", "{block_size}", "--dataloader_num_workers", "0"]}, "model.safetensors"),
-    Trainer("script", "python:engine.trainers.script.adapter:ScriptAdapter",
+    Trainer("script", "script",
             {"command": ["{python}", str(REPO / "examples" / "script" / "train.py"), "--out", "{out_dir}",
                          "--train-dir", "{train_dir}", "--steps", "{max_steps}", "--save-interval", "{save_interval}",
                          "--micro-batch", "{micro_batch_size}", "--batch", "{batch_size}", "--lr", "{lr}",
