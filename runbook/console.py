@@ -54,7 +54,8 @@ class PlainReporter:
             self._last_step = m.step
             tps = f"{m.tokens_per_sec:,.0f} tok/s" if m.tokens_per_sec else "- tok/s"
             val = f" val {m.val_loss:.3f}" if m.val_loss is not None else ""
-            return f"step {m.step} | loss {m.loss:.3f}{val} | {tps} | verified ckpt {snap.checkpoints.newest_verified_step}"
+            loss = f"{m.loss:.3f}" if m.loss is not None else "-"   # a step seen before its loss (a resumed trainer)
+            return f"step {m.step} | loss {loss}{val} | {tps} | verified ckpt {snap.checkpoints.newest_verified_step}"
         if kind == "transition":
             return f"[{data['state'].value}] {data['reason']}"
         if kind == "launch":

@@ -152,3 +152,13 @@ def test_the_watch_console_prints_no_escape_and_no_secret(as_json):
     assert "ALL CLEAR" in out
     line = report.format("warning", {"text": HOSTILE_LINE})     # what the live view prints above its panel
     assert "\x1b" not in line and "hf_QQQ" not in line and "ALL CLEAR" in line
+
+
+def test_a_progress_step_without_a_loss_prints_a_dash_instead_of_killing_the_watcher():
+    # Seen in tests/runs/test_crash_points.py: a restarted watcher's first observation of a resumed toy
+    # trainer had a step and no loss yet; the format raised TypeError and the watcher exited 12.
+    from engine.core.state import Metrics, StateSnapshot
+
+    stream = io.StringIO()
+    PlainReporter(stream)("observation", snapshot=StateSnapshot(metrics=Metrics(step=40)), lines=[])
+    assert "step 40 | loss - | - tok/s | verified ckpt None" in stream.getvalue()
