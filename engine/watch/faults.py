@@ -28,6 +28,14 @@ class Fault:
     inject: Callable[["DrillRun"], float | None] | None = None   # returns when the fault was injected
 
 
+def config_for(config: dict, settings: type) -> dict:
+    """PURE. A fault's config changes for a run whose trainer's settings model is `settings`: trainer keys
+    that model lacks (the slow drill's eval_interval, under a trainer without it) are left out, not a config error."""
+    if "trainer" not in config:
+        return dict(config)
+    return {**config, "trainer": {k: v for k, v in config["trainer"].items() if k in settings.model_fields}}
+
+
 class DrillRun:
     """What an injector needs: where the run writes, its trainer's adapter, and how to wait for it."""
 

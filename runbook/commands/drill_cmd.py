@@ -27,6 +27,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
     """
     from engine.core.merge import deep_merge
+    from engine.watch.faults import config_for
     from engine.watch.scratch_runs import own_trainer_config
     from engine.core.yaml_source import round_trip_yaml
 
@@ -43,7 +44,7 @@ def make_scratch_project(loaded, fault, root: Path) -> Path:
     tree["data"]["make_default"] = False
     tree.setdefault("playbooks", {})["paths"] = [str(p) for p in loaded.playbook_paths]
     tree.setdefault("notifications", {}).setdefault("slack", {})["enabled"] = False
-    tree = deep_merge(tree, fault.config)
+    tree = deep_merge(tree, config_for(fault.config, type(loaded.config.trainer)))   # only keys its trainer has
     tree = own_trainer_config(tree, loaded, root)   # a litgpt YAML the run is based on: copied, not shared
     config = root / "configs" / "run_config.yaml"
     config.parent.mkdir(parents=True)

@@ -169,3 +169,14 @@ def test_a_records_config_is_validated_by_its_trainers_model_and_the_core_defaul
     assert config.trainer.precision == "bf16-true" and config.model.n_layer == 4
     assert run_config_of(RunConfig().model_dump()).trainer.kind == registry.DEFAULT_TRAINER_KIND
     assert registry.adapter_factory(RunConfig().trainer.kind) is registry.adapter_factory("litgpt")
+
+
+def test_a_drills_trainer_keys_apply_only_to_a_trainer_that_has_them():
+    """The slow drill spaces litgpt's validations out (eval_interval); under a trainer without that key
+    the drill's scratch config must still load, so the key is left out rather than refused."""
+    from engine.watch.faults import FAULTS, config_for
+
+    assert config_for(FAULTS["slow"].config, LitGPTSettings)["trainer"] == {"eval_interval": 100}
+    assert config_for(FAULTS["slow"].config, TrainerSettings)["trainer"] == {}
+    assert config_for(FAULTS["oom"].config, TrainerSettings)["trainer"] == {"memory_limit_mb": 1300, "device": "cpu"}
+    assert config_for(FAULTS["nan"].config, TrainerSettings) == {"lr": 10.0}
