@@ -251,7 +251,8 @@ def _bin_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-INSTALL_HINT = "run `bash scripts/setup.sh` (README.md), or `pip install litgpt` into the Python that runs runbook"
+INSTALL_HINT = ("run `bash scripts/setup.sh` (README.md), or `pip install runbook[litgpt]` (from a checkout: "
+                "`pip install .[litgpt]`) into the Python that runs runbook")
 
 
 def is_installed() -> bool:
