@@ -7,7 +7,8 @@ config in code and a byte-level vocabulary (256): nothing is downloaded. The dat
 RUNBOOK_TRAIN_DIR (or --train_dir), cut into blocks of --block_size bytes.
 
 RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more for its step (think
-activations): a real allocation, which fails only where memory is really short (trainer.memory_limit_mb).
+activations) from step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which
+fails only where memory is really short (trainer.memory_limit_mb).
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ class Blocks(torch.utils.data.Dataset):
 class Activations(TrainerCallback):
     """The env-armed memory fault (see the module docstring)."""
 
-    def __init__(self, mb: int):
-        self.mb = mb
+    def __init__(self, mb: int, from_step: int):
+        self.mb, self.from_step = mb, from_step
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 < self.from_step:   # global_step counts the steps done
+            return
         held = torch.empty(self.mb * args.per_device_train_batch_size * 2**18)   # 4-byte floats, reserved
         del held
 
@@ -59,7 +62,7 @@ def main() -> int:
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     callbacks = [RunbookCallback()]
     if mb := int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0):
-        callbacks.append(Activations(mb))
+        callbacks.append(Activations(mb, int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)))
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=callbacks,
                       train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)

@@ -7,8 +7,9 @@ Byte-level (vocabulary 256), so it needs no tokenizer; the data are the .txt fil
 Each step's sequences are drawn from a generator seeded by (seed, step): a resumed run sees exactly
 the sequences an undisturbed one would, whatever its micro-batch.
 
-RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more (think activations):
-a real allocation, which fails only where memory is really short (trainer.memory_limit_mb).
+RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more (think activations) from
+step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which fails only where
+memory is really short (trainer.memory_limit_mb).
 """
 
 from __future__ import annotations
@@ -82,12 +83,14 @@ def main(argv: list[str]) -> int:
     for group in optimizer.param_groups:
         group["lr"] = a.lr                   # the run config's lr wins over the one the checkpoint recorded
     extra_mb = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0)
+    extra_from = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)
     accum = a.batch // a.micro_batch
     for step in range(start + 1, a.steps + 1):
         x, y = step_batch(data, a.seed, step, a.batch, a.block)
         total = 0.0
         for i in range(accum):
-            held = torch.empty(extra_mb * a.micro_batch * 2**18) if extra_mb else None   # 4-byte floats: N MB per sample
+            armed = extra_mb and step >= extra_from
+            held = torch.empty(extra_mb * a.micro_batch * 2**18) if armed else None   # 4-byte floats: N MB per sample
             xs, ys = x[i * a.micro_batch:(i + 1) * a.micro_batch], y[i * a.micro_batch:(i + 1) * a.micro_batch]
             loss = nn.functional.cross_entropy(model(xs).flatten(0, 1), ys.flatten()) / accum
             loss.backward()

@@ -33,7 +33,7 @@ from tests.trainers.projects import MICRO, STEPS, TRAINERS, make_project
 pytestmark = pytest.mark.slow
 NAMES = list(TRAINERS)
 WATCH_TIMEOUT = 240.0
-ACTIVATION_MB, MEMORY_LIMIT_MB = 1024, 3500   # measured VmPeak: script 0.68 GB, HF 0.90 GB; micro-batch 4 needs +4 GiB, 2 needs +2
+ACTIVATION_MB, MEMORY_LIMIT_MB, OOM_FROM_STEP = 1024, 3500, 7   # measured VmPeak: script 0.68 GB, HF 0.90 GB; micro-batch 4 needs +4 GiB, 2 needs +2
 # Each checkpoint (with runbook's manifest): HF 1.5 MB, script 1.7 MB, toy 3 pages; all of a run's need ~2x the tmpfs.
 TMPFS = {"hf-trainer": "6m", "script": "6m", "toy": "48k"}
 
@@ -145,13 +145,16 @@ def test_oom_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path, name
     if name == "toy":
         project.set(trainer={"extra": {"step_seconds": 0.03, "oom_above_micro_batch": MICRO // 2}})
     else:   # a real allocation failure: the address-space limit is the machine's memory, the script only allocates
-        project.set(trainer={"memory_limit_mb": MEMORY_LIMIT_MB, "env": {"OMP_NUM_THREADS": "1",
-                                                                        "RUNBOOK_EXAMPLE_ACTIVATION_MB": str(ACTIVATION_MB)}})
+        project.set(trainer={"memory_limit_mb": MEMORY_LIMIT_MB, "env": {
+            "OMP_NUM_THREADS": "1", "RUNBOOK_EXAMPLE_ACTIVATION_MB": str(ACTIVATION_MB),
+            "RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP": str(OOM_FROM_STEP)}})
     code, seconds = run(project, trainer, env=env)
     assert code == 0, project.watch_output()
     incidents = row(trainer, "oom", project, seconds)
     assert [i["playbook"] for i in incidents] == ["oom"], incidents
     assert incidents[0]["outcome"] == "recovered"
+    if name != "toy":   # it failed in step 7 and resumed from checkpoint 4 with the halved micro-batch
+        assert (incidents[0]["resumed_step"], incidents[0]["steps_lost"]) == (4, 2), incidents[0]
     logs = "\n".join(p.read_text(errors="replace") for p in sorted((project.run_dir / "logs").glob("trainer-*.log")))
     if name != "toy":
         assert "DefaultCPUAllocator: can't allocate memory" in logs   # the allocator's own words, not a printed fake
