@@ -128,9 +128,17 @@ def test_the_json_shape(tmp_path):
     assert data["lines"] == 3 and data["bytes_read"] == data["log_bytes"] == len(OOM_LOG)
 
 
-def test_no_exit_given_is_an_exit_nobody_saw(tmp_path):
+def test_no_exit_given_is_read_from_the_traceback_at_the_logs_end(tmp_path):
+    # issue 34: a plain CUDA OOM traceback without --exit was 'unknown-exit' (restart at the same micro-batch)
     data = as_json(str(write(tmp_path, OOM_LOG)))
-    assert data["exit"]["known"] is False and data["playbook"] == "unknown-exit"
+    assert data["exit"]["given"] == "exit 1 (inferred)" and data["exit"]["code"] == 1
+    assert data["playbook"] == "oom"
+    assert any("inferred" in note and "pass --exit N or --signal NAME" in note for note in data["missing"])
+
+
+def test_no_exit_given_and_none_readable_is_an_exit_nobody_saw(tmp_path):
+    data = as_json(str(write(tmp_path, "step 10 loss 2.31\nstep 11 loss 2.30\n")))
+    assert data["exit"]["known"] is False and data["playbook"] != "oom"
     assert any("pass --exit N or --signal NAME" in note for note in data["missing"])
 
 
