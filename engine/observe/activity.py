@@ -74,8 +74,9 @@ def cpu_gained(before: dict, after: dict) -> float:
 
 
 def busy_enough(history: deque, now: float, window_s: float, min_cpu_s: float) -> bool:
-    """PURE. history: (time, CPU-seconds so far) samples, oldest first, the newest at `now`. At least
-    min_cpu_s gained over the last window_s; over a shorter history, the same rate (a young start-up)."""
+    """history: (time, CPU-seconds so far) samples, oldest first, the newest at `now`; trimmed here to the
+    window. At least min_cpu_s gained over the last window_s; over a shorter history, the same rate (a
+    young start-up)."""
     while len(history) > 1 and history[1][0] <= now - window_s:
         history.popleft()   # keep one sample at or before the window's start
     (then, cpu_then), (_, cpu_now) = history[0], history[-1]
