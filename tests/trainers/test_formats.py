@@ -126,3 +126,16 @@ def test_a_relaunch_forgets_the_dead_launchs_last_loss():
     tracker.on_event(Progress(iter_num=8, step=8, loss=float("nan"), iter_time_ms=1.0, is_step=True), 1.0)
     tracker.new_launch(256)
     assert tracker.loss is None
+
+
+def test_the_preflight_names_a_missing_script_or_command(tmp_path):
+    hf = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    assert HFTrainerAdapter().check_environment(load_config(hf.config)) == []
+    hf.set(trainer={"script": "no-such-train.py"})
+    [problem] = HFTrainerAdapter().check_environment(load_config(hf.config))
+    assert "trainer.script" in problem and "no-such-train.py" in problem
+    script = make_project(tmp_path / "script", TRAINERS["script"])
+    assert ScriptAdapter().check_environment(load_config(script.config)) == []
+    script.set(trainer={"command": ["no-such-python-here", "train.py"]})
+    [problem] = ScriptAdapter().check_environment(load_config(script.config))
+    assert "trainer.command[0]" in problem and "no-such-python-here" in problem

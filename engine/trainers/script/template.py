@@ -1,5 +1,6 @@
-"""PURE. `{name}` templates in a trainer's argv: only the names below, so a typo is a config error
-at load, not an argument the script chokes on mid-run. `{{` and `}}` are literal braces."""
+"""`{name}` templates in a trainer's argv: only the names below, so a typo is a config error
+at load, not an argument the script chokes on mid-run. `{{` and `}}` are literal braces. check and
+render are pure; values_of reads the loaded run config."""
 
 from __future__ import annotations
 
