@@ -4,9 +4,9 @@ Hugging Face Trainer script (examples/hf_trainer/train.py) and a plain nanoGPT-s
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
-import argparse
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path

@@ -20,7 +20,7 @@ from engine.observe.observer import MetricTracker
 from engine.trainers.hf.adapter import HFTrainerAdapter
 from engine.trainers.hf.launch import hf_argv
 from engine.trainers.run_config import load_config
-from engine.trainers.script import formats, template
+from engine.trainers.script import template
 from engine.trainers.script.adapter import ScriptAdapter
 from engine.trainers.script.launch import argv_of
 from tests.conftest import REPO

@@ -24,11 +24,11 @@ import time
 
 import pytest
 
-from engine.watch.faults import FAULTS, DrillRun
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
+from engine.watch.faults import FAULTS, DrillRun
 from tests.conftest import REPO, record_evidence, require_capability, stop_process, wait_for
-from tests.trainers.projects import MICRO, STEPS, TRAINERS, make_project
+from tests.trainers.projects import MICRO, TRAINERS, make_project
 
 pytestmark = pytest.mark.slow
 NAMES = list(TRAINERS)

@@ -38,8 +38,8 @@ class ScriptAdapter:
         s = self._bind(loaded)
         head = template.render(s.command[0], template.values_of(loaded, None))
         if not (shutil.which(head) or Path(loaded.project_dir, head).is_file()):
-            return [f"trainer.command[0] in {loaded.path} is {head!r}: no such executable on PATH or file; "
-                    "write the interpreter first (e.g. [\"{python}\", \"train.py\", ...])"]
+            return [(f"trainer.command[0] in {loaded.path} is {head!r}: no such executable on PATH or file; "
+                     "write the interpreter first (e.g. [\"{python}\", \"train.py\", ...])")]
         return []
 
     def data_fingerprint(self, loaded) -> str | None:
