@@ -298,7 +298,7 @@ def _check_groups_reach_the_scheduler(config, items) -> None:
     """On an xdist worker with --dist loadgroup, every grouped item's node id must carry its group, or the
     scheduler splits the group silently (pytest-dev/pytest-xdist#1386: pytest 9.2 stopped reading the field
     xdist writes; a SLURM file's module fixture then ran on both workers at once). Fail the run instead."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not config.getvalue("loadgroup"):
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("loadgroup", default=None):   # absent under -p no:xdist
         return
     lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:

@@ -94,7 +94,9 @@ def test_a_flooding_command_runs_in_bounded_memory_and_stops_at_its_timeout(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout)
     assert figures["maxrss_kb"] < RSS_BOUND_KB, figures
-    assert figures["seconds"] < 2 + 1.0, figures                          # the timeout holds within ~1 s
+    # the timeout holds: ~0.3 s over it on a quiet machine; 2.5 s of slack for a loaded CI worker (the old code
+    # overran by the time it took to read everything the command printed: 4-17 s for this flood)
+    assert figures["seconds"] < 2 + 2.5, figures
     assert "yes did not finish within 2 s" in figures["summary"], figures
     [note] = figures["notes"]
     assert "truncated: the first and last 32 KiB kept" in note and "bytes left out" in note, note
@@ -104,14 +106,14 @@ def test_the_timeout_holds_for_the_whole_process_group(tmp_path):
     marker = "611.25"
     ok, summary, _notes, seconds = run_action(["sh", "-c", f"sleep {marker} & sleep {marker}"], 1, tmp_path)
     assert not ok and "did not finish within 1 s" in summary, summary
-    assert seconds < 2.0, seconds                     # not the background sleep's 611 s holding the pipe
+    assert seconds < 4.0, seconds                     # not the background sleep's 611 s holding the pipe (slack: a loaded CI)
     assert processes_with(f"sleep {marker}") == []
 
 
 def test_a_backgrounded_child_is_not_waited_for_and_is_gone_afterwards(tmp_path):
     marker = "613.25"
     ok, summary, notes, seconds = run_action(["sh", "-c", f"sleep {marker} & echo started"], 10, tmp_path)
-    assert seconds < 2.0, seconds
+    assert seconds < 4.0, seconds                     # the old code waited the whole 10 s timeout
     assert ok, summary
     assert "left 1 process(es) of its own running in the background: killed them" in summary, summary
     assert notes and notes[0].endswith("started\n"), notes
