@@ -187,3 +187,110 @@ def test_combinators_in_words_and_verdicts():
     assert [explain(c, trainer=crash, tail=["y"]).matched for c in (both, either, negated)] == [False, True, False]
     assert [explain(c).expected for c in (both, either, negated)] == ["every clause", "at least one clause",
                                                                       "the clause below does not match"]
+
+
+# --- second round: what the first round left alive ---------------------------------------------------
+def test_a_clause_is_a_mapping_with_exactly_one_kind():
+    from engine.language.playbook import build_playbook
+    from pydantic import TypeAdapter
+
+    from engine.language.clauses import AnyClause, LogClause
+
+    for bad in ({"log": {"pattern": "x"}, "exit": {"nonzero": True}}, {"log": {"pattern": "x"}, "note": 1}, {"nothing": 1}):
+        with pytest.raises(ValueError, match="a clause is a mapping with exactly one of"):
+            build_playbook({"name": "r", "description": "d", "match": bad, "actions": [{"record": {"note": "n"}}]})
+    made = LogClause(log={"pattern": "x"})
+    assert TypeAdapter(AnyClause).validate_python(made) == made     # a clause object passes as itself
+
+
+def test_the_exit_clause_signal_numbers_are_the_system_s():
+    import signal
+
+    from engine.language.clauses.exit import SIGNALS   # the defining module (a mutant rebinds it there)
+
+    assert SIGNALS == {name: int(signal.Signals[name]) for name in SIGNALS} and len(SIGNALS) == 9
+
+
+def test_only_expr_clauses_hold_expressions():
+    assert list(clause({"log": {"pattern": "x"}}).expressions()) == []
+    assert list(clause({"expr": "state.trainer.alive"}).expressions()) == [(("expr",), "state.trainer.alive")]
+    assert explain({"expr": "state.trainer.alive"}).expected == "state.trainer.alive"
+
+
+def test_log_scope_new_never_reads_the_tail_index():
+    from engine.language.matcher import decide
+    from engine.records.attempts import AttemptHistory
+    from engine.language.matcher import MatchMemory
+
+    new, tail = playbook("new", {"log": {"pattern": "boom", "scope": "new"}}), playbook("tail", {"log": {"pattern": "boom", "scope": "tail"}})
+    state = snap(new_lines=["quiet"], tail=["boom"])
+    outcome = decide(state, CONFIG, [new, tail], MatchMemory(), AttemptHistory())
+    assert outcome.decision.matched == ("tail",)
+
+
+def test_log_reads_a_long_line_on_its_first_max_line_characters():
+    from engine.expr.patterns import MAX_LINE
+
+    assert not check({"log": {"pattern": "needle"}}, new_lines=["x" * MAX_LINE + "needle"])
+    assert check({"log": {"pattern": "needle"}}, new_lines=["x" * (MAX_LINE - 6) + "needle"])
+
+
+def test_consecutive_is_for_loss_only_and_counts_from_two():
+    from engine.language.playbook import build_playbook
+
+    def rule(**metric):
+        return build_playbook({"name": "r", "description": "d", "match": {"metric": metric}, "actions": [{"record": {"note": "n"}}]})
+    with pytest.raises(ValueError, match="consecutive applies to loss only"):
+        rule(name="grad_norm", op=">", value=1, consecutive=2)
+    rule(name="grad_norm", op=">", value=1, consecutive=1)
+    rule(name="loss", op=">", value=1, consecutive=2)
+    with pytest.raises(ValueError, match="needs a value"):
+        rule(name="loss", op=">")
+    rule(name="loss", op="is_nan")
+
+
+def test_consecutive_two_reads_the_history_not_the_current_value():
+    spec = {"metric": {"name": "loss", "op": ">", "value": 5, "consecutive": 2}}
+    assert check(spec, metrics={"loss": 1.0, "loss_history": [6.0, 7.0]})
+    assert not check(spec, metrics={"loss": 9.0, "loss_history": [1.0, 7.0]})
+    e = explain(spec, metrics={"loss_history": [6.0, 7.0]})
+    assert (e.expected, e.actual) == ("loss > 5.0, for the last 2 logged values", "[6.0, 7.0]")
+
+
+def test_min_step_one_skips_a_run_that_has_not_stepped():
+    spec = {"metric": {"name": "loss", "op": ">", "value": 5, "min_step": 1}}
+    assert not check(spec, metrics={"loss": 9.0, "step": 0}) and not check(spec, metrics={"loss": 9.0, "step": None})
+    assert check(spec, metrics={"loss": 9.0, "step": 1})
+
+
+def test_signals_spec_says_something_and_names_real_signals():
+    from engine.language.clauses.signals import SignalsSpec
+
+    for bad in ({"any_of": ["SIGFOO"]}, {"any_of": ["KILL"]}, {}):
+        with pytest.raises(ValueError):
+            SignalsSpec(**bad)
+    assert SignalsSpec(any_of=["SIGBUS"]).any_of == ["SIGBUS"] and SignalsSpec(every_rank=True).every_rank
+
+
+TORCHRUN_BUS = ["[0]:", "  exitcode  : -7 (pid: 11)", "[1]:", "  exitcode  : -7 (pid: 12)"]
+
+
+def test_signals_any_of_reads_the_trainer_s_own_exit_and_every_report():
+    spec = {"signals": {"any_of": ["SIGBUS"]}}
+    assert check(spec, trainer={"alive": False, "exit_code": -7})
+    assert check(spec, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS)
+    assert not check(spec, trainer={"alive": False, "exit_code": 1}, tail=["exitcode  : -9 (pid: 3)"])
+    assert not check(spec, trainer={"alive": True, "exit_code": -7})
+    e = explain(spec, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS)
+    assert e.matched and e.expected == "a process of the trainer died of ['SIGBUS']"
+    assert e.actual == "reported ['SIGBUS', 'SIGBUS']; the trainer's own exit signal SIGBUS"   # a launcher's: its rank's
+    assert explain(spec, trainer={"alive": False, "exit_code": -7}).actual == "reported none; the trainer's own exit signal SIGBUS"
+
+
+def test_signals_every_rank_needs_the_same_signal_from_enough_processes():
+    spec = {"signals": {"every_rank": True, "min_ranks": 2}}
+    assert check(spec, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS)
+    assert not check(spec, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS[:2])
+    assert not check({"signals": {"every_rank": True, "any_of": ["SIGSEGV"]}}, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS)
+    e = explain({"signals": {"every_rank": True, "any_of": ["SIGBUS"], "min_ranks": 3}}, trainer={"alive": False, "exit_code": 1})
+    assert e.expected == "at least 3 processes reported dead, every one by the same signal of ['SIGBUS']"
