@@ -20,6 +20,7 @@ in a scratch folder: the working tree is never written.
 
     nice -n 10 python benchmarks/bench_mutation.py                      # every module, the table
     nice -n 10 python benchmarks/bench_mutation.py --module signature --survivors
+    nice -n 10 python benchmarks/bench_mutation.py --without-mut-tests   # the score before tests/unit/test_mut_*.py
     python benchmarks/bench_mutation.py --smoke                         # 6 exit_codes mutants, < 60 s
 
 Exit 0; 1 when the unmutated tests fail in the copy (no score is honest then); 2 a usage error.
@@ -55,25 +56,42 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
                 ["tests/language/test_playbook_language.py", "tests/unit/test_env_names.py"]),
     "exit_codes": (["engine/core/exit_codes.py"], ["tests/unit/test_exit_codes.py"]),
     "signature": (["engine/records/signature.py"], ["tests/language/test_signatures.py", "tests/language/test_drafting.py"]),
-    "clauses": (CLAUSES, ["tests/language/test_playbook_language.py", "tests/language/test_clause_agreement.py"]),
+    # (tests/language/test_clause_agreement.py also covers them, at 5-10 s a run: 249 mutants would take 40 min)
+    "clauses": (CLAUSES, ["tests/language/test_playbook_language.py"]),
 }
 COPIED = ["engine", "runbook", "playbooks", "tests", "configs", "benchmarks", "pyproject.toml", "README.md", "docs"]
 
 # Mutants that cannot change behaviour, by (file, the mutated line as written, mutation): each with the reason.
 # They are run and shown, and left out of the score (mutmut's `# pragma: no mutate`, kept here: the modules
 # are other people's files). Keyed by the line's text, not its number, so an edit elsewhere keeps the entry;
-# an edit of the line itself drops it (the mutant is then counted again).
+# an edit of the line itself drops it (the mutant is then counted again). `#n`: the n-th such mutation on the
+# line (source order), where the line has several.
 _SIGNAL_RANGE = "if 128 < code < 128 + 65:"
+_POPEN = "return -int(_signal.Signals[sig]) if sig and code is not None and code > 0 else code"
+_SKIPPED_LINE = "if line[:1].isspace() or not line.strip():"
+_WORD_CHECK = 'if found and any(word in found[0].rsplit(".", 1)[-1] for word in _EXCEPTION_WORDS):'
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("engine/core/exit_codes.py", "if code < 0:", "< -> <="): "code 0: signal_of(0) is None, as the fall-through gives",
     ("engine/core/exit_codes.py", "if code < 0:", "0 -> 1"): "code 0: signal_of(0) is None, as the fall-through gives",
-    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "< -> <="): "128 and 193 give signal 0 and 65, which do not exist: None either way",
-    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "128 -> 129"): "193 (128 + 65) gives signal 65, which does not exist",
-    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "65 -> 66"): "193 gives signal 65, which does not exist",
-    ("engine/core/exit_codes.py", "return -int(_signal.Signals[sig]) if sig and code is not None and code > 0 else code",
-     "> -> >="): "code 0 stands for no signal: sig is None and the code is returned either way",
-    ("engine/core/exit_codes.py", "return -int(_signal.Signals[sig]) if sig and code is not None and code > 0 else code",
-     "0 -> 1"): "code 1 stands for no signal: sig is None and the code is returned either way",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "< -> <="): "code 128 gives signal 0, which does not exist: None either way",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "< -> <= #1"): "code 193 gives signal 65, which does not exist",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "128 -> 129 #1"): "code 193 (128 + 65) gives signal 65, which does not exist",
+    ("engine/core/exit_codes.py", _SIGNAL_RANGE, "65 -> 66"): "code 193 gives signal 65, which does not exist",
+    ("engine/core/exit_codes.py", _POPEN, "> -> >="): "code 0 stands for no signal: sig is None, the code is returned either way",
+    ("engine/core/exit_codes.py", _POPEN, "0 -> 1"): "code 1 stands for no signal: sig is None, the code is returned either way",
+    ("engine/records/signature.py", _SKIPPED_LINE, "or -> and"):
+        "an indented or blank line that is not skipped cannot match the exception pattern (a letter first): None either way",
+    ("engine/records/signature.py", _SKIPPED_LINE, "1 -> 2"):
+        "a line with one leading space that is not skipped cannot match the exception pattern either",
+    ("engine/records/signature.py", _WORD_CHECK, "1 -> 2"): "rsplit('.', 2)[-1] is the same last part as rsplit('.', 1)[-1]",
+    ("engine/language/clauses/log.py", "compile_pattern(value, False)  # raises ValueError with the reason", "False -> True"):
+        "validation only: a pattern compiles with ignore_case exactly when it compiles without",
+    ("engine/language/clauses/log.py", 'if self.log.scope == "tail" and ctx.tail_index is not None and regex in ctx.tail_index.position:',
+     "in -> not in"): "the matcher's index holds every tail pattern of its set, and a scan finds the same first line "
+                      "(tests/language/test_playbook_language.py::test_tail_index_gives_the_same_first_line_as_a_scan)",
+    ("engine/language/clauses/log.py",
+     "return next((line for line in lines if regex.search(line if len(line) <= MAX_LINE else line[:MAX_LINE])), None)",
+     "<= -> <"): "a line of exactly MAX_LINE characters is its own first MAX_LINE characters",
 }
 
 _FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],
@@ -269,14 +287,16 @@ def _import_once(tests: list[str]) -> None:
         importlib.import_module(test.removesuffix(".py").replace("/", "."))
 
 
-def run_module(key: str, copy_root: Path, limit: int | None, timeout_floor: float) -> tuple[list[Mutant], float]:
+def run_module(key: str, copy_root: Path, limit: int | None, timeout_floor: float,
+               with_mut_tests: bool = True) -> tuple[list[Mutant], float]:
     """Every mutant of one module (the first `limit` with a limit), and the unmutated tests' seconds."""
     import importlib
 
     import pytest
 
     files, tests = MODULES[key]
-    tests = [*tests, *sorted(str(p.relative_to(copy_root)) for p in (copy_root / "tests" / "unit").glob(f"test_mut_{key}*.py"))]
+    if with_mut_tests:
+        tests = [*tests, *sorted(str(p.relative_to(copy_root)) for p in (copy_root / "tests" / "unit").glob(f"test_mut_{key}*.py"))]
     args = pytest_args(tests)
     _import_once(tests)
     started = time.monotonic()
@@ -290,14 +310,17 @@ def run_module(key: str, copy_root: Path, limit: int | None, timeout_floor: floa
     for rel in files:
         path = copy_root / rel
         text = path.read_text()
-        tree, lines = ast.parse(text), text.splitlines()
+        tree, lines, seen = ast.parse(text), text.splitlines(), {}
         name = rel.removesuffix(".py").replace("/", ".")
         module = importlib.import_module(name)
         for index, (node, _variant, what) in enumerate(sites(tree)):
             if limit is not None and len(mutants) >= limit:
                 return mutants, seconds
             source_line = lines[node.lineno - 1].strip()
-            mutant = Mutant(key, rel, index, node.lineno, what, equivalent=EQUIVALENT.get((rel, source_line, what), ""))
+            nth = seen.get((node.lineno, what), 0)
+            seen[(node.lineno, what)] = nth + 1
+            reason = EQUIVALENT.get((rel, source_line, what + (f" #{nth}" if nth else "")), "")
+            mutant = Mutant(key, rel, index, node.lineno, what + (f" #{nth}" if nth else ""), equivalent=reason)
 
             def body(index=index):
                 if not apply(module, path, tree, index):
@@ -336,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", action="append", choices=sorted(MODULES), help="only these modules (repeatable)")
     parser.add_argument("--smoke", action="store_true", help="6 mutants of exit_codes: the machinery works (< 60 s)")
     parser.add_argument("--survivors", action="store_true", help="list every surviving mutant")
+    parser.add_argument("--without-mut-tests", action="store_true",
+                        help="leave out tests/unit/test_mut_*.py: the score before they were written")
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
     parser.add_argument("--root", type=Path, help="scratch folder for the repository copy (default: a temporary one)")
     parser.add_argument("--timeout", type=float, default=20.0, help="least seconds a mutant's tests may run")
@@ -354,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     mutants: list[Mutant] = []
     try:
         for key in keys:
-            found, seconds = run_module(key, copy_root, 6 if args.smoke else None, args.timeout)
+            found, seconds = run_module(key, copy_root, 6 if args.smoke else None, args.timeout, not args.without_mut_tests)
             mutants += found
             killed, counted, equivalent = score(found)
             print(f"{key}: {killed}/{counted} killed, {equivalent} equivalent (unmutated tests {seconds:.1f} s)", flush=True)
