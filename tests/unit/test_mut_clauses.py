@@ -294,3 +294,15 @@ def test_signals_every_rank_needs_the_same_signal_from_enough_processes():
     assert not check({"signals": {"every_rank": True, "any_of": ["SIGSEGV"]}}, trainer={"alive": False, "exit_code": 1}, tail=TORCHRUN_BUS)
     e = explain({"signals": {"every_rank": True, "any_of": ["SIGBUS"], "min_ranks": 3}}, trainer={"alive": False, "exit_code": 1})
     assert e.expected == "at least 3 processes reported dead, every one by the same signal of ['SIGBUS']"
+
+
+def test_combinators_answer_true_or_false_and_their_unrolled_check_agrees_with_holds_of_observe():
+    crash = {"alive": False, "exit_code": 1}
+    both = {"all": [{"exit": {"nonzero": True}}, {"log": {"pattern": "x", "scope": "tail"}}]}
+    either = {"any": [{"exit": {"signals": ["SIGKILL"]}}, {"log": {"pattern": "x", "scope": "tail"}}]}
+    negated = {"not": {"exit": {"nonzero": True}}}
+    for spec in (both, either, negated):
+        for tail in (["x"], ["y"]):
+            made, ctx = clause(spec), MatchContext(state=snap(trainer=crash, tail=tail), config=CONFIG)
+            verdict = made.check(ctx)
+            assert type(verdict) is bool and made.holds(made.observe(ctx)) is verdict, (spec, tail)
