@@ -21,6 +21,7 @@ from engine.core.text_safety import for_display, redact, redact_tree
 from engine.core.yaml_source import SourceError
 from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
+from runbook.shown_values import INCIDENT_COUNTS, INCIDENT_STEPS, checked_incident, field_text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -120,6 +121,13 @@ def row(record: dict) -> dict:
     }
 
 
+def _checked_text(checked: dict, key: str, value: Any) -> str:
+    """A step or count of a record as shown: 'invalid (why)' when out of range (a step of -5 is no step)."""
+    if key in INCIDENT_STEPS + INCIDENT_COUNTS and (checked.get("invalid") or {}).get(key):
+        return field_text(checked, key)
+    return _show(value)
+
+
 def config_changes(record: dict) -> dict[str, list]:
     """key -> [before, after]: from config_before/config_after when both exist, else as recorded."""
     before, after = record.get("config_before"), record.get("config_after")
@@ -156,16 +164,20 @@ def print_table(records: list[dict]) -> None:
         numeric = justify == "right"   # a hostile record's 20-digit step must not squeeze the id out of the table
         table.add_column(name, justify=justify, no_wrap=name != "playbook", min_width=12 if name == "id" else None,
                          max_width=12 if numeric else None, overflow="ellipsis" if numeric else "fold")
+    record_key = {"step": "step_at_failure", "steps_lost": "steps_lost"}
     for record in records:
-        r = row(shown(record))
+        record = shown(record)
+        checked, _ = checked_incident(record)
+        r = row(record)
         style = {"recovered": "green", "escalated": "yellow", "failed": "red"}.get(str(r["outcome"]), "")
-        table.add_row(*(Text(_show(r[k]), style=style if k == "outcome" else "")
+        table.add_row(*(Text(_checked_text(checked, record_key.get(k, k), r[k]), style=style if k == "outcome" else "")
                         for k in ("id", "when", "playbook", "outcome", "step", "steps_lost", "recovery_seconds")))
     out.print(table)
 
 
 def print_record(record: dict) -> None:
     record = shown(record)
+    checked, _ = checked_incident(record)
     out.print(Text(f"{record.get('id')}: {record.get('playbook')} ({record.get('outcome')})", style="bold"))
     summary = [
         ("symptom", record.get("symptom")), ("severity", record.get("severity")),
@@ -179,9 +191,11 @@ def print_record(record: dict) -> None:
         ("recovery seconds", record.get("recovery_seconds")),
         ("escalation", record.get("escalation_reason")), ("lesson", record.get("lesson")),
     ]
+    key_of = {"step at failure": "step_at_failure", "tokens at failure": "tokens_at_failure",
+              "resumed step": "resumed_step", "steps lost": "steps_lost", "tokens lost": "tokens_lost"}
     for label, value in summary:
         if value not in (None, "", "None: None"):
-            out.print(Text(f"  {label + ':':<19}{_show(value)}"))
+            out.print(Text(f"  {label + ':':<19}{_checked_text(checked, key_of.get(label, label), value)}"))
     for note in record.get("notes") or []:
         out.print(Text(f"  note:              {note}"))
 

@@ -96,3 +96,16 @@ def test_the_live_view_never_draws_a_negative_step(finished_run):
     text = console.export_text()
     assert "invalid (-5 is negative)" in text and "-5 / 100" not in text, text
     assert "at step invalid (-3 is negative)" in text and "steps lost invalid (-3 is negative)" in text
+
+
+def test_a_negative_incident_step_is_invalid_in_incidents_and_incidents_show(finished_run):
+    _negative_incident(finished_run)
+    table = runner.invoke(app, ["incidents", str(finished_run)], terminal_width=200)
+    assert table.exit_code == 0, table.output
+    [line] = [ln for ln in table.output.splitlines() if "incident-2" in ln]
+    assert "-5" not in line.replace("(-5 is", "") and "-65" not in line.replace("(-65", ""), line
+    assert "invalid" in line, line
+    shown = runner.invoke(app, ["incidents", "show", "incident-2", str(finished_run)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "step at failure:   invalid (-5 is negative)" in shown.output, shown.output
+    assert "steps lost:        invalid (-65 is negative)" in shown.output, shown.output
