@@ -278,7 +278,7 @@ def warm_text(warm: Outcome | None, reference: Outcome) -> str:
         return ""
     flags = warm.timeline.get("warm_launches") or []
     which = ", ".join(f"{n} {'warm' if w else '**cold**'}" for n, w in enumerate(flags, 1))
-    return (f"\n(b') is (b) with `trainer.warm_spare: true`: a launch is a spare interpreter that imported torch,"
-            f" lightning, litgpt and litdata ahead (the first while the watcher started up, each next one from its"
-            f" predecessor's start, waiting under SCHED_IDLE at nice +10)" + (f"; launches: {which}" if which else "")
+    return ("\n(b') is (b) with `trainer.warm_spare: true`: a launch is a spare interpreter that imported torch,"
+            " lightning, litgpt and litdata ahead (the first while the watcher started up, each next one from its"
+            " predecessor's start, waiting under SCHED_IDLE at nice +10)" + (f"; launches: {which}" if which else "")
             + f". Goals (issue 7) for (b'): {goals(warm, reference)}.\n")

@@ -24,7 +24,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.conftest import require_capability
 

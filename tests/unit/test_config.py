@@ -64,7 +64,7 @@ def test_write_back_keeps_comments_and_order(tmp_path):
     assert loaded.config.lr == 0.0015 and loaded.config.micro_batch_size == 2
     assert any(l.startswith("lr: 0.0015 ") and "# peak learning rate" in l for l in after.splitlines())
     assert [l.split(":")[0] for l in before.splitlines()] == [l.split(":")[0] for l in after.splitlines()]
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="must be a multiple of micro_batch_size"):
         load_config(path).write_back({"micro_batch_size": 3})  # invalid: refused, file unchanged
     assert path.read_text() == after
 

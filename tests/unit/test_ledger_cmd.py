@@ -32,12 +32,12 @@ def record(number: int, playbook: str, outcome: str, tail: list[str], *, exit_co
                     config_before={"trainer": {"device": device, "devices": devices}})
 
 
-def write_run(run_dir: Path, incidents: list[Incident], exits: dict[int, float] = {}) -> None:
+def write_run(run_dir: Path, incidents: list[Incident], exits: dict[int, float] | None = None) -> None:
     store = IncidentStore(run_dir)
     store.dir.mkdir(parents=True)
     for incident in incidents:
         store.write(incident)
-    for launch, ended in exits.items():
+    for launch, ended in (exits or {}).items():
         folder = run_dir / "launches" / f"launch-{launch:03d}"
         folder.mkdir(parents=True)
         (folder / "exit-status.json").write_text(json.dumps({"exit_code": 1, "ended": ended}))

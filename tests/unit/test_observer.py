@@ -79,7 +79,6 @@ def test_a_resume_before_the_last_healthy_step_moves_it_back():
 
 def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_learnt_timeout():
     from engine.core.config import WatchSettings
-    from engine.core.state import CheckpointStatus
     from engine.observe.observer import Observer
 
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)

@@ -211,7 +211,7 @@ def test_status_never_calls_an_unproven_pid_this_runs_trainer(finished_run, forg
         trainer = json.loads(result.output)["trainer"]
         assert trainer["alive"] is False and trainer["proven"] is False, trainer
         result = runner.invoke(app, ["status", str(finished_run)])
-        assert f"trainer   alive" not in result.output
+        assert "trainer   alive" not in result.output
         assert "not running" in result.output
     finally:
         sleeper.kill()
