@@ -71,6 +71,9 @@ def bounded_apply(argv, timeout):
 
 apply = seed_apply if contender == "seed" else bounded_apply
 import engine.language.actions.run  # both: the action's module loaded before the clock, as in the watcher
+# ru_maxrss survives exec on Linux: a child forked from a big parent (a pytest worker with torch loaded)
+# starts with the parent's high-water mark. The peak before the command runs makes the growth readable.
+before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started = time.monotonic()
 try:
     ok, summary = apply(argv, timeout)
@@ -78,7 +81,7 @@ except MemoryError:
     ok, summary = False, "MemoryError"
 seconds = time.monotonic() - started
 print(json.dumps({"ok": ok, "summary": summary[:200], "seconds": seconds,
-                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "before_kb": before_kb}))
 """
 
 
@@ -113,7 +116,7 @@ def sample(contender: str, argv: list[str], timeout: float, limit_mb: int, marke
         figures = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):   # died before it could say (the limit hit outside the try)
         figures = {"ok": False, "summary": (done.stderr.strip().splitlines() or ["no output"])[-1][:200],
-                   "seconds": wall, "maxrss_kb": None}
+                   "seconds": wall, "maxrss_kb": None, "before_kb": None}
     left = leftovers(marker) if marker else []
     for pid in left:                   # this benchmark's own sleep: counted, then stopped
         try:

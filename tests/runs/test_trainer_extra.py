@@ -32,7 +32,7 @@ CASES = {
     "quoted number stays a string": ("seed_text: '42'", ("seed_text",), "42"),
     "hex int": ("train: {log_interval: 0x10}", ("train", "log_interval"), 16),
     "octal int": ("num_nodes: 0o2", ("num_nodes",), 2),
-    "underscored int": ("train: {max_tokens: 1_024_000}", ("train", "max_tokens"), 1_024_000),
+    "underscored int": ("train: {max_norm: 1_024_000}", ("train", "max_norm"), 1_024_000),   # max_tokens is runbook's own (issue 34: refused in extra)
     "int": ("devices: 2", ("devices",), 2),
     "null": ("resume: null", ("resume",), None),
     "tilde null": ("train: {max_steps: ~}", ("train", "max_steps"), None),
