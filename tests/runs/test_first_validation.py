@@ -52,5 +52,7 @@ def test_a_trainer_frozen_in_its_first_validation_is_a_hang_named_so_and_the_run
     assert incident["playbook"] == "hang" and incident["outcome"] == "recovered", incident
     text = json.dumps(incident)
     assert "in the run's first validation for" in text and "no sign of life (output, CPU, I/O)" in text, text
-    assert incident["resumed_step"] == 10     # the step-20 checkpoint comes after its validation, never reached
+    # The step-20 checkpoint comes after its validation: 10 when the stop landed mid-validation; 20 when a loaded
+    # machine let the validation end (and its save seal) before the stop, the phase lasting to the next progress line
+    assert incident["resumed_step"] in (10, 20), incident
     assert final_state(project)["step"] == STEPS

@@ -113,5 +113,7 @@ def test_a_start_up_frozen_by_sigstop_is_a_hang_within_the_timeout_and_recovers(
     figures = (f"SIGSTOP -> hang incident {waited:.1f} s (hang_timeout_s {HANG_TIMEOUT_S:g} s, no sign of life for "
                f"{snapshot['trainer']['seconds_since_activity']:.1f} s); relaunch -> first progress line "
                f"{incident['first_progress_at'] - incident['detected_at']:.1f} s")
-    assert waited <= HANG_TIMEOUT_S + 3.0, figures
+    # the timeout plus the watcher's sampling and a loaded CI worker's delays (7.1 s seen on two busy workers);
+    # the fault it guards against is the start-up timeout's hours
+    assert waited <= HANG_TIMEOUT_S + 5.0, figures
     print(figures)   # docs/benchmarks.md, "Start-up is not a hang"
