@@ -30,7 +30,7 @@ from engine.checkpoints.store import OWNER_MARKER_NAME, last_in_the_way, own_tmp
 from engine.core.bounded_read import read_json_record
 from engine.core.durable import atomic_write, atomic_write_text
 from engine.core.errors import SourceError
-from engine.core.lock import lock_holders
+from engine.core.lock import HeldFlock, lock_holders
 from engine.core.run_folder import RunFolder
 
 RUN_ID_CHARS = frozenset("0123456789abcdef-run")
@@ -121,7 +121,7 @@ def marker_record(out_dir: Path, folder: RunFolder, config: Path, run: str) -> d
             "host": socket.gethostname(), "claimed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-class OutDirClaim:
+class OutDirClaim(HeldFlock):
     """Held for the watcher's lifetime (a context manager on the supervisor's stack)."""
 
     def __init__(self, out_dir: Path, folder: RunFolder, config: Path):
@@ -167,15 +167,3 @@ class OutDirClaim:
         elif owner["run_id"] != mine:
             raise OutDirTaken(taken_sentence(self.out_dir, owner, set()))
 
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()

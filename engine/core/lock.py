@@ -13,7 +13,30 @@ class RunLocked(RuntimeError):
     pass
 
 
-class RunLock:
+class HeldFlock:
+    """An flock held on an open fd from acquire() to release(); a context manager. Subclasses set self._fd
+    in acquire() once the lock is theirs."""
+
+    _fd: int | None = None
+
+    def acquire(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class RunLock(HeldFlock):
     def __init__(self, run_dir: Path):
         self.path = RunFolder(run_dir).lock
         self._fd: int | None = None
@@ -34,18 +57,6 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
 
 def pid_running(pid: int) -> bool:
