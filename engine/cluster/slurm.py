@@ -198,7 +198,7 @@ def live_job_refusal(queries: list[JobQuery]) -> tuple[str | None, list[str]]:
     (the refusal in one sentence, or None; warnings). A job SLURM no longer knows or that ended is no
     reason; neither is one it could not be asked about (a warning: the lock still keeps a second
     watcher off the run, sbatch itself will say whether the controller answers)."""
-    warnings = []
+    warnings: list[str] = []
     for query in queries:
         state = (query.state or "").split("+")[0].upper()
         if state in LIVE_STATES:

@@ -134,7 +134,9 @@ def run_bounded(argv: list[str], timeout_s: float, cwd=None, env: dict[str, str]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     kept, timed_out, eof, left_behind = HeadTail(keep_bytes), False, False, 0
-    fd = proc.stdout.fileno()
+    out = proc.stdout
+    assert out is not None                   # stdout=PIPE
+    fd = out.fileno()
     os.set_blocking(fd, False)
     try:
         with selectors.DefaultSelector() as selector:
@@ -158,7 +160,7 @@ def run_bounded(argv: list[str], timeout_s: float, cwd=None, env: dict[str, str]
             proc.wait(timeout=max(kill_grace_s * 2, 1.0))
         except subprocess.TimeoutExpired:   # in uninterruptible sleep even after SIGKILL: not waited for
             pass
-        proc.stdout.close()
+        out.close()
     return CommandResult(returncode=proc.returncode, output=kept.text(), output_bytes=kept.total, kept_bytes=kept.kept,
                          timed_out=timed_out, seconds=round(time.monotonic() - started, 3),
                          killed_left_behind=0 if timed_out else left_behind)

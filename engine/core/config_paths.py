@@ -67,8 +67,9 @@ def run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     folders = {"out_dir": real(loaded.out_dir), "run_dir": real(loaded.run_dir)}
     args = (real(path), real(loaded.project_dir), data, real(Path.home()), system)
     # Each folder on its own first, then the pair: one sentence, about the folder that is wrong.
-    checks = [(k, o, None) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
-    checks += [(k, o, folders[o]) for k, o in (("out_dir", "run_dir"), ("run_dir", "out_dir"))]
+    pairs = (("out_dir", "run_dir"), ("run_dir", "out_dir"))
+    checks: list[tuple[str, str, Path | None]] = [(k, o, None) for k, o in pairs]
+    checks += [(k, o, folders[o]) for k, o in pairs]
     problems = []
     for key, other_key, other in checks:
         example = type(loaded.config).model_fields[key].default
@@ -115,10 +116,9 @@ def file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
     if loaded.config.run_log_template is not None:
         template = real(loaded.resolve(loaded.config.run_log_template))
         k = kind_of(template)
-        size = os.stat(template).st_size if k is None and os.path.lexists(template) else None
-        if k is None and size is None:
+        if k is None and not os.path.lexists(template):
             k = "missing"
-        elif k is None and size > MAX_RUN_LOG_TEMPLATE_BYTES:
+        elif k is None and (size := os.stat(template).st_size) > MAX_RUN_LOG_TEMPLATE_BYTES:
             k = f"{size:,} bytes, more than {MAX_RUN_LOG_TEMPLATE_BYTES:,}"
         if k:
             problems.append((("run_log_template",), f"run_log_template: {template} is {k}; it must be a regular "

@@ -93,7 +93,7 @@ def gzip_replace(path: Path) -> int:
 def remove_stale_temps(folder: Path) -> list[str]:
     """Delete the temp files a killed writer left in folder (only runbook's own `.runbook-tmp-*.part`
     names, never anything else); call it only while no other runbook process writes there."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(folder)
     except OSError:

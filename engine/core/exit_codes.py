@@ -108,11 +108,11 @@ def rank_exit_from_log(lines: Iterable[str]) -> tuple[int | None, str | None] | 
             entry = list(normalise(int(match.group(1))))
         elif (match := _SRUN_TASK.search(line)) is not None:
             entry = [int(match.group(2)), None] if match.group(2) else [None, _SRUN_SIGNALS[match.group(1)]]
-        elif (match := _SIGNAL_RECEIVED.search(line)) is not None and signal_number(match.group(2)) is not None:
+        elif (match := _SIGNAL_RECEIVED.search(line)) is not None and (number := signal_number(match.group(2))) is not None:
             if current is not None:
-                current[:] = [-signal_number(match.group(2)), match.group(2)]
+                current[:] = [-number, match.group(2)]
                 continue
-            entry = [-signal_number(match.group(2)), match.group(2)]
+            entry = [-number, match.group(2)]
         if entry is None:
             continue
         current = entry

@@ -29,7 +29,8 @@ class CloudNoticeSettings(BaseModel):
 
 
 # --- slurm (engine/cluster/slurm.py) ---
-REQUEUE_CAUSES = ("time-limit", "preemption", "signal")
+RequeueCause = Literal["time-limit", "preemption", "signal"]
+REQUEUE_CAUSES: tuple[RequeueCause, ...] = ("time-limit", "preemption", "signal")
 
 
 _TIME_OPTION = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$|^UNLIMITED$|^INFINITE$", re.IGNORECASE)
@@ -48,7 +49,7 @@ class SlurmSettings(BaseModel):
     job_name: str | None = Field(None, description="sbatch --job-name (default: runbook-<run folder name>)")
     signal_lead_s: int = Field(300, gt=0, le=65535, description="SIGTERM to the watcher this long before the time "
                                "limit (sbatch --signal=B:TERM@N); must exceed watch.grace_period_s")
-    requeue_on: list[Literal["time-limit", "preemption", "signal"]] = Field(
+    requeue_on: list[RequeueCause] = Field(
         list(REQUEUE_CAUSES), description="notices after whose save the watcher requeues its own job "
         "(scontrol requeue): time-limit, preemption, signal (an unexplained SIGTERM, e.g. scancel --signal)")
     sbatch_options: list[str] = Field(default_factory=list, description="more #SBATCH lines, e.g. --gpus-per-node=4")

@@ -176,7 +176,8 @@ def plain(node: Any) -> Any:
         return dt.datetime.combine(node.date(), node.time(), node.tzinfo)
     if isinstance(node, dt.date):
         return dt.date(node.year, node.month, node.day)
-    for kind in (bool, int, float, str, bytes):
+    kinds: tuple[type, ...] = (bool, int, float, str, bytes)   # one type each: kind(node) is node's own kind
+    for kind in kinds:
         if isinstance(node, kind):
             return kind(node)
     if isinstance(node, TaggedScalar):       # `!custom value`: the value, as written

@@ -46,7 +46,8 @@ class _LineOf:
 
 def invalid_utf8(chunk: bytes, lines: list[bytes]) -> list[tuple[int, str]]:
     """(line index, detail) of each line that is not UTF-8, at its first bad byte."""
-    found, pos, line_of, view = [], 0, _LineOf(chunk), memoryview(chunk)
+    found: list[tuple[int, str]] = []
+    pos, line_of, view = 0, _LineOf(chunk), memoryview(chunk)
     for _ in range(8):  # sparse errors: one C-level decode of the rest of the chunk after each
         try:
             codecs.utf_8_decode(view[pos:], "strict", True)
@@ -85,7 +86,8 @@ def control_chars(chunk: bytes) -> list[tuple[int, str]]:
             hits.append(pos)
             end = chunk.find(b"\n", pos)
             pos = chunk.find(needle, end + 1) if end >= 0 else -1
-    found, line_of = [], _LineOf(chunk)
+    found: list[tuple[int, str]] = []
+    line_of = _LineOf(chunk)
     for pos in sorted(hits):
         index, column = line_of(pos)
         if not found or found[-1][0] != index:  # one finding per line, at its first control char

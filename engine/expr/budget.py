@@ -96,7 +96,8 @@ def weight(value: Any, limit: int = MAX_SEQUENCE) -> int:
         return len(value)
     if not isinstance(value, _NESTED):
         return 1
-    total, stack = 0, [value]
+    total = 0
+    stack: list[Any] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):

@@ -21,11 +21,11 @@ from engine.expr.budget import BINOPS, check_weight
 
 Evaluator = Callable[[dict], Any]
 _MISSING = object()
-_BINARY = {
+_BINARY: dict[type[nodes.BinExpr], Callable[[Any, Any], Any]] = {
     nodes.Add: BINOPS["+"], nodes.Sub: operator.sub, nodes.Mul: BINOPS["*"], nodes.Div: operator.truediv,
     nodes.FloorDiv: operator.floordiv, nodes.Mod: BINOPS["%"], nodes.Pow: BINOPS["**"],
 }  # the operators the sandbox intercepts go through its size checks, as jinja's call_binop does
-_UNARY = {nodes.Neg: operator.neg, nodes.Pos: operator.pos}
+_UNARY: dict[type[nodes.UnaryExpr], Callable[[Any], Any]] = {nodes.Neg: operator.neg, nodes.Pos: operator.pos}
 _COMPARE = {
     "eq": operator.eq, "ne": operator.ne, "gt": operator.gt, "gteq": operator.ge, "lt": operator.lt,
     "lteq": operator.le, "in": lambda a, b: a in b, "notin": lambda a, b: a not in b,
@@ -75,12 +75,12 @@ def _build(node: nodes.Node, env, env_globals: dict) -> Evaluator:  # noqa: C901
     if isinstance(node, nodes.Not):
         inner = sub(node.node)
         return lambda names: not inner(names)
-    if type(node) in _UNARY:
+    if isinstance(node, nodes.UnaryExpr) and type(node) in _UNARY:
         inner, op = sub(node.node), _UNARY[type(node)]
         return lambda names: op(inner(names))
-    if type(node) in _BINARY:
-        left, right, op = sub(node.left), sub(node.right), _BINARY[type(node)]
-        return lambda names: op(left(names), right(names))
+    if isinstance(node, nodes.BinExpr) and type(node) in _BINARY:
+        left, right, binop = sub(node.left), sub(node.right), _BINARY[type(node)]
+        return lambda names: binop(left(names), right(names))
     if isinstance(node, nodes.Compare):
         return _compare(sub(node.expr), [(_COMPARE[o.op], sub(o.expr)) for o in node.ops])
     if isinstance(node, nodes.CondExpr) and node.expr2 is not None:

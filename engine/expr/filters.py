@@ -84,7 +84,8 @@ def _sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0)
     return total
 
 
-_sum.jinja_pass_arg = None  # set below from jinja's own sum (pass_environment)
+# set below from jinja's own sum (pass_environment); mypy models no attributes set on a function
+_sum.jinja_pass_arg = None  # type: ignore[attr-defined]
 
 # Filters that call a Python key function per item inside one C call (sorted, min, max): the
 # deadline cannot interrupt them, so the input's whole length is spent before they start.
@@ -127,7 +128,7 @@ def bounded_filter(name: str, func: Callable[..., Any], text_input: bool, check:
             return budget_stream(result)
         return check_weight(result)
 
-    bounded.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]
+    bounded.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]  # function attributes: jinja reads them
     bounded.__name__ = getattr(func, "__name__", "filter")
     bounded.__wrapped__ = func  # type: ignore[attr-defined]
     return bounded
@@ -135,8 +136,8 @@ def bounded_filter(name: str, func: Callable[..., Any], text_input: bool, check:
 
 def bounded_filters(original: dict[str, Callable[..., Any]], join: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     """The allowlist, wrapped; `join` is the size-checked join (sandbox.guarded_join)."""
-    replaced = {"join": join, "format": _format, "sum": _sum}
-    _sum.jinja_pass_arg = original["sum"].jinja_pass_arg  # type: ignore[attr-defined]
+    replaced: dict[str, Callable[..., Any]] = {"join": join, "format": _format, "sum": _sum}
+    _sum.jinja_pass_arg = original["sum"].jinja_pass_arg  # type: ignore[attr-defined]  # as above
     return {name: bounded_filter(name, replaced.get(name) or original[name], text_input, check)
             for name, (text_input, check) in ALLOWED_FILTERS.items()}
 

@@ -165,16 +165,16 @@ def check_tree(tree: nodes.Node) -> str | None:
         attr = node.attr if isinstance(node, nodes.Getattr) else node.name if isinstance(node, nodes.Name) else getattr(node.arg, "value", None)
         if isinstance(attr, str) and attr.startswith("_"):
             return f"access to '{attr}' is not allowed in the sandbox"
-    for node in (n for n in everything if isinstance(n, _REFUSED_NODES)):
-        return f"'{type(node).__name__.lower()}' is not allowed in a playbook template"
-    stack = [(tree, 0)]
+    for refused in (n for n in everything if isinstance(n, _REFUSED_NODES)):
+        return f"'{type(refused).__name__.lower()}' is not allowed in a playbook template"
+    stack: list[tuple[nodes.Node, int]] = [(tree, 0)]
     while stack:  # iterative: a deep tree must not exhaust the Python stack here
-        node, depth = stack.pop()
+        item, depth = stack.pop()
         if depth > MAX_DEPTH:
             return f"nested more than {MAX_DEPTH} levels deep"
-        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+        stack.extend((child, depth + 1) for child in item.iter_child_nodes())
     return None
 
 
-def bound(tree: nodes.Node) -> nodes.Node:
-    return _Bounded().visit(tree)
+def bound(tree: nodes.Template) -> nodes.Template:
+    return _Bounded().visit(tree)   # the root itself is never replaced: only loops and literals in it

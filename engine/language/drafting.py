@@ -128,7 +128,7 @@ def _fired_test_states(playbook: Playbook) -> list:
 def closest_class(target: Signature, playbooks: list[Playbook], records: list[dict]) -> tuple[Playbook | None, float, str]:
     """The known class (not an unknown-* fallback) whose examples are most like `target`, its score and why."""
     best: tuple[Playbook | None, float, str] = (None, 0.0, "no known class has an example to compare with")
-    recovered = {}
+    recovered: dict[object, list[tuple[Signature, str]]] = {}   # by the record's playbook, as written
     for record in records:
         if record.get("outcome") == "recovered" and (sig := signature_of_record(record)) is not None:
             recovered.setdefault(record.get("playbook"), []).append((sig, str(record.get("id"))))
@@ -162,7 +162,7 @@ def _test_state(record: dict) -> dict:
 
 
 def _test_config(record: dict) -> dict:
-    before = record.get("config_before") if isinstance(record.get("config_before"), dict) else {}
+    before = v if isinstance(v := record.get("config_before"), dict) else {}
     return {k: before[k] for k in ("micro_batch_size", "batch_size", "lr") if k in before}
 
 
@@ -227,7 +227,7 @@ def _short(text: str, limit: int = 100) -> str:
 def _tests(record: dict, others: list[dict], signature: Signature, name: str) -> list[dict]:
     tests = [{"name": f"fires on {record['id']} ({signature.id})", "observations": [_test_state(record)],
               "config": _test_config(record), "expect_fires_at": 1}]
-    seen = set()
+    seen: set[tuple[str, object]] = set()
     for other in others:
         sig = signature_of_record(other)
         if other is record or sig is None or not isinstance(other.get("snapshot"), dict):

@@ -79,6 +79,7 @@ def _resolve(node: nodes.Node, roots: dict, found: dict) -> tuple[str, type[Base
         return None
     chain, model = parent
     info = model_info(model)
+    assert info is not None   # model is a pydantic model: a root or a field's model
     known = sorted(info.fields | info.properties)
     if attr not in known:
         close = difflib.get_close_matches(attr, known, n=1, cutoff=0.6)

@@ -89,12 +89,12 @@ def straggler(ranks: list[RankSample], factor: float = STRAGGLER_FACTOR,
               min_excess_s: float = STRAGGLER_MIN_EXCESS_S) -> tuple[RankSample, float] | None:
     """The slowest rank and the other ranks' median work time, when that rank is over factor x that
     median and over it by at least min_excess_s."""
-    timed = sorted((r for r in ranks if r.work_seconds is not None), key=lambda r: r.work_seconds)
+    timed = sorted(((r.work_seconds, r) for r in ranks if r.work_seconds is not None), key=lambda t: t[0])
     if len(timed) < 2:
         return None
-    slowest, others = timed[-1], [r.work_seconds for r in timed[:-1]]
+    (slowest_s, slowest), others = timed[-1], [s for s, _ in timed[:-1]]
     median = _median(others)
-    over = median > 0 and slowest.work_seconds > factor * median and slowest.work_seconds - median >= min_excess_s
+    over = median > 0 and slowest_s > factor * median and slowest_s - median >= min_excess_s
     return (slowest, median) if over else None
 
 
@@ -117,9 +117,11 @@ def verdict(e: SlownessEvidence) -> Verdict:
     slow = straggler(e.ranks)
     if slow:
         rank, median = slow
+        seconds = rank.work_seconds
+        assert seconds is not None   # straggler() picks among the timed ranks only
         return Verdict(cause="slow_rank", sentence=(
-            f"rank {rank.rank} (pid {rank.pid}) is a straggler: {rank.work_seconds:.2f} s of its own work a micro-batch "
-            f"against the other ranks' median {median:.2f} s ({rank.work_seconds / median:.1f}x); the others wait for it at every step"))
+            f"rank {rank.rank} (pid {rank.pid}) is a straggler: {seconds:.2f} s of its own work a micro-batch "
+            f"against the other ranks' median {median:.2f} s ({seconds / median:.1f}x); the others wait for it at every step"))
     if e.throttled_fraction is not None and e.throttled_fraction >= THROTTLED_FRACTION:
         quota = f"{e.cgroup_quota_cores:g} cores" if e.cgroup_quota_cores else "its quota"
         return Verdict(cause="throttled", sentence=(

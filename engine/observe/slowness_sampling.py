@@ -86,8 +86,8 @@ def _throttling(folder: Path, version: str) -> tuple[int, float]:
 def _quota_cores(folder: Path, version: str) -> float | None:
     try:
         if version == "v2":
-            quota, period = (folder / "cpu.max").read_text().split()
-            return None if quota == "max" else int(quota) / int(period)
+            quota_text, period_text = (folder / "cpu.max").read_text().split()
+            return None if quota_text == "max" else int(quota_text) / int(period_text)
         quota = int((folder / "cpu.cfs_quota_us").read_text())
         period = int((folder / "cpu.cfs_period_us").read_text())
         return None if quota <= 0 else quota / period

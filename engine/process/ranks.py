@@ -137,6 +137,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
     first = min(failed, key=lambda r: (r.ended_at is None, r.ended_at or 0.0, r.rank)) if failed else None
     stopped = [r.rank for r in ranks if r.stopped]
     slow = straggler([RankSample(rank=r.rank, pid=r.pid, work_seconds=r.work_seconds) for r in ranks if r.alive])
+    slow_s = slow[0].work_seconds if slow else None   # set: straggler() picks among the timed ranks only
     return RanksStatus(
         world_size=world, ranks=ranks,
         exited=[r.rank for r in ranks if r.pid is not None and not r.alive],
@@ -144,7 +145,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         first_failed_signal=first.signal if first else None,
         stopped=stopped, stalled=sorted(set(stopped) | set(_behind(ranks))),
         straggler=slow[0].rank if slow else None,
-        straggler_ratio=round(slow[0].work_seconds / slow[1], 2) if slow else None,
+        straggler_ratio=round(slow_s / slow[1], 2) if slow and slow_s is not None else None,
         nodes=node_list, dead_nodes=dead_nodes, noticed_nodes=noticed,
     )
 
@@ -156,8 +157,8 @@ def group_exit_pending(status: RanksStatus, now: float, wait_s: float = GROUP_EX
     failed. Decide on the group's exit instead, unless the launcher outlives its ranks by wait_s."""
     if status.world_size <= 1 or len(status.exited) < status.world_size:
         return False
-    ended = [r.ended_at for r in status.ranks]
-    return all(t is not None for t in ended) and now - max(ended) < wait_s
+    ended = [r.ended_at for r in status.ranks if r.ended_at is not None]
+    return len(ended) == len(status.ranks) and now - max(ended) < wait_s
 
 
 def _behind(ranks: list[RankStatus]) -> list[int]:
@@ -168,6 +169,7 @@ def _behind(ranks: list[RankStatus]) -> list[int]:
         return []
 
     def position(r: RankStatus) -> tuple[int, int]:
+        assert r.iter_num is not None   # live ranks only
         return r.iter_num, PHASES.index(r.phase) if r.phase in PHASES else 0
 
     lead = max(position(r) for r in live)
@@ -197,7 +199,7 @@ class RankWatch:
         if not (starts or ends):
             return ranks_status(beats, exits, states, now, rank0_exit)
         lost = lost_hosts(records, host, now, current=allocation())
-        node_ages = {}
+        node_ages: dict[int, float] = {}
         for record in records.values():
             if is_remote(record.host, host):
                 age = round(now - record.time, 3)

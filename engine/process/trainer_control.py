@@ -178,7 +178,7 @@ class TrainerControl:
         alive = t.alive
         code = None if alive else t.poll()
         ended = read_exit_status(t.status_path).get("ended") if code is not None else None
-        ranks = self.ranks.status((code, ended) if isinstance(ended, (int, float)) else None)
+        ranks = self.ranks.status((code, ended) if code is not None and isinstance(ended, (int, float)) else None)
         now = time.time()
         return TrainerStatus(
             pid=t.pid, alive=alive, exit_code=code, signal=signal_name(code), launches=self.launches,

@@ -163,7 +163,7 @@ class SparePool:
                 if not cancel.is_set():
                     self._start(spec, launcher_path, memory_limiter(spec.memory_limit_bytes))
 
-        def trains() -> bool:
+        def trains(log_path: Path) -> bool:
             if not marker:
                 return True
             try:
@@ -182,7 +182,7 @@ class SparePool:
                 return   # the prestarted spare: no launch to watch yet
             deadline = time.monotonic() + MARKER_WAIT_S
             while not cancel.wait(0.2):
-                if trains() or time.monotonic() > deadline:
+                if trains(log_path) or time.monotonic() > deadline:
                     self.trained = True
                     if not started:
                         start()

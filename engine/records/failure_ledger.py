@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from statistics import mean
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: list[str] = ()) -> str:
+def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: Sequence[str] = ()) -> str:
     total = sum(r.count for r in ledger["by_class"])
     lines = ["# Failure ledger", "",
              f"{total} incident(s) in {len(runs)} run folder(s): {', '.join(_cell(r) for r in runs) or 'none'}.",
@@ -119,7 +120,7 @@ def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: l
     return "\n".join(lines)
 
 
-def to_json(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: list[str] = ()) -> str:
+def to_json(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: Sequence[str] = ()) -> str:
     return json.dumps({"runs": runs, "by_class": [asdict(r) for r in ledger["by_class"]],
                        "by_signature": [asdict(r) for r in ledger["by_signature"]], "left_out": list(problems)},
                       indent=2) + "\n"

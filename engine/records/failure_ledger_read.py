@@ -97,8 +97,8 @@ def exit_time(run_dir: Path, launch: int) -> float | None:
 
 
 def detection_seconds(record: dict, run_dir: Path) -> float | None:
-    snapshot = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
-    trainer = snapshot.get("trainer") if isinstance(snapshot.get("trainer"), dict) else {}
+    snapshot = v if isinstance(v := record.get("snapshot"), dict) else {}
+    trainer = v if isinstance(v := snapshot.get("trainer"), dict) else {}
     detected = _number(record.get("detected_at"))
     if trainer.get("alive"):
         since = _number(snapshot.get("seconds_since_progress"))
@@ -114,9 +114,9 @@ def detection_seconds(record: dict, run_dir: Path) -> float | None:
 
 def device_hours(record: dict) -> tuple[float | None, str]:
     """devices x (recovery time + the lost tokens at the run's tokens/s), in hours; and gpu/cpu."""
-    config = record.get("config_before") if isinstance(record.get("config_before"), dict) else {}
-    trainer = config.get("trainer") if isinstance(config.get("trainer"), dict) else {}
-    devices = trainer.get("devices") if isinstance(trainer.get("devices"), int) and trainer.get("devices", 0) > 0 else 1
+    config = v if isinstance(v := record.get("config_before"), dict) else {}
+    trainer = v if isinstance(v := config.get("trainer"), dict) else {}
+    devices = v if isinstance(v := trainer.get("devices"), int) and v > 0 else 1
     kind = "gpu" if trainer.get("device") == "cuda" else "cpu"
     metrics = (record.get("snapshot") or {}).get("metrics") if isinstance(record.get("snapshot"), dict) else None
     rate = _number((metrics or {}).get("tokens_per_sec")) if isinstance(metrics, dict) else None

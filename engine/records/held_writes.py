@@ -8,12 +8,15 @@ Each kind says once that it is failing and once that it is written again (engine
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
 from engine.core.write_trouble import WriteTrouble, passing
 from engine.records.run_log import append_entry
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 
 class HoldingStore(IncidentStore):
@@ -51,7 +54,7 @@ class HeldRunLog:
     """The run-log appender: an entry the disk refuses is kept and appended, in order, later
     (engine/records/run_log.py appends an entry whole or not at all, and at most once per incident)."""
 
-    def __init__(self, loaded: Callable[[], object], trouble: WriteTrouble, events: Callable[..., None]):
+    def __init__(self, loaded: Callable[[], LoadedConfig], trouble: WriteTrouble, events: Callable[..., None]):
         self.loaded = loaded            # a recovery may rewrite the run config (run_log, its template)
         self.trouble = trouble
         self.events = events

@@ -181,8 +181,9 @@ def rebuild(entries: list[dict]) -> JournalState:
             if e.get("incident") in s.unreported:
                 s.unreported.remove(e["incident"])
         elif kind == "incident_closed":
-            if e.get("awaits_report") and e.get("incident") not in s.unreported:   # older journals: reported
-                s.unreported.append(e.get("incident"))
+            # older journals: reported; a line without an incident id names nothing to report
+            if e.get("awaits_report") and isinstance(e.get("incident"), str) and e["incident"] not in s.unreported:
+                s.unreported.append(e["incident"])
             if e.get("outcome") == "escalated" and s.open_incident:
                 s.history = AttemptHistory(s.history.fired, s.history.escalated | {s.open_incident["playbook"]})
             s.open_incident = None

@@ -20,6 +20,7 @@ import json
 import math
 import re
 import zlib
+from typing import Any, Callable
 
 from engine.core.env_names import env_problem
 
@@ -118,7 +119,7 @@ def _is_time(value) -> bool:
     return number_within(value, 0, MAX_TIME)
 
 
-def _need(entry: dict, key: str, ok, what: str, optional: bool = False) -> None:
+def _need(entry: dict, key: str, ok: Callable[[Any], bool], what: str, optional: bool = False) -> None:
     if key not in entry or (optional and entry[key] is None):
         if optional:
             return
@@ -132,7 +133,7 @@ def _is_str(value) -> bool:
 
 
 # kind -> [(key, check, what, optional)]: only what rebuild(), status and report read.
-_FIELDS = {
+_FIELDS: dict[str, list[tuple[str, Callable[[Any], bool], str, bool]]] = {
     "transition": [("to", lambda v: isinstance(v, str) and v in RUN_STATES, "a run state", False),
                    ("from", _is_str, "a string", True), ("reason", _is_str, "a string", True)],
     "launch": [("launch", lambda v: _is_int(v, 1), "a launch number", False),

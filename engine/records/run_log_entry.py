@@ -104,7 +104,7 @@ def _link(target: Path | None, run_log: Path | None) -> str | None:
 
 def record_path(incident: dict, run_log: Path | None) -> Path | None:
     """Where the record is, from the record's own config (run_dir and run_log relative to one project folder)."""
-    config = incident.get("config_before") if isinstance(incident.get("config_before"), dict) else {}
+    config = v if isinstance(v := incident.get("config_before"), dict) else {}
     run_dir, log_key = config.get("run_dir"), config.get("run_log")
     if not isinstance(run_dir, str) or run_log is None or not isinstance(incident.get("id"), str):
         return None

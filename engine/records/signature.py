@@ -53,7 +53,7 @@ class Signature(BaseModel):
     phase: str = "while training"    # "before the first step" | "while training" | "while alive"
     evidence: str | None = None      # the log line as printed (clipped), for people; not part of the id
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # mypy reads no decorator above @property; pydantic's documented form
     @property
     def text(self) -> str:
         """One readable line: `exit 1, ShardIndexCorrupted: shard <hex> ... , while training`."""
@@ -144,8 +144,8 @@ def _phase(snapshot: dict) -> str:
 def signature_of(snapshot: Any) -> Signature:
     """The signature of a StateSnapshot (or its JSON)."""
     data = snapshot.model_dump(mode="json") if hasattr(snapshot, "model_dump") else dict(snapshot or {})
-    trainer = data.get("trainer") if isinstance(data.get("trainer"), dict) else {}
-    tail = data.get("tail") if isinstance(data.get("tail"), list) else []
+    trainer = v if isinstance(v := data.get("trainer"), dict) else {}
+    tail = t if isinstance(t := data.get("tail"), list) else []
     found = find_exception(tail)
     exception = message = evidence = None
     if found:

@@ -67,7 +67,7 @@ def run_config_of(values: dict) -> RunConfig:
     """Run config values in memory (an incident record's config_before), validated by their trainer's
     settings model (a pydantic ValidationError when they do not validate)."""
     values = with_kind(values)
-    trainer = values.get("trainer")
+    trainer = values.get("trainer") or {}
     try:
         model = run_config_type(settings_model_for(trainer["kind"]))
     except (KeyError, TypeError, ValueError):

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pydantic import BaseModel
+
 from engine.observe.events import Progress
 
 
@@ -28,7 +30,7 @@ class Fault:
     inject: Callable[["DrillRun"], float | None] | None = None   # returns when the fault was injected
 
 
-def config_for(config: dict, settings: type) -> dict:
+def config_for(config: dict, settings: type[BaseModel]) -> dict:
     """PURE. A fault's config changes for a run whose trainer's settings model is `settings`: trainer keys
     that model lacks (the slow drill's eval_interval, under a trainer without it) are left out, not a config error."""
     if "trainer" not in config:

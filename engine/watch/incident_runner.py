@@ -10,7 +10,7 @@ each boundary for the crash tests (engine/core/crash_points.py).
 from __future__ import annotations
 
 import traceback
-from typing import Callable
+from typing import TYPE_CHECKING, AbstractSet, Callable
 
 from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
@@ -23,11 +23,13 @@ from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
 from engine.language.matcher import Decision
 from engine.language.playbook import unclaimed_failure_playbook
-from engine.records.incident import ActionRecord
+from engine.records.incident import ActionRecord, Outcome
 from engine.records.run_log import append_entry
 from engine.records.signature import first_with
 from engine.records.signature import repeat_phrase
 
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 
 class IncidentRunner:
@@ -118,7 +120,7 @@ class IncidentRunner:
         return self.handle(decision, snapshot, 1, config)
 
     # --- running -------------------------------------------------------------------------------
-    def _run(self, incident: Incident, steps: list[PlannedStep], skip: set[int] = frozenset()) -> None:
+    def _run(self, incident: Incident, steps: list[PlannedStep], skip: AbstractSet[int] = frozenset()) -> None:
         s = self.ctx
         s.transition(RunState.RECOVERING, incident.id)
         runtime = EngineRuntime(incident, self.ctx)
@@ -143,6 +145,7 @@ class IncidentRunner:
                 if aborted == "escalate":
                     runtime.escalate(f"{step.verb} failed: {result.summary}")
                 break
+        outcome: Outcome
         if runtime.escalated_reason:
             self.escalation = runtime.escalated_reason
             outcome = "escalated"
@@ -174,7 +177,7 @@ class IncidentRunner:
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
-    def _close(self, incident: Incident, runtime: EngineRuntime, outcome: str) -> None:
+    def _close(self, incident: Incident, runtime: EngineRuntime, outcome: Outcome) -> None:
         s = self.ctx
         if outcome != "recovered" and s.control.alive:   # nobody supervises it from here on: stop it (stopping.py)
             detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.ledger)
@@ -246,7 +249,7 @@ def closing_summary(incident: Incident) -> str:
     return f"{incident.outcome}: {actions}" + (f" (lost {lost} steps)" if lost is not None else "")
 
 
-def run_log_writer(loaded_getter: Callable[[], object], events) -> Callable[[dict], None]:
+def run_log_writer(loaded_getter: Callable[[], LoadedConfig], events) -> Callable[[dict], None]:
     """Append an incident's entry to the run log (docs/run-log.md); a failure is said, never raised."""
 
     def append(record: dict) -> None:

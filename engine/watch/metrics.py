@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-
+from wsgiref.simple_server import WSGIServer
 
 from engine.core.durable import atomic_write_text
 from engine.core.run_folder import RunFolder
@@ -144,7 +144,8 @@ class MetricsEndpoint:
         self.checkpoint_file = checkpoint_file   # step -> the file whose mtime dates that checkpoint
         self.incidents = _IncidentReader(run_dir)
         self.lock = threading.Lock()             # one scrape at a time uses the incident cache
-        self.server = self.thread = None
+        self.server: WSGIServer | None = None
+        self.thread: threading.Thread | None = None
         self.url: str | None = None
 
     def view(self) -> WatcherView:
@@ -166,8 +167,11 @@ class MetricsEndpoint:
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
-        self.server, self.thread = start_http_server(self.settings.port, addr=self.settings.host, registry=registry)
-        self.url = endpoint_url(self.settings.host, self.server.server_address[1])
+        port = self.settings.port
+        assert port is not None   # engine/watch/services.py starts no endpoint without a port
+        server, thread = start_http_server(port, addr=self.settings.host, registry=registry)
+        self.server, self.thread = server, thread
+        self.url = endpoint_url(self.settings.host, server.server_address[1])
         atomic_write_text(self.address_file, self.url + "\n")
         return self.url
 
@@ -182,7 +186,7 @@ class MetricsEndpoint:
             time.sleep(0.1)
 
     def shutdown(self) -> None:
-        if self.server is None:
+        if self.server is None or self.thread is None:   # set together by start()
             return
         self.address_file.unlink(missing_ok=True)   # no stale address once nobody answers there
         self.server.shutdown()

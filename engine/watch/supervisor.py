@@ -19,6 +19,7 @@ from engine.observe.advice import run_save_interval_advice
 from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.watch.incident_runner import IncidentRunner
+from engine.records.attempts import AttemptHistory
 from engine.records.journal import Journal
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
@@ -72,7 +73,7 @@ class Supervisor:
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
-        self.history = None
+        self.history = AttemptHistory()   # the journal's, from start_or_continue (or the dry run) on
         self.dead_observations = 0
         self.stop_requested: str | None = None
         self._exit_journaled: int | None = None
@@ -89,8 +90,8 @@ class Supervisor:
             return observe_without_acting(self)
         # Every service the loop starts is stopped by this one stack, in reverse order, however the loop ends.
         with ExitStack() as services:
-            if self.slurm is not None:   # registered first, so it runs after the lock's release:
-                services.callback(lambda: self.slurm.finished(self.state))   # a requeue's next allocation takes it
+            if (slurm := self.slurm) is not None:   # registered first, so it runs after the lock's release:
+                services.callback(lambda: slurm.finished(self.state))   # a requeue's next allocation takes it
             services.enter_context(self.lock)
             services.enter_context(self.out_dir_claim)   # before anything seals, resumes or prunes in out_dir
             services.callback(self.notifier.close)

@@ -20,11 +20,13 @@ from pathlib import Path
 
 from engine.core.bounded_read import regular_file, shown
 from engine.core.errors import SourceError
+from engine.core.evidence import Evidence
 from engine.core.state import CheckpointStatus, DiskStatus, RunState, StateSnapshot, TrainerStatus
 from engine.language.clauses import Explanation, MatchContext, walk
 from engine.language.matcher import Decision, MatchMemory, decide
 from engine.language.planner import PlannedStep, plan
 from engine.observe.events import Progress
+from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, Observer
 from engine.process.trainer_process import exit_from_launcher, signal_name
 from engine.records.attempts import AttemptHistory
@@ -87,6 +89,7 @@ def ending(exit_code: int | None = None, signal_arg: str | None = None) -> Endin
     if exit_code < 0:
         return Ending(exit_code, signal_name(exit_code), f"exit {exit_code}")
     normal = exit_from_launcher(exit_code)   # 137 -> -9 (SIGKILL), 1 -> 1: how the watcher records it
+    assert normal is not None                # None only for a negative code, handled above
     return Ending(normal["exit_code"], normal["signal"], f"exit {exit_code}")
 
 
@@ -156,13 +159,15 @@ def _line(raw: bytes) -> str:
     return f"{text} [... {cut} bytes cut]" if cut else text
 
 
-class _NoEvidence:
+class _NoEvidence(EvidenceGatherer):
     """In place of the observer's evidence gatherer (its cgroup OOM counter, /dev/kmsg, free space): the
     snapshot's own default evidence, every field unknown."""
 
-    def gather(self, trainer, checkpoints=None):
-        field_info = StateSnapshot.model_fields.get("evidence")
-        return field_info.default_factory() if field_info is not None else None
+    def __init__(self) -> None:
+        super().__init__(Path("."))   # no folder is read: gather() below asks nothing of the machine
+
+    def gather(self, trainer, checkpoints=None) -> Evidence:
+        return Evidence()   # StateSnapshot.evidence's default
 
 
 @dataclass

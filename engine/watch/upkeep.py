@@ -44,13 +44,19 @@ DIGEST_WINDOW_S = 24 * 3600
 
 
 class UpkeepContext(Protocol):
-    """What upkeep needs from the watcher (the supervisor implements it; values are read per run)."""
+    """What upkeep needs from the watcher (the supervisor implements it; values are read per run, and
+    only read: properties or plain attributes both fit)."""
 
-    run_dir: Path
-    out_dir: Path
-    keep_last_k: int
-    ledger: Any                                 # engine.checkpoints.ledger.CheckpointLedger: the one prune
-    notifier: Any                               # engine.core.notifier.Notifier (with .digest)
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def out_dir(self) -> Path: ...
+    @property
+    def keep_last_k(self) -> int: ...
+    @property
+    def ledger(self) -> Any: ...                # engine.checkpoints.ledger.CheckpointLedger: the one prune
+    @property
+    def notifier(self) -> Any: ...              # engine.core.notifier.Notifier (with .digest)
 
     def best_step(self) -> int | None: ...      # step of the best validation loss, if known
     def trainer_alive(self) -> bool: ...
@@ -218,7 +224,7 @@ class Upkeep:
                      "free_percent": round(100.0 * disk.free / disk.total, 2) if disk.total else 0.0},
             "status": status,
         }
-        held = getattr(ctx, "held", dict)()
+        held: dict[str, int] = getattr(ctx, "held", dict)()
         if held:   # for `runbook status`: the journal on disk lacks what this watcher still holds in memory
             beat["held_in_memory"] = held
         try:

@@ -31,9 +31,13 @@ class Runtime(Protocol):
     """Everything an action may use: the effects the watcher lends to one incident (engine/watch/runtime.py).
     An action reaches nothing else; tests/unit/test_actions_runtime.py keeps this list and the actions in step."""
 
-    loaded: Any          # the run config in force (engine/core/config.LoadedConfig)
-    state: Any           # the snapshot the playbook matched (engine/core/state.StateSnapshot)
-    trainer: Any         # the trainer process, read-only (a diagnosis samples it)
+    # read-only: properties or plain attributes both fit
+    @property
+    def loaded(self) -> Any: ...     # the run config in force (engine/core/config.LoadedConfig)
+    @property
+    def state(self) -> Any: ...      # the snapshot the playbook matched (engine/core/state.StateSnapshot)
+    @property
+    def trainer(self) -> Any: ...    # the trainer process, read-only (a diagnosis samples it)
 
     # the trainer
     def stop_trainer(self, reason: str) -> str: ...

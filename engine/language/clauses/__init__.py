@@ -6,7 +6,7 @@ and a line in CLAUSE_TYPES. Docs, JSON Schema and lint walk this table.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Tag
 
@@ -43,14 +43,17 @@ def _clause_tag(value: Any) -> str | None:
     return None
 
 
-AnyClause = Annotated[
-    Union[tuple(Annotated[cls, Tag(kind)] for kind, cls in CLAUSE_TYPES.items())],  # type: ignore[misc]
-    Discriminator(
-        _clause_tag,
-        custom_error_type="clause",
-        custom_error_message="a clause is a mapping with exactly one of: " + ", ".join(CLAUSE_TYPES),
-    ),
-]
+if TYPE_CHECKING:
+    AnyClause = Clause   # what a type checker can know of the union built from the table at run time
+else:
+    AnyClause = Annotated[
+        Union[tuple(Annotated[cls, Tag(kind)] for kind, cls in CLAUSE_TYPES.items())],
+        Discriminator(
+            _clause_tag,
+            custom_error_type="clause",
+            custom_error_message="a clause is a mapping with exactly one of: " + ", ".join(CLAUSE_TYPES),
+        ),
+    ]
 
 # Combinators name AnyClause before it exists: complete them now that it does.
 for _clause in CLAUSE_TYPES.values():

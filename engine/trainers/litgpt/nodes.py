@@ -172,11 +172,13 @@ class NodeGroup:
             _write(line)
 
     def release_held(self, verdict_of) -> None:
+        srun = self.srun
+        assert srun is not None   # only wait_srun() releases, once srun runs
         with self.lock:
             if self.held_since is None:
                 return
             verdict = verdict_of(self.held_since)
-            if verdict is None and time.time() - self.held_since < STALE_S + 2.0 and self.srun.poll() is None:
+            if verdict is None and time.time() - self.held_since < STALE_S + 2.0 and srun.poll() is None:
                 return
             print(f"runbook: held {len(self.held)} line(s) after a lost peer for {time.time() - self.held_since:.1f} s: "
                   f"{'a host is lost' if verdict == 'lost' else 'every host renewed its records' if verdict else 'no verdict'}",
@@ -189,10 +191,12 @@ class NodeGroup:
         """Until srun ends. A host none of whose records was renewed for STALE_S is lost: once this host's
         ranks ended too, srun (which would wait for SLURM to call that node down) is killed. So is an srun
         still there LINGER_S after every rank ended."""
+        srun = self.srun
+        assert srun is not None   # start() ran srun: this group spans hosts
         ranks_done_at = lost_at = stop_at = None
         killed = False
         host = socket.gethostname()
-        while self.srun.poll() is None:
+        while srun.poll() is None:
             self.release_held(lambda since: peer_verdict(read_host_records(self.folder), host, since, time.time()))
             if self._every_rank_ended():
                 ranks_done_at = ranks_done_at or time.monotonic()
@@ -207,12 +211,12 @@ class NodeGroup:
             due = [t for t in (ranks_done_at and ranks_done_at + LINGER_S, lost_at, stop_at) if t is not None]
             if due and time.monotonic() - min(due) > LINGER_S and not killed:
                 killed = self.killing = True
-                _send(self.srun.pid, signal.SIGKILL)
+                _send(srun.pid, signal.SIGKILL)
             time.sleep(0.1)
         time.sleep(0.2)   # the relay's last lines
         self.release_held(lambda since: "ended")
         _, exits = read_folder(self.folder)
-        code = self.srun.returncode
+        code = srun.returncode
         return group_exit_code(exits[0].exit_code if 0 in exits else None, [code] if code is not None else [])
 
     def handle(self, signum, _frame) -> None:

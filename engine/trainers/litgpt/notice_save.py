@@ -50,7 +50,7 @@ class NoticeGuard:
 
     def __init__(self):
         self.notice: str | None = None   # the signal's name, once one came
-        self.loop = None                 # litgpt's fit arguments, from its first call
+        self.loop: dict | None = None    # litgpt's fit arguments, from its first call
 
     def handle(self, signum, _frame) -> None:
         first = self.notice is None
@@ -63,6 +63,7 @@ class NoticeGuard:
 
     def at_boundary(self) -> None:
         loop = self.loop
+        assert loop is not None   # the iterator that calls this runs inside fit(), which set it
         state = loop["state"]
         if state["iter_num"] % loop["accumulation"]:
             return   # mid-accumulation: the notice waits for the step's last micro-batch
@@ -100,7 +101,8 @@ def attach(pretrain, environ=os.environ) -> None:
     """Wrap litgpt.pretrain's `fit` (to learn its state) and its CycleIterator (the step boundary)."""
     if not notice_signals(environ):
         return
-    original_fit, base_iterator = pretrain.fit, pretrain.CycleIterator
+    original_fit = pretrain.fit
+    base_iterator: type = pretrain.CycleIterator   # litgpt's class, subclassed below
 
     def fit(**kwargs):
         state, train = kwargs["state"], kwargs["train"]

@@ -166,7 +166,7 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
         found.append(f"{where(*loc)}: {problem}")
 
     data_class = (config.get("data") or {}).get("class_path") if isinstance(config.get("data"), dict) else None
-    model = config.get("model_config") if isinstance(config.get("model_config"), dict) else {}
+    model = v if isinstance(v := config.get("model_config"), dict) else {}
     vocab = model.get("padded_vocab_size") or model.get("vocab_size")
     for problem in tokenizer_problems(loaded.data_path("tokenizer_dir"), data_class == TEXT_FILES,
                                       vocab if isinstance(vocab, int) else None):
@@ -174,8 +174,8 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
         found.append(f"{where(*loc)}: data.tokenizer_dir: {problem}" if loc[0] == "data" else f"{where(*loc)}: {problem}")
 
     if cfg.data.kind == "data-module":
-        if problem := data_module_problem(loaded):
-            found.append(f"{where('data')}: {problem}")
+        if module_problem := data_module_problem(loaded):
+            found.append(f"{where('data')}: {module_problem}")
             return found
     elif any(data_folder_problem("", d) for d in (train_dir, val_dir)):
         return found   # litgpt's parser checks the data paths too: the generic check already said why
@@ -186,8 +186,8 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
         found.append(f"{where('trainer', 'extra') if extra else loaded.path}: {refusal}")
     elif parameters:
         size, how = checkpoint_estimate(parameters, str(config.get("precision", cfg.trainer.precision)))
-        if problem := room_problem(loaded.out_dir, size, how):
-            found.append(f"{where('out_dir')}: {problem}")
+        if room := room_problem(loaded.out_dir, size, how):
+            found.append(f"{where('out_dir')}: {room}")
     return found
 
 

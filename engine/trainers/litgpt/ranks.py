@@ -33,6 +33,7 @@ import time
 from collections import deque
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from engine.process.nodes import NODE_ENV
 from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
@@ -89,7 +90,7 @@ def cpu_strategy_class(timeout: timedelta | None):
 
     class CpuDDPInsteadOfFSDP:
         def __new__(cls, *args, **kwargs):   # litgpt's FSDP arguments (wrap policy, sharding) have no DDP meaning
-            extra = {"timeout": timeout} if timeout is not None else {}
+            extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
             return DDPStrategy(process_group_backend="gloo", **extra)
 
     return CpuDDPInsteadOfFSDP
@@ -106,7 +107,7 @@ class Heartbeat:
         self.node = int(os.environ[NODE_ENV]) if os.environ.get(NODE_ENV, "").isdigit() else None
         self.started = _create_time()
         self.host = socket.gethostname()
-        self.work = deque(maxlen=WORK_WINDOW)
+        self.work: deque[float] = deque(maxlen=WORK_WINDOW)
         self.work_started: float | None = None
         self.synced_at: float | None = None     # when this rank's last gradient bucket was ready
 
@@ -123,7 +124,8 @@ class Heartbeat:
     def attach(self, pretrain) -> None:
         import lightning.fabric as fabric_module
 
-        heartbeat, original_fit, base_iterator = self, pretrain.fit, pretrain.CycleIterator
+        heartbeat, original_fit = self, pretrain.fit
+        base_iterator: type = pretrain.CycleIterator   # litgpt's class, subclassed below
         original_backward = fabric_module.Fabric.backward
 
         def fit(*args, **kwargs):
@@ -156,7 +158,7 @@ class Heartbeat:
 
         pretrain.fit = fit
         pretrain.CycleIterator = HeartbeatCycleIterator
-        fabric_module.Fabric.backward = backward
+        setattr(fabric_module.Fabric, "backward", backward)   # a patch of lightning's method, not an override
 
 
     def watch_gradient_sync(self, model) -> None:

@@ -105,8 +105,8 @@ def overlay(tree: dict, litgpt_path: Path, config_path: Path) -> dict:
     litgpt = effective(read(litgpt_path), (tree.get("trainer") or {}).get("extra") or {})
     data = litgpt.get("data")
     if not (isinstance(data, dict) and isinstance(data.get("class_path"), str)):
-        where = line_of(litgpt_path, ("data",))
-        raise SourceError([f"{where}: data must name a data module (class_path, init_args), e.g. {TEXT_FILES} with "
+        place = line_of(litgpt_path, ("data",))
+        raise SourceError([f"{place}: data must name a data module (class_path, init_args), e.g. {TEXT_FILES} with "
                            "train_data_path and val_data_path, or litgpt.data.LitData with data_path; litgpt's "
                            "default would download a dataset"])
     text_files = data["class_path"] == TEXT_FILES
