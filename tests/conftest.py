@@ -1,7 +1,15 @@
-"""Shared fixtures: a real tiny project (config, data, tokenizer) and helpers to run `runbook watch`.
+"""Shared fixtures: real scratch projects and helpers to run `runbook watch` on them.
 
-Tests train a real tiny litgpt model on the CPU and break it from outside; nothing of the engine
-is mocked. The corpus and tokenizer are made once per session and linked into each project.
+Two trainers, both real processes under a real `runbook watch`, broken from outside; nothing of the
+engine is mocked:
+- `project` / `reference_run`: the toy trainer (tests/toy_trainer/), the scenario suite's default. It
+  runs a 40-step run in about 2 s where litgpt takes a minute, and keeps runbook's contract with a
+  trainer as litgpt does under runbook (progress lines, announced saves, a notice save exiting 75,
+  validation lines), so a scenario proves the engine, not the model.
+- `litgpt_project` / `litgpt_reference_run`: a real tiny litgpt model on the CPU, for the litgpt
+  contract suite (tests/litgpt/): its real log lines, notice save, micro-batch rescale, checkpoint
+  CRC scan and bit-identical weights. The corpus and tokenizer are made once per session and linked
+  into each project; the reference run is trained once per session, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -33,8 +41,12 @@ def shared_data(tmp_path_factory) -> Path:
     return root
 
 
+TOY_KIND = "python:tests.toy_trainer.adapter:ToyAdapter"
+
+
 class Project:
-    """A scratch project folder laid out like the repo: configs/, playbooks path, data/."""
+    """A scratch project folder laid out like the repo: configs/, playbooks path, data/. Its trainer's
+    checkpoint layout is read from the run config when first asked for (litgpt's or the toy's)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -70,8 +82,23 @@ class Project:
     def trainer_pid(self) -> int:
         return int((self.run_dir / "trainer.pid").read_text())
 
+    @property
+    def is_toy(self) -> bool:
+        return TOY_KIND in self.config.read_text()
+
+    @property
+    def layout(self):
+        from engine.trainers import adapter_for
+
+        return adapter_for(TOY_KIND if self.is_toy else "litgpt").layout
+
     def step_dir(self, step: int) -> Path:
-        return self.out_dir / f"step-{step:08d}"
+        return self.out_dir / self.layout.folder_name(step)
+
+    def saved(self, step: int) -> bool:
+        """Checkpoint `step` is completely written: its last file is there (litgpt writes model_config.yaml
+        after lit_model.pth; the toy its checksum after state.json)."""
+        return (self.step_dir(step) / ("state.sha256" if self.is_toy else "model_config.yaml")).exists()
 
     def incidents(self, include_slow: bool = False) -> list[dict]:
         """Every incident record, in id order, with one exception that is checked, never assumed: a
@@ -87,6 +114,10 @@ class Project:
         return [r for r in records if include_slow or not machine_slowness(r)]
 
     def final_weights(self) -> str:
+        if self.is_toy:   # its weights are JSON floats, which round-trip exactly: the bytes are the weights
+            import hashlib
+
+            return hashlib.sha256((self.out_dir / "final" / "state.json").read_bytes()).hexdigest()
         return weights_digest(self.out_dir / "final" / "lit_model.pth")
 
     def assert_same_result_as(self, reference: dict) -> None:
@@ -95,13 +126,24 @@ class Project:
         recovered run that kept every hyperparameter ends with the same bytes as the reference (measured:
         kill -9, notice save, SIGSTOP hang, corrupt checkpoints, a re-run after an escalation)."""
         assert self.final_progress() == reference["progress"]
+        if self.is_toy:
+            assert self.final_weights() == reference["weights"], (self.final_state(), reference["project"].final_state())
+            return
         assert self.final_weights() == reference["weights"], weights_difference(
             reference["project"].out_dir / "final" / "lit_model.pth", self.out_dir / "final" / "lit_model.pth")
 
     def final_progress(self) -> dict:
+        if self.is_toy:
+            return {"step_count": self.final_state()["step"]}
         from engine.trainers.litgpt.resume import read_progress
 
         return read_progress(self.out_dir / "final" / "lit_model.pth")
+
+    def final_state(self) -> dict:
+        """The toy's final state (its step and weights)."""
+        import json
+
+        return json.loads((self.out_dir / "final" / "state.json").read_text())
 
 
 OUTSIDE_CAUSES = {"contention", "steal", "throttled", "stopped"}
@@ -148,8 +190,50 @@ def _incident_number(path: Path) -> int:
     return int(path.stem.split("-")[1])
 
 
+TOY_STEPS, TOY_STEP_SECONDS = 40, 0.03   # the shipped config's max_tokens 40960 = 40 steps of 16 x 64 tokens
+
+
+def make_toy_project(root: Path, step_seconds: float = TOY_STEP_SECONDS, notice_save: bool = True,
+                     save_interval: int = 5, **updates) -> Project:
+    """A project whose trainer is the toy: the shipped run config (its comments, its playbook settings) with
+    `trainer.kind` the toy's, 40 steps, a checkpoint every `save_interval`. `notice_save: False` makes a
+    trainer that dies of SIGTERM (the steps since its last save are lost)."""
+    (root / "configs").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
+    for name in ("train", "val"):   # `runbook watch` checks the data folders; the toy reads none of it
+        (root / "data" / name).mkdir(parents=True)
+        (root / "data" / name / "a.txt").write_text("toy\n")
+    # No tokenizer: the toy reads no text, and what a trainer needs besides the data is its adapter's to say.
+    project = Project(root)
+    project.set(max_tokens=TOY_STEPS * 16 * 64, save_interval=save_interval, keep_last_k=20, data_hash="",
+                data={"train_dir": "data/train", "val_dir": "data/val", "tokenizer_dir": "data/tokenizer",
+                      "make_default": False},
+                trainer={"kind": TOY_KIND, "extra": {"step_seconds": step_seconds, "notice_save": notice_save}})
+    if updates:
+        project.set(**updates)
+    return project
+
+
+def run_watch(project: Project, fault: str | None = None, timeout: float = 120.0, env: dict | None = None) -> float:
+    """`runbook watch` on the project until it exits 0, with one drill fault of engine/watch/faults.py injected
+    (toy or litgpt, by the project's trainer); returns the seconds it took."""
+    from engine.trainers import adapter_for
+    from engine.watch.faults import FAULTS, DrillRun
+
+    started = time.monotonic()
+    watcher = project.watch(env={"PYTHONPATH": str(REPO), **(env or {})})   # the watcher imports tests.toy_trainer
+    try:
+        if fault is not None:
+            adapter = adapter_for(TOY_KIND if project.is_toy else "litgpt")
+            FAULTS[fault].inject(DrillRun(project.out_dir, project.run_dir, watcher, adapter, timeout))
+        assert watcher.wait(timeout=timeout) == 0, project.watch_output()
+    finally:
+        stop_process(watcher)
+    return time.monotonic() - started
+
+
 def make_project(root: Path, shared_data: Path, prebuilt_data: bool = True, **updates) -> Project:
-    """A project on the shared corpus. prebuilt_data: its run folder starts with a copy of the tokenized
+    """A litgpt project on the shared corpus. prebuilt_data: its run folder starts with a copy of the tokenized
     data cache its launches would build (seed_data_cache); tests of preprocessing itself pass False."""
     (root / "configs").mkdir(parents=True)
     shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
@@ -193,16 +277,44 @@ def seed_data_cache(project: Project, shared_data: Path) -> None:
 
 
 @pytest.fixture
-def project(tmp_path, shared_data) -> Project:
+def project(tmp_path) -> Project:
+    """A toy-trainer project (see the module's docstring): the default for a scenario."""
+    return make_toy_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory) -> dict:
+    """An undisturbed toy run of `project`'s configuration: what every recovered toy run must end up equal to."""
+    project = make_toy_project(tmp_path_factory.mktemp("reference") / "project")
+    run_watch(project)
+    assert project.incidents() == []
+    return {"progress": project.final_progress(), "weights": project.final_weights(), "project": project}
+
+
+@pytest.fixture
+def litgpt_project(tmp_path, shared_data) -> Project:
     return make_project(tmp_path / "project", shared_data)
 
 
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory, shared_data) -> dict:
-    """An undisturbed run of the short configuration: what every recovered run must end up equal to."""
-    project = make_project(tmp_path_factory.mktemp("reference") / "project", shared_data)
-    proc = project.watch()
-    assert proc.wait(timeout=300) == 0, project.watch_output()
+def litgpt_reference_run(tmp_path_factory, shared_data) -> dict:
+    """An undisturbed litgpt run of the short configuration: what every recovered litgpt run must end up
+    equal to. Trained once per session: the first xdist worker to ask trains it under a lock in the
+    session's shared temporary folder, the other reads the same folder (a minute of two cores saved)."""
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
+    root = shared / "litgpt-reference"
+    with open(shared / "litgpt-reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes, also if training fails
+        project = Project(root / "project")
+        if not (root / "done").exists():
+            if root.exists():
+                shutil.rmtree(root)   # a half-made reference of a failed attempt
+            project = make_project(root / "project", shared_data)
+            proc = project.watch()
+            assert proc.wait(timeout=300) == 0, project.watch_output()
+            (root / "done").write_text("ok\n")
     return {"progress": project.final_progress(), "weights": project.final_weights(), "project": project}
 
 
@@ -224,7 +336,7 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
-__all__ = ["Project", "make_project", "wait_for", "stop_process", "update_yaml_values"]
+__all__ = ["Project", "make_project", "make_toy_project", "run_watch", "wait_for", "stop_process", "update_yaml_values"]
 
 
 # Hypothesis profiles: "quick" by default (CI), HYPOTHESIS_PROFILE=long for a long run. Real files and
@@ -238,10 +350,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 # The fast tier (`pytest -m "not slow"`): every test that trains a real model, starts a real watcher or
 # scheduler, or lives in a group of such tests is marked slow here, so no file has to remember it.
-SLOW_GROUPS = {"runs", "cluster"}
+SLOW_GROUPS = {"runs", "cluster", "litgpt"}
 # By definition, not by name: a test module's own cheap `project` fixture (a scratch folder, no model) does
 # not make its tests slow (tests/language/test_incidents_replay.py's did, by its name alone).
 SLOW_FIXTURES = {"project": "tests.conftest", "reference_run": "tests.conftest", "shared_data": "tests.conftest",
+                 "litgpt_project": "tests.conftest", "litgpt_reference_run": "tests.conftest",
                  "finished_run": "tests.unit.test_report_status", "slurm": "tests.cluster.test_slurm_submit"}
 
 

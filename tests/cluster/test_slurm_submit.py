@@ -36,6 +36,13 @@ from engine.trainers.litgpt.log_lines import parse_line
 from tests.conftest import RUNBOOK, make_project
 from tests.slurm_cluster import start_cluster, stop_cluster
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 

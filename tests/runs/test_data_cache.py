@@ -14,6 +14,14 @@ from pathlib import Path
 
 from engine.trainers.litgpt import data_cache
 from tests.conftest import make_project, stop_process, wait_for
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
 
 TEXT_FILES = {"class_path": data_cache.TEXT_FILES, "init_args": {"train_data_path": "a", "val_data_path": "b",
                                                                   "num_workers": 2, "seed": 42}}

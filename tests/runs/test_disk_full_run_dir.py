@@ -90,7 +90,7 @@ def test_the_journal_holds_entries_on_a_full_disk_and_appends_them_in_order_with
 
 
 def test_a_preemption_while_run_dir_and_the_run_log_are_full_is_recorded_completely_once_space_returns(tmpfs, tmp_path):
-    project = make_toy_project(tmp_path / "project", step_seconds=0.1)
+    project = make_toy_project(tmp_path / "project", step_seconds=0.1, notice_save=False)   # dies of the SIGTERM
     project.set(upkeep={"heartbeat_interval_s": 0.5})   # heartbeats fall while the disk is full: one warning
     run_dir = tmpfs(project.run_dir, "2m")
     docs = tmpfs(project.run_log.parent, "64k")

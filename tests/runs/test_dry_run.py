@@ -7,6 +7,14 @@ import json
 import subprocess
 
 from tests.conftest import RUNBOOK
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
 
 OOM_TAIL = """Epoch 1 | iter 4 step 1 | loss train: 6.422, val: n/a | iter time: 20.00 ms (step) remaining time: 0:00:09
 Traceback (most recent call last):

@@ -13,6 +13,19 @@ from engine.checkpoints.store import list_checkpoints
 from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt.resume import find_nonfinite_tensors
 from tests.conftest import REPO, stop_process, wait_for
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
 
 
 # The dynamics tests must hold for any trajectory of the fault, not one machine's: run them with other

@@ -17,6 +17,18 @@ from engine.records.journal import Journal
 from tests.conftest import REPO, RUNBOOK, stop_process
 from tests.runs.test_toy_trainer import make_toy_project
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
 ESCALATE_AT_STEP = textwrap.dedent("""\
     name: escalate-early
     description: A test playbook that hands the run to a human while its trainer is training.

@@ -13,6 +13,13 @@ import pytest
 from engine.checkpoints.store import own_tmp_prefix
 from tests.conftest import RUNBOOK, stop_process, wait_for
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 FOREIGN = {
     "tmpUserNotes.txt": b"meeting notes, do not delete\n",
     "tmp8f3k2l": bytes(range(256)) * 4,                       # another tool's mkstemp file

@@ -18,6 +18,13 @@ import pytest
 
 from tests.conftest import RUNBOOK, make_project
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 TOKENS = {"hf": "hf_" + "Q" * 30, "github": "ghp_" + "a1B2" * 9, "slack": "xoxb-1234567890-abcdefABCDEF",
           "aws": "AKIAIOSFODNN7EXAMPLE", "bearer": "eyJhbGciOiJIUzI1NiJ9.payload", "password": "hunter2hunter2"}
 HOSTILE = (f"\x1b[2J\x1b[H\x1b]0;pwned\x07RUNBOOK: ALL CLEAR \u202egnp.exe\u202c \x9b31m "

@@ -18,6 +18,18 @@ from engine.trainers.litgpt.notice_save import NOTICE_EXIT_CODE, notice_signals,
 from runbook.exit_codes import ExitCode
 from tests.conftest import stop_process, wait_for
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
 PROGRESS_STEP = re.compile(rb"^Epoch \d+ \| iter \d+ step (\d+) \|", re.M)
 
 

@@ -22,6 +22,13 @@ from runbook.slack import SlackNotifier, SlackSettings
 from tests.conftest import RUNBOOK, make_project, stop_process, wait_for
 from tests.fake_slack import FakeSlack
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 TOKEN = "xoxb-test-notices-token"
 ENV = {"RB_TEST_TOKEN": TOKEN}
 

@@ -23,6 +23,18 @@ from engine.records.journal import Journal
 from engine.core.run_folder import RunFolder
 from tests.conftest import RUNBOOK, stop_process, wait_for
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
 pytestmark = pytest.mark.slow
 
 def journal_entries(project) -> list[dict]:

@@ -9,6 +9,19 @@ import signal
 from engine.trainers.litgpt.notice_save import NOTICE_EXIT_CODE
 from tests.conftest import stop_process, wait_for
 from tests.fake_slack import FakeSlack
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
 
 TOKEN = "xoxb-test-secret-token-123"
 

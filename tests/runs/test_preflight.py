@@ -20,6 +20,18 @@ from tests.conftest import RUNBOOK, make_project, require_capability
 from tests.runs.test_process_faults import _can_mount_tmpfs
 
 
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
+
 def check(project, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([RUNBOOK, "check", str(project.config), *args], capture_output=True, text=True, timeout=300)
 

@@ -16,6 +16,18 @@ from engine.records.journal import Journal
 from tests.conftest import require_capability, stop_process, wait_for
 
 
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
+
 def finish(watcher, project, timeout=300) -> int:
     try:
         return watcher.wait(timeout=timeout)

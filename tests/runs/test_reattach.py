@@ -15,6 +15,19 @@ import signal
 from engine.process.trainer_process import TrainerProcess, read_exit_status
 from tests.conftest import REPO, stop_process, wait_for
 from tests.runs.test_dynamics_faults import without_loss_spike
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
 
 
 def journal(project) -> list[dict]:

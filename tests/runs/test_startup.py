@@ -16,6 +16,14 @@ import time
 import psutil
 
 from tests.conftest import make_project, stop_process, wait_for
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
 
 HANG_TIMEOUT_S = 4.0
 PROGRESS = re.compile(r"^Epoch \d+ \| iter \d+ step \d+ \|", re.M)

@@ -6,61 +6,26 @@ drills) to the same final state as an undisturbed toy run. Each run takes a few 
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
-import time
-from pathlib import Path
 
 import pytest
 
 from engine.core.config import TrainerSettings
 
 from engine.trainers.run_config import load_config
-from engine.watch.faults import FAULTS, DrillRun
 from engine.trainers import UnknownTrainer, adapter_for, register_trainer
 from engine.core.yaml_source import SourceError
 from runbook.report import read_history
-from tests.conftest import REPO, Project, stop_process
+from tests.conftest import TOY_KIND, TOY_STEPS, Project, make_toy_project, run_watch  # noqa: F401 (TOY_KIND: re-exported)
 from tests.toy_trainer.adapter import ToyAdapter
 
-TOY_KIND = "python:tests.toy_trainer.adapter:ToyAdapter"
-STEPS, SAVE_INTERVAL = 40, 5          # max_tokens 40960 = 40 steps of 16 x 64 tokens
-STEP_SECONDS = 0.03
-
-
-def make_toy_project(root: Path, step_seconds: float = STEP_SECONDS) -> Project:
-    (root / "configs").mkdir(parents=True)
-    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")
-    for name in ("train", "val"):   # `runbook watch` checks the data folders; the toy reads none of it
-        (root / "data" / name).mkdir(parents=True)
-        (root / "data" / name / "a.txt").write_text("toy\n")
-    # No tokenizer: the toy reads no text, and what a trainer needs besides the data is its adapter's to say.
-    project = Project(root)
-    project.set(max_tokens=STEPS * 16 * 64, save_interval=SAVE_INTERVAL,
-                keep_last_k=20, data_hash="",
-                data={"train_dir": "data/train", "val_dir": "data/val", "tokenizer_dir": "data/tokenizer",
-                      "make_default": False},
-                trainer={"kind": TOY_KIND, "extra": {"step_seconds": step_seconds}})
-    return project
-
-
-def run_toy(project: Project, fault: str | None = None, timeout: float = 60.0) -> float:
-    """`runbook watch` on the project until it exits 0, with one drill fault injected; returns seconds."""
-    started = time.monotonic()
-    watcher = project.watch(env={"PYTHONPATH": str(REPO)})   # the watcher imports tests.toy_trainer
-    try:
-        if fault is not None:
-            FAULTS[fault].inject(DrillRun(project.out_dir, project.run_dir, watcher, ToyAdapter(), timeout))
-        assert watcher.wait(timeout=timeout) == 0, project.watch_output()
-    finally:
-        stop_process(watcher)
-    return time.monotonic() - started
+STEPS, SAVE_INTERVAL = TOY_STEPS, 5          # max_tokens 40960 = 40 steps of 16 x 64 tokens
+run_toy = run_watch   # the name the older toy tests use
 
 
 def final_state(project: Project) -> dict:
-    return json.loads((project.out_dir / "final" / "state.json").read_text())
+    return project.final_state()
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +49,29 @@ def test_an_undisturbed_toy_run_completes_sealed_and_reported(toy_reference):
     assert history.launches[0].steps == list(range(1, STEPS + 1))
 
 
-def test_a_preempted_toy_trainer_is_resumed_to_the_undisturbed_final_state(tmp_path, toy_reference):
-    project = make_toy_project(tmp_path / "project")
+def test_a_toy_trainer_that_takes_no_notice_dies_of_sigterm_and_resumes_to_the_undisturbed_final_state(tmp_path, toy_reference):
+    project = make_toy_project(tmp_path / "project", notice_save=False)
     run_toy(project, fault="preemption")   # SIGTERM to run_dir/trainer.pid after the second checkpoint
     [incident] = project.incidents()
     assert incident["playbook"] == "preemption" and incident["outcome"] == "recovered"
     assert incident["trainer_exit_code"] == -signal.SIGTERM
-    assert incident["resumed_step"] >= 2 * SAVE_INTERVAL
+    assert incident["resumed_step"] >= 2 * SAVE_INTERVAL and incident["resumed_step"] % SAVE_INTERVAL == 0
     journal = (project.run_dir / "journal.jsonl").read_text()
     assert f"ckpt-{incident['resumed_step']:06d}/state.json" in journal   # the relaunch resumed from the toy's file
+    assert final_state(project) == toy_reference["state"]
+
+
+def test_a_notice_to_the_toy_saves_the_step_in_progress_exits_75_and_loses_no_step(tmp_path, toy_reference):
+    """The toy keeps litgpt's notice contract under runbook (engine/trainers/litgpt/notice_save.py): the step
+    in progress is saved as its own checkpoint, off the save interval, and resumed with nothing lost."""
+    project = make_toy_project(tmp_path / "project", step_seconds=0.1)
+    run_toy(project, fault="preemption")
+    [incident] = project.incidents()
+    assert incident["playbook"] == "preemption" and incident["outcome"] == "recovered"
+    assert incident["trainer_exit_code"] == 75
+    assert incident["resumed_step"] == incident["step_at_failure"] and incident["steps_lost"] == 0, incident
+    first_log = sorted((project.run_dir / "logs").glob("trainer-*.log"))[0].read_text()
+    assert f"toy: saved step {incident['resumed_step']} on notice signal {int(signal.SIGTERM)}, exiting 75" in first_log
     assert final_state(project) == toy_reference["state"]
 
 

@@ -19,6 +19,13 @@ from engine.trainers.run_config import load_config
 from engine.trainers import adapter_for
 from tests.conftest import REPO, RUNBOOK
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 # (what the user writes under trainer.extra, where it lands in the litgpt config, the exact value)
 CASES = {
     "float": ("optimizer: {init_args: {weight_decay: 0.1}}", ("optimizer", "init_args", "weight_decay"), 0.1),

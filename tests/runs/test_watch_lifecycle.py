@@ -10,6 +10,19 @@ import subprocess
 import psutil
 
 from tests.conftest import RUNBOOK, stop_process, wait_for
+import pytest
+
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
 
 
 def journal(project) -> list[dict]:

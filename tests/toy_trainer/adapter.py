@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ConfigDict
 
 from engine.core.config import ModelSection, TrainerSettings
-from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, ValidationStarted
+from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation, ValidationStarted
 from engine.trainers.base import LaunchSpec, ResumePlan
 
 TRAINER = Path(__file__).with_name("trainer.py")
@@ -22,6 +22,8 @@ FOLDER = re.compile(r"^ckpt-(\d{6})$")
 PROGRESS = re.compile(r"^toy step (\d+)/\d+ loss (\S+) took (\d+(?:\.\d*)?) ms$")
 SAVING = re.compile(r"^toy: saving (.+)$")
 RESUMING = re.compile(r"^toy: resuming from (.+)$")
+VALIDATION = re.compile(r"^toy val step (\d+) val_loss (\S+)$")
+NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"   # trainer.py saves the step in progress on these and exits 75
 
 
 class ToyLayout:
@@ -108,9 +110,15 @@ class ToyAdapter:
         launch_dir.mkdir(parents=True, exist_ok=True)
         config_file = launch_dir / "toy_config.json"
         config_file.write_text(json.dumps(config, indent=1))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **cfg.trainer.env}
+        # It takes notices as litgpt does under runbook (a save of the step in progress, exit 75), unless
+        # trainer.extra.notice_save is false or notice_signals is empty; SIGUSR2 then stops it unsaved.
+        notice = cfg.trainer.notice_signals if config.get("notice_save", True) else []
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTICE_SIGNALS_ENV: ",".join(notice), **cfg.trainer.env}
+        hyper = {"lr": cfg.lr, "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size}
         return LaunchSpec(argv=[sys.executable, str(TRAINER), str(config_file)], env=env, cwd=loaded.project_dir,
-                          config_file=config_file, resume_from=resume_from, hyperparameters={"lr": cfg.lr})
+                          config_file=config_file, resume_from=resume_from, hyperparameters=hyper,
+                          notice_signal=notice[0] if notice else None,
+                          quit_signal="SIGUSR2" if "SIGTERM" in notice else "SIGTERM")
 
     def parse_line(self, line: str) -> Event | None:
         line = line.rstrip("\n")
@@ -119,6 +127,8 @@ class ToyAdapter:
             return Progress(iter_num=step, step=step, loss=float(m.group(2)), iter_time_ms=float(m.group(3)), is_step=True)
         if line == "Validating ...":   # the toy announces a validation in litgpt's words
             return ValidationStarted()
+        if (m := VALIDATION.match(line)):
+            return Validation(iter_num=int(m.group(1)), val_loss=float(m.group(2)))
         if (m := SAVING.match(line)):
             return CheckpointSaving(path=str(self.layout.resume_file(Path(m.group(1)))))
         if (m := RESUMING.match(line)):

@@ -8,8 +8,15 @@ step_seconds, seed, resume, micro_batch_size). step_seconds paces each step, so 
 signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an OOM would; env_file
 names a file each launch appends its environment to (one JSON line); save_seconds makes each save
 write its file in pieces over that long; validate_interval and validate_seconds make it validate (litgpt's
-`Validating ...`, then that long computing in silence) after every validate_interval-th step. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py)
-makes it stop after logging step N, until it is killed.
+`Validating ...`, then that long computing in silence, then ``toy val step N val_loss L``) after every
+validate_interval-th step. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py) makes it
+stop after logging step N, until it is killed.
+
+A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every trainer that takes
+notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
+its own checkpoint, and the trainer exits SAVED_ON_NOTICE (75). ``notice_save: false`` in the config
+makes it die of the signal instead (a trainer that takes no notices: the steps since its last save
+are lost).
 """
 
 from __future__ import annotations
@@ -18,12 +25,16 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 STATE_NAME, CHECKSUM_NAME = "state.json", "state.sha256"
 SIZE = 8
+SAVED_ON_NOTICE = 75   # engine/core/exit_codes.py (the toy imports nothing of runbook's)
+NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
+_noticed: list[int] = []
 
 
 def targets() -> list[float]:
@@ -62,13 +73,26 @@ def save(folder: Path, state: dict, seconds: float = 0.0) -> None:
     (folder / CHECKSUM_NAME).write_text(hashlib.sha256(data).hexdigest() + "\n")
 
 
-def validate(seconds: float) -> None:
+def validation_loss(state: dict) -> float:
+    """The distance to targets shifted by a fixed offset: a held-out loss that falls as the run learns."""
+    return sum((w - t - 0.05) ** 2 for w, t in zip(state["weights"], targets())) / SIZE
+
+
+def validate(state: dict, seconds: float) -> None:
     """litgpt's announcement, then CPU work and nothing printed for `seconds`, as a real validation."""
     print("Validating ...", flush=True)
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         sum(range(10_000))
     print(f"toy validation took {seconds:.1f} s", flush=True)
+    print(f"toy val step {state['step']} val_loss {validation_loss(state):.6f}", flush=True)
+
+
+def take_notices(enabled: bool) -> None:
+    """Catch the notice signals runbook names: the loop saves the step in progress and exits 75."""
+    names = os.environ.get(NOTICE_SIGNALS_ENV, "") if enabled else ""
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        signal.signal(getattr(signal, name), lambda signum, _frame: _noticed.append(signum))
 
 
 def load(path: Path) -> dict:
@@ -95,6 +119,7 @@ def main(config_path: str) -> int:
     else:
         state = initial_state(cfg["seed"])
     hold_at = int(os.environ["RUNBOOK_TOY_HOLD_AT_STEP"]) if os.environ.get("RUNBOOK_TOY_HOLD_AT_STEP") else None
+    take_notices(cfg.get("notice_save", True))
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])
@@ -105,9 +130,12 @@ def main(config_path: str) -> int:
             while True:   # tests/failing_litgpt/wrapper.py kills it here: it cannot run ahead of the wrapper
                 time.sleep(60)
         if cfg.get("validate_interval") and state["step"] % cfg["validate_interval"] == 0:
-            validate(cfg.get("validate_seconds", 0.0))
-        if state["step"] % cfg["save_interval"] == 0:
+            validate(state, cfg.get("validate_seconds", 0.0))
+        if state["step"] % cfg["save_interval"] == 0 or _noticed:
             save(out_dir / f"ckpt-{state['step']:06d}", state, cfg.get("save_seconds", 0.0))
+        if _noticed:
+            print(f"toy: saved step {state['step']} on notice signal {_noticed[0]}, exiting {SAVED_ON_NOTICE}", flush=True)
+            return SAVED_ON_NOTICE
     save(out_dir / "final", state, cfg.get("save_seconds", 0.0))
     print(f"toy: done at step {state['step']}", flush=True)
     return 0

@@ -15,6 +15,18 @@ from typer.main import get_command
 from runbook.cli import app
 from tests.conftest import RUNBOOK
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+@pytest.fixture
+def reference_run(litgpt_reference_run):
+    return litgpt_reference_run
+
+
 EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
                      "notify", "ledger", "slurm", "triage"}
 

@@ -16,6 +16,13 @@ from engine.core.yaml_source import SourceError
 from tests.conftest import REPO, RUNBOOK
 
 
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "proj" / "configs" / "run_config.yaml"
     path.parent.mkdir(parents=True)

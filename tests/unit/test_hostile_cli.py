@@ -28,6 +28,13 @@ from tests.conftest import RUNBOOK
 from tests.fake_slack import FakeSlack
 from tests.unit.test_report_status import finished_run  # noqa: F401  (the fixture)
 
+
+# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
+@pytest.fixture
+def project(litgpt_project):
+    return litgpt_project
+
+
 runner = CliRunner()
 TOKEN_ENV = "RB_HOSTILE_TOKEN"
 
