@@ -46,7 +46,8 @@ def make_corpus(data_dir: Path, train_bytes: int = 1_500_000, val_bytes: int = 1
     if any(train_dir.glob("*.txt")) and any(val_dir.glob("*.txt")):
         return
     files = stdlib_sources(train_bytes + val_bytes)
-    val_files, train_files = [], []
+    val_files: list[Path] = []
+    train_files: list[Path] = []
     val_total = 0
     for path in files:  # every 12th file goes to validation until it has enough text
         if len(val_files) * 12 <= len(train_files) and val_total < val_bytes:

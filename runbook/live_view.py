@@ -131,8 +131,9 @@ class LiveView:
         pct = f"{100 * step / total:.0f}%" if total else "-"
         eta = self.eta_seconds()
         counter = Text(f"{step} / {total}  {pct}  ETA {duration(eta) if eta is not None else '-'}")
-        row = Table.grid(padding=(0, 1))
-        row.add_row(bar, counter)
+        grid_row = Table.grid(padding=(0, 1))
+        grid_row.add_row(bar, counter)
+        row: Table | Text = grid_row
         if m.step is None:
             row = Text("no progress line yet", style="dim")
         elif problem := step_problem(m.step):   # never a bar at step -5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -76,6 +77,7 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipp
     report.errors += [problem.message() for problem in problems]
     spoiled = {id(p) for problem in problems for p in problem.spoils}
     for playbook in playbooks:
+        assert playbook.source_file is not None   # read_set() reads every playbook from its file
         tree = load_yaml(playbook.source_file)
         found = runtime_warnings(playbook, config)
         # Over a sandbox budget on the samples is a property of the text, not of the state: an error.
@@ -132,13 +134,13 @@ def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple,
             for sample_name, sample in SAMPLES.items():
                 try:
                     render_template(source, {"state": sample, "config": config, "attempt": 1})
-                except Exception as error:  # noqa: BLE001 - reported as a warning, like expressions
-                    warnings.append((loc, f"on {sample_name} sample state: {type(error).__name__}: {error}"))
+                except Exception as err:  # noqa: BLE001 - reported as a warning, like expressions
+                    warnings.append((loc, f"on {sample_name} sample state: {type(err).__name__}: {err}"))
                     break
             continue
         compiled = compile_expression(source)
         for sample_name, sample in SAMPLES.items():
-            context = {"state": sample, "config": config}
+            context: dict[str, Any] = {"state": sample, "config": config}
             if loc[0] == "actions":
                 context["attempt"] = 1  # the planner's extra name for actions: the firing's number in its window
             if role == "condition":

@@ -257,7 +257,7 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
         step = record.get("step_at_failure")
         if step is None:
             continue
-        colour = OUTCOME_COLOURS.get(record.get("outcome"), "#d62728")
+        colour = OUTCOME_COLOURS.get(str(record.get("outcome")), "#d62728")
         ax.axvline(step, color=colour, linestyle="--", linewidth=1.2)
         ax.text(step, 0.985 - 0.13 * (n % 3), f" {record['id']}\n {record.get('playbook')}\n {record.get('outcome')}",
                 transform=top, va="top", ha="left", fontsize=8.5, color=colour,
@@ -279,9 +279,9 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
                                                       "edgecolor": "#c9a227"})
     ax.set_ylim(ymin, ymax)
 
-    kept = [c.step for c in history.checkpoints if not c.is_last]
-    if kept:
-        ax.plot(kept, [0.0] * len(kept), "|", color="#888888", markersize=18, markeredgewidth=2.2, transform=top,
+    kept_steps = [c.step for c in history.checkpoints if not c.is_last]
+    if kept_steps:
+        ax.plot(kept_steps, [0.0] * len(kept_steps), "|", color="#888888", markersize=18, markeredgewidth=2.2, transform=top,
                 clip_on=False, label="checkpoint kept")
     last = [c.step for c in history.checkpoints if c.is_last]
     if last:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 NOTICE_EXIT = 75                       # "saved on the notice": the preemption playbook resumes with 0 steps lost
-_state = {"noticed": None, "last": time.monotonic()}
+_state: dict[str, Any] = {"noticed": None, "last": time.monotonic()}   # the signal number; monotonic time
 
 
 def progress(step: int, loss: float) -> None:

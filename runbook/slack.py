@@ -109,10 +109,10 @@ class SlackNotifier:
             base_url = settings.base_url or WebClient.BASE_URL
             self._client = WebClient(
                 token=token, base_url=base_url if base_url.endswith("/") else base_url + "/",
-                timeout=settings.timeout_s, logger=_sdk_log,  # type: ignore[arg-type]
+                timeout=settings.timeout_s, logger=_sdk_log,  # type: ignore[arg-type]  # slack_sdk says int; urllib takes a float
                 retry_handlers=[ConnectionErrorRetryHandler(), RateLimitErrorRetryHandler(max_retry_count=2)])
         else:
-            self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]
+            self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]  # as above
                                           logger=_sdk_log)
         self._outbox = Outbox(outbox_dir, check=message_problem)
         # Notices a full disk kept out of the outbox, oldest first: stored ahead of newer ones once space
@@ -321,8 +321,11 @@ def _classify(status: int, error: str | None, headers: Mapping[str, Any]) -> Exc
 
 
 def _retry_after(headers: Mapping[str, Any]) -> float | None:
-    value = {str(k).lower(): v for k, v in (headers or {}).items()}.get("retry-after")
+    raw = {str(k).lower(): v for k, v in (headers or {}).items()}.get("retry-after")
+    value = raw[0] if isinstance(raw, list) else raw
+    if value is None:
+        return None
     try:
-        return float(value[0] if isinstance(value, list) else value)
+        return float(value)
     except (TypeError, ValueError):
         return None

@@ -6,11 +6,17 @@ import sys
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
 from engine.core.yaml_source import SourceError
+
+if TYPE_CHECKING:   # imported where used: `runbook --help` loads none of them
+    from engine.core.notifier import Notifier
+    from runbook.console import PlainReporter
+    from runbook.live_view import LiveView
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -36,7 +42,10 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     if cfg.data.kind == "data-module":   # the trainer's own data module (LitData, ...): its files, its checks
         if problems := preflight(loaded, adapter):
             raise Refusal(ExitCode.BAD_CONFIG, "\nerror: ".join(problems))
-        return _settle_hash(loaded, adapter.data_fingerprint(loaded), accept_data_change, record_hash)
+        if (fingerprint := adapter.data_fingerprint(loaded)) is None:   # was a data_hash of None: a pydantic error
+            raise Refusal(ExitCode.BAD_CONFIG, f"data.kind is data-module in {loaded.path}, but the {adapter.name} "
+                          "trainer has no data module of its own to fingerprint; use data.kind: text-files")
+        return _settle_hash(loaded, fingerprint, accept_data_change, record_hash)
     train_dir, val_dir, tok_dir = (loaded.data_path(n) for n in ("train_dir", "val_dir", "tokenizer_dir"))
     if cfg.data.make_default and make_default and not any(train_dir.glob("*.txt")):  # never in a dry run
         if train_dir != loaded.resolve(Path("data/stdlib/train")):
@@ -142,6 +151,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             prestart_spare(loaded, spares)
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()
+        notifier: Notifier
         if dry_run:  # no Slack, no outbox folder: a dry run changes nothing
             from runbook.slack import NullNotifier
 
@@ -161,7 +171,8 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         err.print(f"error: {error}", markup=False)
         return ExitCode.BAD_CONFIG
 
-    reporter = live_view = None
+    live_view: LiveView | None = None
+    reporter: LiveView | PlainReporter | None = None
     if sys.stdout.isatty() and not (quiet or as_json):
         from runbook.live_view import LiveView  # a terminal: a live panel; CI, nohup, SLURM: plain lines
 

@@ -89,7 +89,8 @@ def fields(kind: str, data: dict) -> dict | None:
 
 def problems(line: dict) -> list[str]:
     """PURE. How one parsed --json line breaks SCHEMA (empty when it does not)."""
-    spec = SCHEMA.get(line.get("event"))
+    event = line.get("event")
+    spec = SCHEMA.get(event) if isinstance(event, str) else None   # a list or dict here is no key: no TypeError
     if spec is None:
         return [f"unknown event {line.get('event')!r}"]
     allowed = {**COMMON, **spec}

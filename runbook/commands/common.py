@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -13,7 +14,7 @@ from engine.core.yaml_source import SourceError
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def fail(code: ExitCode, message: str) -> None:
+def fail(code: ExitCode, message: str) -> NoReturn:
     """One sentence on stderr and the command's distinct exit code."""
     err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(int(code))

@@ -26,7 +26,7 @@ DRAFTS = Path("playbooks") / "drafts"
 
 
 def _say(text: str, style: str | None = None) -> None:
-    out.print(Text(text, style=style))
+    out.print(Text(text, style=style or ""))   # rich's Text takes "" for no style
 
 
 def _other_runs(run_dirs: list[Path]) -> list[dict]:
@@ -76,8 +76,8 @@ def draft(
     try:
         loaded, store = open_store(config)
         record = read_record(store, incident_id)
-    except RecordProblem as problem:
-        raise typer.Exit(int(report(problem)))
+    except RecordProblem as record_problem:
+        raise typer.Exit(int(report(record_problem)))
     if (reason := why_not_draftable(record)) is not None:
         err.print(Text(f"error: {reason}"))
         raise typer.Exit(int(ExitCode.DRAFT_REFUSED))

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -159,8 +159,9 @@ def shown(record: dict) -> dict:
 def print_table(records: list[dict]) -> None:
     # SIMPLE box, two-line headers, no-wrap cells: the table stays readable in an 80-column terminal or CI log.
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
-    for name, justify in (("id", "left"), ("when", "left"), ("playbook", "left"), ("outcome", "left"),
-                          ("step", "right"), ("steps\nlost", "right"), ("recovery\ns", "right")):
+    columns: list[tuple[str, JustifyMethod]] = [("id", "left"), ("when", "left"), ("playbook", "left"), ("outcome", "left"),
+                                                ("step", "right"), ("steps\nlost", "right"), ("recovery\ns", "right")]
+    for name, justify in columns:
         numeric = justify == "right"   # a hostile record's 20-digit step must not squeeze the id out of the table
         table.add_column(name, justify=justify, no_wrap=name != "playbook", min_width=12 if name == "id" else None,
                          max_width=12 if numeric else None, overflow="ellipsis" if numeric else "fold")
@@ -249,8 +250,8 @@ def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(
         print_table(records)
     elif not problems:
         out.print(Text(f"no incidents recorded in {store.dir}"))
-    for problem in problems.values():
-        err.print(Text("error: " + for_display(problem)))
+    for text in problems.values():
+        err.print(Text("error: " + for_display(text)))
     raise typer.Exit(int(ExitCode.NOT_FOUND if problems else ExitCode.OK))
 
 

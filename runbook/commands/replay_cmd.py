@@ -40,7 +40,7 @@ def replay(
 ) -> None:
     """Re-evaluate recorded incidents against today's playbooks and show what would differ (dry-run)."""
     if incident_id and Path(incident_id).suffix in (".yaml", ".yml") and config is None:   # `replay --all CONFIG`
-        incident_id, config = None, Path(incident_id)
+        config, incident_id = Path(incident_id), None
     config = chosen_config(config, config_opt)
     if (incident_id is None) == (not all_incidents):
         err.print(Text("error: give one incident id (incident-N) or --all, not both and not neither"))
@@ -51,8 +51,8 @@ def replay(
     try:
         loaded, store = open_store(config)
         chosen = [read_record(store, incident_id)] if incident_id else None
-    except RecordProblem as problem:
-        raise typer.Exit(int(report(problem)))
+    except RecordProblem as record_problem:
+        raise typer.Exit(int(report(record_problem)))
     try:
         from engine.language.playbook_set import load_set
 
@@ -93,6 +93,7 @@ def replay(
     if execute and not problems:
         from runbook.commands.replay_execute import execute_replay
 
+        assert chosen is not None   # --execute takes one incident id: with --all it was refused above
         code = execute_replay(chosen[0], loaded, playbook_paths, accept_data_change=accept_data_change, shipped=shipped)
     raise typer.Exit(int(code))
 

@@ -55,7 +55,7 @@ def checkpoint_step(record: dict, layout) -> int | None:
     resumed_from = record.get("resumed_from")
     if isinstance(resumed_from, str) and (found := layout.step_of(Path(resumed_from).parent.name)) is not None:
         return found
-    snapshot = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
+    snapshot = v if isinstance(v := record.get("snapshot"), dict) else {}
     newest = (snapshot.get("checkpoints") or {}).get("newest_verified_step")
     return newest if isinstance(newest, int) and not isinstance(newest, bool) and newest >= 0 else None
 
@@ -86,7 +86,7 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
     from pydantic import ValidationError
 
     tree = loaded.config.model_dump(mode="json")
-    after = record.get("config_after") if isinstance(record.get("config_after"), dict) else {}
+    after = v if isinstance(v := record.get("config_after"), dict) else {}
     for key in HYPERPARAMETERS:
         if key in after:
             tree[key] = after[key]

@@ -48,6 +48,7 @@ def scan_data(
     paths = [p for p in paths or [] if p not in configs]
     loaded = _load_config(config, needed=not paths or tokenizer is None)
     tok_dir = tokenizer or (loaded.data_path("tokenizer_dir") if loaded else None)
+    assert tok_dir is not None   # no --tokenizer: the run config was needed, so loaded
     try:
         files = _expand(paths) if paths else _configured_train_files(loaded)
         tok = load_tokenizer(tok_dir)
