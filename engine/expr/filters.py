@@ -130,7 +130,7 @@ def bounded_filter(name: str, func: Callable[..., Any], text_input: bool, check:
 
     bounded.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]  # function attributes: jinja reads them
     bounded.__name__ = getattr(func, "__name__", "filter")
-    bounded.__wrapped__ = func  # type: ignore[attr-defined]
+    bounded.__wrapped__ = func  # type: ignore[attr-defined]  # as above (inspect reads it)
     return bounded
 
 
