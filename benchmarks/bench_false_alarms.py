@@ -4,7 +4,12 @@
     python benchmarks/bench_false_alarms.py --runs 5     # fewer runs
     python benchmarks/bench_false_alarms.py --max-minutes 30   # no new run starts after 30 min (the report says how many ran)
     python benchmarks/bench_false_alarms.py --write      # the same, and writes its section of docs/benchmarks.md
-    python benchmarks/bench_false_alarms.py --smoke      # the test suite's: 1 run; <root>/results.json
+    python benchmarks/bench_false_alarms.py --smoke      # the test suite's: 1 run on the toy trainer; <root>/results.json
+    python benchmarks/bench_false_alarms.py --trainer toy   # the toy trainer instead of litgpt (never written to the docs)
+
+What is measured is the watcher's judgement beside busy loops, so --smoke runs on the toy trainer
+(tests/toy_trainer/: a real process, 12 steps of 0.25 s, a checkpoint every 10, under a real `runbook
+watch`); `--smoke --trainer litgpt` runs it on litgpt. The full mode trains litgpt:
 
 Each run is `runbook watch` on a scratch copy of the embedded default run (common.scratch_project, runbook
 drill's: 16 x 64 tokens per optimizer step, a checkpoint every 10 steps) shortened to --steps optimizer steps
@@ -74,10 +79,17 @@ def busy_cpu_s(procs: list[subprocess.Popen]) -> float:
     return total
 
 
-def run_once(root: Path, steps: int, cache: Path, timeout: float) -> dict:
+TOY_STEP_SECONDS = 0.25   # --trainer toy: the pace of its steps
+
+
+def run_once(root: Path, steps: int, cache: Path | None, timeout: float) -> dict:
+    """One undisturbed run; cache None: the toy trainer's run (common.toy_settings), else litgpt's on the cache."""
     from benchmarks.chaos_contenders import project
 
-    config = project(root, {"max_tokens": TOKENS_PER_STEP * steps}, cache)
+    if cache is None:
+        config = common.scratch_project(root, **common.toy_settings(steps, TOY_STEP_SECONDS, save_interval=10))
+    else:
+        config = project(root, {"max_tokens": TOKENS_PER_STEP * steps}, cache)
     loaded = common.load_run(config)
     load = common.load_average()
     started = time.time()
@@ -126,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="start no new run after this many minutes (the report says how many of --runs ran)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-false-alarms"))
-    common.docs_flags(parser, "1 run")
+    common.trainer_flag(parser)
+    common.docs_flags(parser, "1 run, on the toy trainer unless --trainer litgpt")
     args = parser.parse_args(argv)
+    trainer = common.chosen_trainer(args)
     if args.smoke:
         # the suite's smoke checks the report and the classification, not the contention: one busy loop at nice
         # 10 and a shorter run, so it does not hold both of CI's cores for minutes beside the other tests
@@ -142,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     args.root.mkdir(parents=True, exist_ok=True)
     from benchmarks.chaos_contenders import data_cache
 
-    cache = data_cache(args.root)
-    print(f"false alarms: {args.runs} run(s) of {args.steps} steps beside {busy_count} busy loop(s); root {args.root}", flush=True)
+    cache = data_cache(args.root) if trainer == "litgpt" else None   # the toy reads no tokenized data
+    print(f"false alarms: {args.runs} {trainer} run(s) of {args.steps} steps beside {busy_count} busy loop(s); root {args.root}", flush=True)
     busy = start_busy(busy_count, busy_nice)
     busy_started = time.time()
     results = []
@@ -172,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     text = table(results)
     print("\n" + text + "\n\n" + verdict + f"; contention: {contention}.")
     (args.root / "results.json").write_text(json.dumps({"runs": results, "total_spurious": total, "contention": contention,
-                                                        "busy": busy_count, "steps": args.steps}, indent=1, default=str))
+                                                        "busy": busy_count, "steps": args.steps, "trainer": trainer},
+                                                       indent=1, default=str))
     if not common.should_write(args):
         return 0
     short = "" if len(results) >= 20 else (

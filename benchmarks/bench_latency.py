@@ -5,7 +5,15 @@
     python benchmarks/bench_latency.py --repeats 9     # more samples per class
     python benchmarks/bench_latency.py --classes sigkill hang   # some classes only
     python benchmarks/bench_latency.py --quick         # the preemptions, SIGKILL and hang only
-    python benchmarks/bench_latency.py --smoke         # the test suite's: sigkill only, once; <root>/results.json
+    python benchmarks/bench_latency.py --smoke         # the test suite's: sigkill only, once, on the toy trainer;
+                                                       # <root>/results.json
+    python benchmarks/bench_latency.py --trainer toy   # the toy trainer (tests/toy_trainer/) instead of litgpt:
+                                                       # the engine's share only; never written to the docs
+
+--smoke runs on the toy trainer (a real process, 40 steps of 0.05 s, a checkpoint every 10, the same
+SIGKILL after its second checkpoint under a real `runbook watch`): what it checks is the engine's path
+(the pidfd exit clock, the incident's detection and recovery, the report), which is the trainer's only in
+its restart time. `--smoke --trainer litgpt` runs the smoke on litgpt; the full mode trains litgpt.
 
 Each class is one scratch run (runbook drill's: 40 optimizer steps of 16 x 64 tokens, a checkpoint
 every 10) with engine/watch/faults.py's fault applied:
@@ -137,12 +145,21 @@ class ExitClock(threading.Thread):
                 os.close(self.fds.pop(pid))
 
 
-def run_class(name: str, root: Path, timeout: float, cache: Path | None = None) -> dict:
+# The toy trainer's run (--trainer toy): the drill run's shape (40 steps, a checkpoint every 10); the toy fails
+# a micro-batch above 256 at start as litgpt does under the oom class's memory limit at 512.
+TOY_RUN = common.toy_settings(40, step_seconds=0.05, save_interval=10, oom_above_micro_batch=256)
+TOY_CLASSES = [c for c in CLASSES if not c.startswith("rank1-")]   # the toy trains in one process
+
+
+def run_class(name: str, root: Path, timeout: float, cache: Path | None = None, trainer: str = "litgpt") -> dict:
     """One sample of a fault class. With `cache` (benchmarks/chaos_contenders.py data_cache), the run starts
     with litgpt's tokenized data already there, as every relaunch does: the first launch does not tokenize
-    (nothing measured here happens before the fault, so the figures are the same; the run is shorter)."""
+    (nothing measured here happens before the fault, so the figures are the same; the run is shorter).
+    trainer "toy": the toy trainer's run (TOY_RUN) with the class's changes."""
     config_changes, inject = CLASSES[name]
-    if cache is not None:
+    if trainer == "toy":
+        config = common.scratch_project(root, **deep_merge(TOY_RUN, config_changes))
+    elif cache is not None:
         from benchmarks.chaos_contenders import project
 
         config = project(root, dict(config_changes), cache)
@@ -287,11 +304,16 @@ def main() -> int:
     parser.add_argument("--report-from", type=Path, default=None, metavar="ROOT",
                         help="no measuring: print (and with --write, write) the report of the run kept in ROOT "
                              "(its results.json and run.json)")
-    common.docs_flags(parser, "the sigkill class once (or --classes)")
+    common.trainer_flag(parser)
+    common.docs_flags(parser, "the sigkill class once (or --classes), on the toy trainer unless --trainer litgpt")
     args = parser.parse_args()
+    trainer = common.chosen_trainer(args)
     if args.smoke:
         args.repeats = 1
-    classes = args.classes or (["sigkill"] if args.smoke else [*PREEMPTIONS, "sigkill", "hang"] if args.quick else list(CLASSES))
+    if trainer == "toy" and set(args.classes or []) - set(TOY_CLASSES):
+        parser.error(f"--trainer toy trains in one process: no {sorted(set(args.classes) - set(TOY_CLASSES))}")
+    classes = args.classes or (["sigkill"] if args.smoke else [*PREEMPTIONS, "sigkill", "hang"] if args.quick
+                               else TOY_CLASSES if trainer == "toy" else list(CLASSES))
     if args.report_from:   # the report of an earlier run, from what it kept: nothing is measured
         results = json.loads((args.report_from / "results.json").read_text())
         run = json.loads((args.report_from / "run.json").read_text())
@@ -300,20 +322,20 @@ def main() -> int:
     t0 = time.time()
     results = []
     cache = None
-    if not args.tokenize_each:
+    if not args.tokenize_each and trainer == "litgpt":   # the toy reads no tokenized data
         from benchmarks.chaos_contenders import data_cache
 
         cache = data_cache(args.root)   # litgpt's tokenized data, made once and copied into every run
     for repeat in range(args.repeats):
         for name in classes:
-            r = run_class(name, args.root / f"{name}-{repeat}", args.timeout, cache)
+            r = run_class(name, args.root / f"{name}-{repeat}", args.timeout, cache, trainer)
             r["load"] = common.load_average()
             results.append(r)
             print(f"  {name}: {r.get('playbook')} {r.get('outcome')}, exit->detected {fmt(r.get('exit_to_detected'), '.3f')} s, "
                   f"runbook {fmt(r.get('runbook_s'), '.3f')} s, restart {fmt(r.get('restart_s'))} s (load {r['load']})", flush=True)
     run = {"command": common.command_line(), "mode": "quick" if args.quick else "smoke" if args.smoke else "default",
            "repeats": args.repeats, "classes": classes, "elapsed_s": time.time() - t0,
-           "machine": common.machine(load_start), "tokenize_each": args.tokenize_each}
+           "machine": common.machine(load_start), "tokenize_each": args.tokenize_each, "trainer": trainer}
     args.root.mkdir(parents=True, exist_ok=True)
     (args.root / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (args.root / "run.json").write_text(json.dumps(run, indent=1))   # --report-from rebuilds the report from both
@@ -346,6 +368,9 @@ def report(run: dict, results: list[dict], write: bool) -> int:
     goal2 = own_share_goal(results)
     goal3 = notice_goals(results)
     print("\nEvery sample:\n\n" + text + "\n\n" + SUMMARY_HEADER + "\n\n" + summary + "\n\nGoals: " + goal1 + "; " + goal2 + ".\n" + goal3)
+    if write and run.get("trainer") == "toy":
+        print("\n(docs/benchmarks.md not written: its section reports litgpt runs, this one trained the toy)")
+        write = False
     if not write:
         return 0
     killed = next((r for r in results if r["class"] == "sigkill" and r.get("playbook")), None)

@@ -3,8 +3,13 @@
     python benchmarks/bench_log_flood.py               # prints the table
     python benchmarks/bench_log_flood.py --write       # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_log_flood.py --seconds 10  # a shorter flood
-    python benchmarks/bench_log_flood.py --smoke       # the test suite's: 2 s quiet, a 2 s flood, a 5 MB line;
-                                                       # <root>/results.json
+    python benchmarks/bench_log_flood.py --smoke       # the test suite's: 2 s quiet, a 2 s flood, a 5 MB line,
+                                                       # on the toy trainer; <root>/results.json
+    python benchmarks/bench_log_flood.py --trainer toy # the toy trainer instead of litgpt (never written to the docs)
+
+The subject is the watcher, not the trainer: --smoke runs beside the toy trainer (tests/toy_trainer/, a
+real process printing a progress line every second; `--smoke --trainer litgpt` runs it beside litgpt).
+The full mode trains litgpt:
 
 A real tiny litgpt run (runbook drill's scratch project, long enough to outlast the phases) under a
 real `runbook watch`. Beside the trainer, this script appends to the trainer's own log file
@@ -35,7 +40,7 @@ from benchmarks import common  # noqa: E402
 SECTION = "Log flood and huge lines"
 LINES_PER_SECOND = 10_000
 HUGE_LINE_MB = 100
-PROGRESS_STEP = re.compile(rb"^Epoch \d+ \| iter \d+ step (\d+) ", re.M)
+PROGRESS_STEP = re.compile(rb"^(?:Epoch \d+ \| iter \d+ step|toy step) (\d+)[ /]", re.M)   # litgpt's or the toy's
 RSS_BOUND_MB = 100        # stated bound: the watcher's RSS grows by less than this in any phase
 CPU_BOUND = 0.5           # stated bound: the watcher uses less than half a core while flooded
 
@@ -102,8 +107,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the flood (default 60)")
     parser.add_argument("--root", type=Path, default=None, help="scratch folder (default: a new temporary one)")
-    common.docs_flags(parser, "2 s quiet, a 2 s flood, a 5 MB line, after 5 steps")
+    common.trainer_flag(parser)
+    common.docs_flags(parser, "2 s quiet, a 2 s flood, a 5 MB line, after 5 steps, on the toy trainer unless --trainer litgpt")
     args = parser.parse_args()
+    trainer = common.chosen_trainer(args)
     quiet_s, huge_mb, settle_s, warm_steps = (2.0, 5, 3.0, 5) if args.smoke else (15.0, HUGE_LINE_MB, 10.0, 20)
     if args.smoke:
         args.seconds = min(args.seconds, 2.0)
@@ -111,8 +118,14 @@ def main() -> int:
     root = args.root or Path(tempfile.mkdtemp(prefix="bench-flood-"))
     root.mkdir(parents=True, exist_ok=True)
     # Long enough to outlast the phases: ~4M tokens is several minutes of training on 2 cores.
-    config = common.scratch_project(root / "project", max_tokens=4_096_000, save_interval=500,
-                                    trainer={"eval_interval": 500}, upkeep={"heartbeat_interval_s": 0.5})
+    if trainer == "toy":
+        # 10,000 steps of 1 s outlast the phases (the benchmark stops it). A step takes longer than two heartbeats
+        # (0.5 s), as litgpt's do here: the heartbeat can show the log's newest step before the next one comes.
+        config = common.scratch_project(root / "project", **common.toy_settings(10_000, 1.0, save_interval=10_000),
+                                        upkeep={"heartbeat_interval_s": 0.5})
+    else:
+        config = common.scratch_project(root / "project", max_tokens=4_096_000, save_interval=500,
+                                        trainer={"eval_interval": 500}, upkeep={"heartbeat_interval_s": 0.5})
     run_dir = config.parent.parent / "runs" / "pretrain"
     watch = common.start_watch(config, root / "watch.log")
     try:
@@ -162,7 +175,7 @@ def main() -> int:
         f"Command: `{common.command_line()}`  ",
         f"Machine: {common.machine(load_at_start)}",
         "",
-        "A real tiny litgpt run under `runbook watch`; this script appends to the trainer's log beside it "
+        f"A real {'tiny litgpt' if trainer == 'litgpt' else 'toy trainer'} run under `runbook watch`; this script appends to the trainer's log beside it "
         "(benchmarks/bench_log_flood.py's docstring has the method). CPU is the watcher process's CPU seconds "
         "per wall second (1.0 = one core); RSS is the maximum of samples every 0.25 s; caught up: time after the "
         "phase's last byte until the watcher's heartbeat shows the log's newest step.",
@@ -176,7 +189,8 @@ def main() -> int:
         f"**{'met' if met else 'NOT met'}** (worst CPU {worst_cpu:.3f}, worst RSS growth {worst_growth:+.0f} MB).",
     ])
     print(body)
-    (root / "results.json").write_text(json.dumps({"alive": alive, "met": met, "phases": results}, indent=1, default=str))
+    (root / "results.json").write_text(json.dumps({"alive": alive, "met": met, "phases": results, "trainer": trainer},
+                                                  indent=1, default=str))
     if common.should_write(args):
         common.write_section(SECTION, body)
     if args.smoke:   # a 2 s sample on a shared machine: the outcome (alive, caught up) is checked, not the bounds

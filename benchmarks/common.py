@@ -5,7 +5,10 @@ by `runbook drill`'s own `make_scratch_project` (same data, same playbooks; the 
 touched, and its tokenized data is not shared: a benchmark measures the same whatever the repository's
 own run folder holds), and writes its own section of docs/benchmarks.md only with --write (other
 sections are kept as they are). Every benchmark has --smoke: a few steps, one sample, nothing written
-(tests/runs/test_benchmarks_smoke.py runs them).
+(tests/runs/test_benchmarks_smoke.py runs them). The benchmarks that measure the engine and not litgpt
+(latency, log flood, false alarms) run their --smoke on the toy trainer of tests/toy_trainer/
+(`toy_settings`; --trainer toy does so in full mode too): a real process under a real `runbook watch`,
+seconds where litgpt takes minutes. Their full mode trains litgpt, as their docs sections say.
 """
 
 from __future__ import annotations
@@ -128,12 +131,43 @@ def scratch_project(root: Path, **settings) -> Path:
     from runbook.watch_command import prepare_data
 
     loaded = load_config(RUN_CONFIG)
-    prepare_data(loaded, accept_data_change=False, record_hash=False)  # the default corpus must exist
+    if (settings.get("trainer") or {}).get("kind") == TOY_KIND:
+        # the toy reads no data: the corpus folders must only exist (runbook watch hashes them); litgpt's
+        # preflight (its config parser: a litgpt import, ~30 s on a loaded machine) is not the toy's
+        from runbook.default_data import ensure_default_assets
+
+        train_dir = loaded.data_path("train_dir")
+        if not any(train_dir.glob("*.txt")):
+            ensure_default_assets(train_dir.parent, loaded.data_path("tokenizer_dir"))
+    else:
+        prepare_data(loaded, accept_data_change=False, record_hash=False)  # the default corpus must exist
     if root.exists():
         shutil.rmtree(root)
     config = make_scratch_project(loaded, SimpleNamespace(config=settings), root)
     shutil.rmtree(load_config(config).run_dir / "data", ignore_errors=True)   # links only: unlinking them
     return config
+
+
+TOY_KIND = "python:tests.toy_trainer.adapter:ToyAdapter"   # tests/toy_trainer/adapter.py; the watcher needs PYTHONPATH=ROOT
+TOY_PROGRESS = re.compile(r"^toy step (\d+)/\d+ loss (\S+) took ([\d.]+) ms$", re.M)
+
+
+def toy_settings(steps: int, step_seconds: float = 0.05, save_interval: int = 10, **extra) -> dict:
+    """scratch_project settings that train the toy trainer (tests/toy_trainer/trainer.py) instead of litgpt:
+    `steps` steps of `step_seconds` each (the toy's steps are max_tokens / (16 x 64), the drill run's global
+    batch), a checkpoint every save_interval, trainer.extra `extra` (notice_save, validate_interval, ...)."""
+    return {"max_tokens": steps * 16 * 64, "save_interval": save_interval,
+            "trainer": {"kind": TOY_KIND, "extra": {"step_seconds": step_seconds, **extra}}}
+
+
+def trainer_flag(parser) -> None:
+    """--trainer litgpt|toy: the full mode's default is litgpt (what the docs report); --smoke defaults to the toy."""
+    parser.add_argument("--trainer", choices=["litgpt", "toy"], default=None,
+                        help="the trainer the runs train (default litgpt; --smoke: toy, tests/toy_trainer/)")
+
+
+def chosen_trainer(args) -> str:
+    return args.trainer or ("toy" if getattr(args, "smoke", False) else "litgpt")
 
 
 def docs_flags(parser, smoke_help: str) -> None:
@@ -144,7 +178,10 @@ def docs_flags(parser, smoke_help: str) -> None:
 
 
 def should_write(args) -> bool:
-    """The docs are written only with --write, never in --smoke mode."""
+    """The docs are written only with --write, never in --smoke mode nor from a toy-trainer run."""
+    if getattr(args, "trainer", None) == "toy" and getattr(args, "write", False) and not getattr(args, "smoke", False):
+        print("\n(docs/benchmarks.md not written: its sections report litgpt runs, this one trained the toy)")
+        return False
     if getattr(args, "smoke", False) or not getattr(args, "write", False):
         print("\n(docs/benchmarks.md not written; add --write)")
         return False
@@ -274,9 +311,18 @@ def log_figures(logs: list[Path]) -> LogFigures:
 
 
 def final_progress(out_dir: Path) -> dict | None:
-    """iter_num and step_count of out_dir/final/lit_model.pth, or None when the run did not finish."""
+    """iter_num and step_count of out_dir/final/lit_model.pth (the toy's: step_count of final/state.json), or
+    None when the run did not finish."""
     from engine.trainers.litgpt.resume import read_progress
 
+    toy_state = out_dir / "final" / "state.json"   # the toy trainer's final/ (tests/toy_trainer/trainer.py)
+    if toy_state.exists():
+        import json
+
+        try:
+            return {"step_count": json.loads(toy_state.read_text())["step"]}
+        except (OSError, ValueError, KeyError):
+            return None
     pth = out_dir / "final" / "lit_model.pth"
     try:
         return read_progress(pth) if pth.exists() else None

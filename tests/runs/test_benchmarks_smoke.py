@@ -5,7 +5,9 @@ Each test checks the report's structure and the contenders' outcomes (not the sp
 shared cores), and that the benchmark left the repository's run folder, checkpoints and
 docs/benchmarks.md as they were (a benchmark writes docs only with --write). The cheap benchmarks run
 in-process; the ones that train run as the README says they are run, `python benchmarks/X.py --smoke
---root DIR`. Slow tier (tests/runs).
+--root DIR`. The smokes of the benchmarks that measure the engine (latency, log flood, false alarms) train
+the toy trainer (tests/toy_trainer/), as their --smoke does; the ones that measure litgpt itself (chaos,
+relaunch, spare contention, overhead) train litgpt, smaller. Slow tier (tests/runs).
 """
 
 from __future__ import annotations
@@ -120,14 +122,14 @@ def test_run_action_smoke(untouched_repo):
     assert bounded_bg["left_running"] == 0 and bounded_bg["ok"] and "killed them" in bounded_bg["summary"], bounded_bg
 
 
-# The smokes that train (chaos, latency, relaunch, overhead, log flood, false alarms) take 1-7 min each on
-# 2 cores; they run in CI (on two workers, beside the other tests). RUNBOOK_BENCHMARK_SMOKE=0 leaves them out
-# of a quick local run, and the end-of-run skip list says so.
+# The smokes that train: latency, log flood and false alarms measure the engine and run their --smoke on the
+# toy trainer (seconds each); chaos, relaunch, spare contention and overhead measure litgpt itself and train it.
+# RUNBOOK_BENCHMARK_SMOKE=0 leaves them out of a quick local run, and the end-of-run skip list says so.
 TRAINING_SMOKE = pytest.mark.skipif(os.environ.get("RUNBOOK_BENCHMARK_SMOKE") == "0",
                                     reason="training benchmark smoke left out: RUNBOOK_BENCHMARK_SMOKE=0")
 
 
-# --- subprocesses: real tiny litgpt runs --------------------------------------------------------
+# --- subprocesses: real runs under `runbook watch` (litgpt, or the toy trainer where the engine is the subject) ---
 
 
 @TRAINING_SMOKE
@@ -160,7 +162,11 @@ def test_chaos_smoke(untouched_repo, tmp_path):
 
 @TRAINING_SMOKE
 def test_latency_smoke(untouched_repo, tmp_path):
+    """--smoke runs on the toy trainer (the SIGKILL's detection and recovery are the engine's): one sigkill
+    sample, recovered by the killed playbook, its figures in both tables, and the same row again from what
+    the run kept (--report-from)."""
     done = run_benchmark("bench_latency.py", tmp_path / "latency")
+    assert json.loads((tmp_path / "latency" / "run.json").read_text())["trainer"] == "toy"
     [result] = json.loads((tmp_path / "latency" / "results.json").read_text())
     assert result["class"] == "sigkill" and result["watch_exit"] == 0, result
     assert (result["playbook"], result["outcome"]) == ("killed", "recovered"), result
@@ -204,20 +210,23 @@ def test_overhead_smoke(untouched_repo, tmp_path):
 
 @TRAINING_SMOKE
 def test_log_flood_smoke(untouched_repo, tmp_path):
+    """--smoke floods the log of a toy-trainer run (the watcher is the subject): the watcher survives each
+    phase and its heartbeat catches up with the log's newest progress line after each."""
     run_benchmark("bench_log_flood.py", tmp_path / "flood")
     results = json.loads((tmp_path / "flood" / "results.json").read_text())
-    assert results["alive"], results
+    assert results["alive"] and results["trainer"] == "toy", results
     assert [p["phase"].split(":")[0] for p in results["phases"]] == ["quiet (training only)", "flood", "huge line"]
     assert all(p["caught_up_s"] is not None for p in results["phases"]), results["phases"]
 
 
 @TRAINING_SMOKE
 def test_false_alarms_smoke(untouched_repo, tmp_path):
-    """One undisturbed run beside the busy loops: it completes, each incident is classified, the busy loops
-    are gone afterwards."""
+    """One undisturbed toy-trainer run (--smoke's: the watcher's judgement is the subject) beside the busy
+    loops: it completes all its steps, each incident is classified, the busy loops are gone afterwards."""
     done = run_benchmark("bench_false_alarms.py", tmp_path / "false-alarms")
     results = json.loads((tmp_path / "false-alarms" / "results.json").read_text())
     [run] = results["runs"]
+    assert results["trainer"] == "toy" and run["steps"] == results["steps"] == 12, (results["trainer"], run)
     assert run["completed"] and run["watch_exit"] == 0, run
     assert run["spurious"] == sum(i["spurious"] for i in run["incidents"]), run
     assert all(i["why"] for i in run["incidents"]), run["incidents"]
