@@ -241,7 +241,7 @@ def make_project(root: Path, shared_data: Path, prebuilt_data: bool = True, **up
     (root / "data" / "stdlib").symlink_to(shared_data / "stdlib")
     (root / "data" / "tokenizer").symlink_to(shared_data / "tokenizer")
     project = Project(root)
-    # litgpt's own parser reading the config before each launch costs ~5 s of imports: tests/runs/test_preflight.py
+    # litgpt's own parser reading the config before each launch costs ~5 s of imports: tests/litgpt/test_preflight.py
     # proves it (and `runbook check` always runs it); the other tests' launches skip it.
     project.set(trainer={"preflight_parse": False})
     project.set(**{**SHORT_RUN, **updates})   # playbooks: the shipped set (the project has no playbooks/)
@@ -256,7 +256,7 @@ def seed_data_cache(project: Project, shared_data: Path) -> None:
     Tokenizing the corpus (litdata's optimize, which spawns a fresh interpreter per split) costs several
     seconds of every first launch; each project would build the same bytes under the same key (the key
     covers the text, tokenizer, block size and data arguments, not paths), so the copy is what the launch
-    would have made. tests/runs/test_data_cache.py and the README run build it the real way."""
+    would have made. tests/litgpt/test_data_cache.py and the README run build it the real way."""
     from engine.core.config import compute_data_hash
     from engine.trainers.run_config import load_config
     from engine.trainers.litgpt import data_cache

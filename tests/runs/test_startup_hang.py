@@ -3,7 +3,8 @@
 threads polled, 0.01 CPU-s per 30 s; since any CPU tick was a sign of life, only watch.startup_timeout_s
 (4 h) would have caught it. CPU is now life only in bulk (watch.cpu_life_min_s over watch.cpu_life_window_s,
 engine/observe/activity.py), and the trainer's TMPDIR stays short whatever out_dir's length
-(engine/process/trainer_env.py). Real processes throughout; the last test is a real litgpt run.
+(engine/process/trainer_env.py). Real processes throughout, the toy trainer's run; the real litgpt run with
+loader workers under a long out_dir is tests/litgpt/test_startup.py.
 """
 
 from __future__ import annotations
@@ -15,13 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from engine.observe.activity import StartupActivity
-from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.process.trainer_env import MAX_TMPDIR_CHARS, release_short_tmpdir, short_link_name, short_tmpdir
-from tests.conftest import REPO, make_project, stop_process
-from tests.runs.test_toy_trainer import make_toy_project
+from tests.conftest import REPO, make_toy_project, stop_process
 from tests.toy_trainer.adapter import ToyAdapter
 
 TICKING = "import time\nwhile True:\n    time.sleep(0.005); sum(range(300))\n"   # ~0.01-0.03 CPU-s per second
@@ -104,24 +101,3 @@ def test_a_long_tmpdir_is_handed_over_as_a_short_link_of_runbooks_own(tmp_path):
     assert os.readlink(short_link_name(str(second), root)) == str(other)   # left alone
     assert not release_short_tmpdir(str(second), root) and os.readlink(short_link_name(str(second), root)) == str(other)
     assert Path(handed).resolve() == second.resolve() and len(handed) < len(str(second))
-
-
-@pytest.mark.slow
-def test_a_real_litgpt_run_with_loader_workers_under_a_long_out_dir_trains(tmp_path, shared_data):
-    """Before: the trainer's TMPDIR (inside out_dir) made multiprocessing's socket path too long, and the
-    data loader's workers deadlocked the start-up."""
-    project = make_project(tmp_path / "project", shared_data, max_tokens=8192, save_interval=8)
-    deep = project.root / ("d" * 60) / ("e" * 60) / "out"
-    project.set(out_dir=str(deep), trainer={"num_workers": 2},
-                watch={"startup_timeout_s": 200})
-    project.out_dir = deep
-    watcher = project.watch()
-    try:
-        assert watcher.wait(timeout=300) == 0, project.watch_output()[-3000:]
-    finally:
-        stop_process(watcher)
-    log = "".join(p.read_text(errors="replace") for p in sorted((project.run_dir / "logs").glob("trainer-*.log")))
-    assert "AF_UNIX path too long" not in log, log[-3000:]
-    assert (deep / "final" / "lit_model.pth").is_file()
-    assert project.incidents() == []
-    assert not os.path.lexists(short_link_name(str(trainer_tmp_dir(deep))))   # the watcher removed its link

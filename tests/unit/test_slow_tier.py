@@ -17,5 +17,5 @@ def slow_ids(*paths: str) -> set[str]:
 
 def test_a_module_s_own_cheap_project_fixture_keeps_its_tests_fast_and_the_shared_one_is_slow():
     replay, local_project = "tests/language/test_incidents_replay.py", "tests/unit/test_datascan.py"
-    shared, synthetic_run = "tests/runs/test_preflight.py", "tests/unit/test_report_status.py"
+    shared, synthetic_run = "tests/litgpt/test_preflight.py", "tests/unit/test_report_status.py"
     assert slow_ids(replay, local_project, shared, synthetic_run) == {shared, synthetic_run}
