@@ -13,18 +13,12 @@ from pathlib import Path
 from typer.main import get_command
 
 from runbook.cli import app
-from tests.conftest import RUNBOOK
+from tests.conftest import REPO, RUNBOOK
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
+# `project` and `reference_run` are the toy trainer's (tests/conftest.py): a command run on them imports the
+# toy's adapter from this repository.
+TOY_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 EXPECTED_COMMANDS = {"watch", "check", "init", "replay", "scan-data", "verify", "playbooks", "incidents", "drill", "status", "report",
@@ -38,26 +32,44 @@ def test_the_command_table_is_what_the_docs_promise():
 
 
 def test_verify_reports_each_checkpoint_and_fails_on_a_truncated_one(reference_run, tmp_path):
-    source = reference_run["project"].out_dir
-    good = subprocess.run([RUNBOOK, "verify", str(source)], capture_output=True, text=True, timeout=60)
+    """Through the run's config (its out_dir, its trainer's layout: the toy's ckpt-NNNNNN, checked against its
+    checksum), then a folder of copies with -c for the layout. litgpt's own check (the zip CRC scan) is
+    tests/unit/test_checkpoints.py's and tests/litgpt/'s; a bare OUT_DIR, litgpt's layout, test_hostile_cli's."""
+    run = reference_run["project"]
+    env = {**TOY_ENV, "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}   # a table row per line, drawn with │
+    good = subprocess.run([RUNBOOK, "verify", str(run.config)], capture_output=True, text=True, timeout=60, env=env)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "step-00000040 (last)" in good.stdout and "0 corrupt" in good.stdout
+    steps = [5 * k for k in range(1, 9)]   # 40 steps, a checkpoint every 5
+    assert table_rows(good.stdout) == {run.layout.folder_name(s) + (" (last)" if s == 40 else ""): "ok" for s in steps}
+    assert f"{len(steps)} checkpoint(s), 0 corrupt" in good.stdout
 
     copy = tmp_path / "out"
     copy.mkdir()
-    shutil.copytree(source / "step-00000010", copy / "step-00000010")
-    shutil.copytree(source / "step-00000020", copy / "step-00000020")
-    pth = copy / "step-00000020" / "lit_model.pth"
-    pth.write_bytes(pth.read_bytes()[: pth.stat().st_size // 3])
-    bad = subprocess.run([RUNBOOK, "verify", str(copy)], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 8
-    assert "CORRUPT" in bad.stdout and "1 corrupt" in bad.stdout
+    for step in (10, 20):
+        shutil.copytree(run.step_dir(step), copy / run.layout.folder_name(step))
+    state = copy / run.layout.folder_name(20) / "state.json"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 3])
+    bad = subprocess.run([RUNBOOK, "verify", str(copy), "-c", str(run.config)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert bad.returncode == 8, bad.stdout + bad.stderr
+    rows = table_rows(bad.stdout)
+    assert rows.keys() == {run.layout.folder_name(10), run.layout.folder_name(20)}, bad.stdout
+    assert rows[run.layout.folder_name(10)] == "ok" and rows[run.layout.folder_name(20)].startswith("CORRUPT"), bad.stdout
+    assert "2 checkpoint(s), 1 corrupt" in bad.stdout
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """`runbook verify`'s table: {checkpoint cell: status cell}."""
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    return {cells[0]: cells[-1] for cells in rows if cells[0] != "checkpoint"}
 
 
 def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(project):
+    # 0.2 s a step: the drill's SIGTERM after the second checkpoint (step 20 of 40) finds the trainer mid-run.
+    project.set(trainer={"extra": {"step_seconds": 0.2, "notice_save": True}})
     before = project.config.read_text()
     result = subprocess.run([RUNBOOK, "drill", "preemption", "--config", str(project.config)],
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600, env=TOY_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "recovered: True" in result.stdout
     assert "preemption recovered" in result.stdout
@@ -68,13 +80,34 @@ def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(pr
     assert 0 <= detection < 15.0
     assert project.config.read_text() == before          # the original config is untouched
     assert not project.out_dir.exists()                  # and nothing was trained in the real run
-    reports = list((project.run_dir.parent / "drills").glob("preemption-*/drill-report.json"))
-    assert len(reports) == 1
-    # The run's tokenized data is linked into the scratch run, not tokenized again.
-    scratch_caches = list((reports[0].parent / "runs" / "pretrain" / "data").iterdir())
-    assert [c.name for c in scratch_caches] == [c.name for c in (project.run_dir / "data").iterdir()]
-    assert all((c / "train" / "train" / "index.json").stat().st_ino ==
-               (project.run_dir / "data" / c.name / "train" / "train" / "index.json").stat().st_ino for c in scratch_caches)
+    [report] = list((project.run_dir.parent / "drills").glob("preemption-*/drill-report.json"))
+    scratch = report.parent
+    # The scratch run trained the drill's budget to the end on the toy (its final state) after the notice save.
+    assert json.loads((scratch / "checkpoints" / "pretrain" / "final" / "state.json").read_text())["step"] == 40
+
+
+def test_a_drills_scratch_run_links_the_runs_tokenized_data(tmp_path):
+    """litgpt's tokenized data cache (run_dir/data/<key>/): a drill's scratch project gets the run's complete
+    caches as hard links, never a second tokenization (engine/trainers/litgpt/data_cache.py). The caches here
+    are laid out as litgpt's are; their bytes are not read."""
+    from engine.trainers.run_config import load_config
+    from engine.watch.faults import FAULTS
+    from runbook.commands.drill_cmd import make_scratch_project
+
+    root = tmp_path / "project"
+    (root / "configs").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "run_config.yaml", root / "configs" / "run_config.yaml")   # trainer.kind: litgpt
+    loaded = load_config(root / "configs" / "run_config.yaml")
+    assert loaded.config.trainer.kind == "litgpt"
+    for key in ("key-a", "key-b"):
+        for split in ("train", "val"):
+            (loaded.run_dir / "data" / key / split / split).mkdir(parents=True)
+            (loaded.run_dir / "data" / key / split / split / "index.json").write_text(f'{{"{key}": "{split}"}}')
+    scratch_config = make_scratch_project(loaded, FAULTS["preemption"], tmp_path / "drill")
+    scratch_caches = sorted((load_config(scratch_config).run_dir / "data").iterdir())
+    assert [c.name for c in scratch_caches] == ["key-a", "key-b"]
+    index = Path("train") / "train" / "index.json"
+    assert all((c / index).stat().st_ino == (loaded.run_dir / "data" / c.name / index).stat().st_ino for c in scratch_caches)
 
 
 # --- one grammar: every command that reads a run takes CONFIG as a positional, -c or --config ------
