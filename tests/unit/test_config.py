@@ -16,11 +16,10 @@ from engine.core.yaml_source import SourceError
 from tests.conftest import REPO, RUNBOOK
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
+# Tests with `project` use the toy trainer's project (tests/conftest.py): runbook's own checks, no trainer's.
+# Its watcher imports the toy's adapter from this repository (PYTHONPATH). The ones with `litgpt_project` check
+# litgpt's side: its device check and its install check.
+TOY_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -100,32 +99,37 @@ def test_bad_config_exits_3_with_file_line(tmp_path):
 
 def test_missing_data_folder_exits_3_with_one_sentence(project):
     project.set(data={"train_dir": "data/nowhere", "make_default": False})
-    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=60,
+                            env=TOY_ENV)
     assert result.returncode == 3, result.stderr
-    assert "data.train_dir" in result.stderr and "does not exist" in result.stderr
+    assert f"data.train_dir: folder {project.root / 'data' / 'nowhere'} does not exist" in result.stderr, result.stderr
+    assert not list(project.root.rglob("trainer-*.log")), "a trainer was launched"
     assert "Traceback" not in result.stderr
 
 
-def test_data_hash_is_written_when_empty_and_changed_data_refuses_to_resume(project, shared_data, tmp_path):
+def test_data_hash_is_written_when_empty_and_changed_data_refuses_to_resume(project):
     from runbook.watch_command import Refusal, prepare_data
 
-    # A private copy of the data we can change.
-    data = tmp_path / "data-copy"
-    import shutil
-
-    shutil.copytree(shared_data / "stdlib", data, symlinks=False)
-    project.set(data={"train_dir": str(data / "train"), "val_dir": str(data / "val"), "make_default": False})
+    data = project.root / "data"   # the toy project's own data folders, private to this test
     loaded = load_config(project.config)
+    assert loaded.config.data_hash == ""
     first = prepare_data(loaded, accept_data_change=False)
     assert first == compute_data_hash(data / "train", data / "val")
     assert first in project.config.read_text() and load_config(project.config).config.data_hash == first
 
-    (project.step_dir(10)).mkdir(parents=True)  # there is something to resume from
     (data / "train" / "extra.txt").write_text("new text\n")
+    # Changed data with nothing to resume from: the new hash is recorded, nothing refused.
+    second = prepare_data(load_config(project.config), accept_data_change=False)
+    assert second != first and load_config(project.config).config.data_hash == second
+
+    # A checkpoint folder in the run's trainer's layout (the toy's ckpt-NNNNNN): there is something to resume from.
+    project.step_dir(10).mkdir(parents=True)
+    (data / "val" / "extra.txt").write_text("more new text\n")
     with pytest.raises(Refusal, match="training data changed"):
         prepare_data(load_config(project.config), accept_data_change=False)
-    second = prepare_data(load_config(project.config), accept_data_change=True)
-    assert second != first and load_config(project.config).config.data_hash == second
+    assert load_config(project.config).config.data_hash == second   # refused: the recorded hash is kept
+    third = prepare_data(load_config(project.config), accept_data_change=True)
+    assert third not in (first, second) and load_config(project.config).config.data_hash == third
 
 
 @pytest.mark.slow
@@ -136,13 +140,14 @@ def test_a_wrong_config_path_is_one_sentence_and_exit_3(tmp_path):
     assert f"{missing}: file not found" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_cuda_config_on_a_cpu_machine_is_refused_with_the_fix(project):
+def test_a_cuda_config_on_a_cpu_machine_is_refused_with_the_fix(litgpt_project):
+    """litgpt's preflight asks torch whether a CUDA GPU is visible (the toy refuses cuda by itself)."""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU, so a cuda config is valid here")
-    project.set(trainer={"device": "cuda"})
-    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=120)
+    litgpt_project.set(trainer={"device": "cuda"})
+    result = subprocess.run([RUNBOOK, "watch", str(litgpt_project.config)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 3, result.stderr
     assert "trainer.device is 'cuda'" in result.stderr and "set trainer.device: auto" in result.stderr
     assert "Traceback" not in result.stderr
@@ -161,18 +166,19 @@ def test_an_lr_cut_below_min_lr_takes_the_schedule_floor_with_it(tmp_path):
     assert generated["optimizer"]["init_args"]["lr"] == 0.00002 and generated["train"]["min_lr"] == 0.00002
 
 
-def test_a_missing_trainer_exits_6_with_the_fix_and_launches_nothing(project, tmp_path):
+def test_a_missing_trainer_exits_6_with_the_fix_and_launches_nothing(litgpt_project, tmp_path):
+    """litgpt's own install check and its hint (the toy, a file of this repository, is always there)."""
     # sys.modules["litgpt"] = None is how Python spells "not importable": find_spec() answers None.
     hide = tmp_path / "hide-litgpt"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['litgpt'] = None\n")
     env = {**os.environ, "PYTHONPATH": str(hide)}
-    result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=120,
-                            env=env, cwd=project.root)
+    result = subprocess.run([RUNBOOK, "watch", str(litgpt_project.config)], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=litgpt_project.root)
     assert result.returncode == 6, result.stdout + result.stderr
     assert "litgpt is not installed" in result.stderr and "scripts/setup.sh" in result.stderr
     assert "Traceback" not in result.stderr
-    assert not list(project.root.rglob("trainer-*.log")), "a trainer was launched"
+    assert not list(litgpt_project.root.rglob("trainer-*.log")), "a trainer was launched"
 
 
 @pytest.mark.slow
