@@ -24,15 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 from runbook.cli import app
-from tests.conftest import RUNBOOK
+from tests.conftest import REPO, RUNBOOK
 from tests.fake_slack import FakeSlack
 from tests.unit.test_report_status import finished_run  # noqa: F401  (the fixture)
-
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
 
 
 runner = CliRunner()
@@ -347,20 +341,23 @@ def test_a_live_watcher_pid_is_named_plainly(finished_run):
 
 # --- `watch --dry-run` on a trainer gone without a recorded exit: its pid, never "pid None" ----------------
 def test_the_dry_run_plan_names_the_journals_trainer_pid(project):
-    project.set(micro_batch_size=4, batch_size=16, data_hash="sha256:" + "0" * 64)
+    """The toy's project: the step comes from its progress lines, read by its adapter; the pid from the journal."""
+    project.set(data_hash="sha256:" + "0" * 64)
     log = project.run_dir / "logs" / "trainer-001.log"
     log.parent.mkdir(parents=True)
-    log.write_text("".join(f"Epoch 1 | iter {4 * s} step {s} | loss train: 6.4, val: n/a | iter time: 20.00 ms (step) "
-                           f"remaining time: 0:00:09\n" for s in range(1, 4)))
+    log.write_text("".join(f"toy step {s}/40 loss 6.4 took 20.00 ms\n" for s in range(1, 4)))
     pid = dead_pid()
     entries = [{"time": 1.0, "kind": "launch", "launch": 1, "pid": pid, "log": str(log), "resume_from": None, "argv": []},
                {"time": 1.1, "kind": "transition", "from": "starting", "to": "running", "reason": "launch 1"}]
-    (project.run_dir / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    journal = "".join(json.dumps(e) + "\n" for e in entries)
+    (project.run_dir / "journal.jsonl").write_text(journal)
     result = subprocess.run([RUNBOOK, "watch", str(project.config), "--dry-run", "--accept-data-change"],
-                            capture_output=True, text=True, timeout=120, cwd=project.root)
+                            capture_output=True, text=True, timeout=120, cwd=project.root,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})   # the watcher imports the toy's adapter
     assert result.returncode == 0, result.stdout + result.stderr
     assert "DRY-RUN unknown-exit would fire" in result.stdout, result.stdout
     assert f"trainer pid {pid} ended at step 3" in result.stdout and "pid None" not in result.stdout
+    assert (project.run_dir / "journal.jsonl").read_text() == journal and not project.out_dir.exists()   # it acted on nothing
 
 
 def test_journal_pid_only_fills_a_missing_pid():
