@@ -31,12 +31,6 @@ from engine.core.config import compute_data_hash
 from runbook.default_data import make_tokenizer
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOK = str(Path(sys.executable).parent / "runbook")
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
