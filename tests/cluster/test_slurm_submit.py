@@ -33,14 +33,13 @@ import pytest
 from engine.cluster.slurm_records import read_allocations
 from engine.observe.events import Progress
 from engine.trainers.litgpt.log_lines import parse_line
-from tests.conftest import RUNBOOK, make_project
+from tests.conftest import REPO, RUNBOOK, make_project, make_toy_project
 from tests.slurm_cluster import start_cluster, stop_cluster
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
+# The submit itself reads only the run config: the tests of the submit alone (a dry run, a refusal, a held job)
+# use the toy trainer's project, whose config imports the toy's adapter from this repository.
+TOY_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
@@ -170,8 +169,7 @@ def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_count
     print(f"{name}: {runs['seconds']:.0f} s for both jobs; cluster started in {runs['cluster_start_seconds']:.1f} s")
 
 
-def test_a_second_submit_is_refused_while_the_runs_job_is_live_and_not_once_it_ended(runs, slurm, tmp_path,
-                                                                                     shared_data):
+def test_a_second_submit_is_refused_while_the_runs_job_is_live_and_not_once_it_ended(runs, slurm, tmp_path):
     project, job_a = runs["cancelled"]
     second = runs["second_submit"]
     assert second.returncode == 5, second.stdout + second.stderr   # ExitCode.LOCKED, as `runbook watch`'s
@@ -186,22 +184,24 @@ def test_a_second_submit_is_refused_while_the_runs_job_is_live_and_not_once_it_e
     # cancelled at once: only the submit itself is under test.
     from engine.cluster.slurm_records import Allocation, Submission, write_allocation, write_submission
 
-    other = make_project(tmp_path / "project", shared_data)
+    other = make_toy_project(tmp_path / "project")
     run_dir = other.run_dir
     write_allocation(run_dir, Allocation(job_id=job_a, restart=0, node="vm", started_at=time.time() - 60,
                                          watcher_pid=1, ended_at=time.time() - 30, ended="completed"))
     write_submission(run_dir, Submission(job_id="999999", submitted_at=time.time() - 90, script="x", argv=[]))
     done = subprocess.run([RUNBOOK, "slurm", "submit", str(other.config), "--hold", "--job-name=runbook-resubmit"],
-                          env=slurm.env, cwd=other.root, capture_output=True, text=True, timeout=60)
+                          env={**slurm.env, "PYTHONPATH": TOY_ENV["PYTHONPATH"]}, cwd=other.root,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stdout + done.stderr
     assert slurm.run("scancel", done.stdout.strip()).returncode == 0
     assert "warning" not in done.stderr, done.stderr   # an unknown job is an answer, not a failure to ask
 
 
-def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data, slurm):
-    project = make_project(tmp_path / "project", shared_data, slurm={"signal_lead_s": 120, "partition": "debug"})
+def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, slurm):
+    project = make_toy_project(tmp_path / "project", slurm={"signal_lead_s": 120, "partition": "debug"})
     done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config), "--time=30"],
-                          env=slurm.env, capture_output=True, text=True, timeout=60)
+                          env={**slurm.env, "PYTHONPATH": TOY_ENV["PYTHONPATH"]}, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@120", "#SBATCH --open-mode=append",
                  f"#SBATCH --output={project.run_dir}/slurm/job-%j.out", "#SBATCH --partition=debug",
@@ -215,17 +215,17 @@ def test_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data, sl
     assert "runbook-pretrain" not in queue.stdout, queue.stdout
 
 
-def test_a_signal_lead_shorter_than_the_grace_period_is_refused(tmp_path, shared_data):
-    project = make_project(tmp_path / "project", shared_data, slurm={"signal_lead_s": 5})
+def test_a_signal_lead_shorter_than_the_grace_period_is_refused(tmp_path):
+    project = make_toy_project(tmp_path / "project", slurm={"signal_lead_s": 5})
     done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=TOY_ENV)
     assert done.returncode == 3 and "signal_lead_s (5 s) must exceed watch.grace_period_s (10 s)" in done.stderr, done
 
 
-def test_a_second_config_is_not_passed_to_sbatch_as_its_script(tmp_path, shared_data):
-    project = make_project(tmp_path / "project", shared_data)
+def test_a_second_config_is_not_passed_to_sbatch_as_its_script(tmp_path):
+    project = make_toy_project(tmp_path / "project")
     done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config), "-p", "debug", "other.yaml"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=TOY_ENV)
     assert done.returncode == 2 and "'other.yaml' is neither an sbatch option" in done.stderr, done
 
 
@@ -293,7 +293,7 @@ def test_bad_slurm_settings_are_refused_with_the_key():
     assert stray_word(["-p", "debug", "b.yaml"]) == "b.yaml" and stray_word(["b.yaml"]) == "b.yaml"
 
 
-def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp_path, shared_data):
+def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp_path):
     """A node failure sends the watcher nothing: its allocation record has no end. The next allocation's
     watcher closes it, saying so (and what sacct says where the cluster keeps accounting; here it does not)."""
     from engine.trainers.run_config import load_config
@@ -301,7 +301,7 @@ def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp
     from engine.cluster.slurm_records import Allocation, write_allocation
     from engine.cluster.slurm_watch import SlurmAllocation
 
-    project = make_project(tmp_path / "project", shared_data)
+    project = make_toy_project(tmp_path / "project")
     loaded = load_config(project.config)
     write_allocation(loaded.run_dir, Allocation(job_id="7", restart=0, node="n1", started_at=time.time() - 60,
                                                 watcher_pid=1))
@@ -315,12 +315,12 @@ def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp
     assert current.ended is None and current.job_id == "7"
     kinds = [e["kind"] for e in journal(project)]
     assert kinds == ["slurm_allocation_lost", "slurm_allocation"], kinds
-    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60)
+    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60, env=TOY_ENV)
     assert "job 7 restart 0 on n1:" in status.stdout and "ended without a word" in status.stdout, status.stdout
 
 
-def test_a_project_path_an_sbatch_line_cannot_carry_is_refused(tmp_path, shared_data):
-    project = make_project(tmp_path / "with blank" / "project", shared_data)
+def test_a_project_path_an_sbatch_line_cannot_carry_is_refused(tmp_path):
+    project = make_toy_project(tmp_path / "with blank" / "project")
     done = subprocess.run([RUNBOOK, "slurm", "submit", "--dry-run", str(project.config)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=TOY_ENV)
     assert done.returncode == 3 and "has a blank or '%' in its path" in done.stderr, done
