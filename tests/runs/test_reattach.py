@@ -3,7 +3,9 @@ same playbook as a watched one (its launcher parent records the exit in the run 
 
 Each test: the watcher is SIGKILLed while the trainer is held still (SIGSTOP), a new watcher
 re-attaches, and only then does the trainer fail, from outside (SIGTERM, SIGKILL) or by itself
-(a memory limit under a huge micro-batch, a diverging lr).
+(a memory limit under a huge micro-batch, a diverging lr). The trainer is the toy (tests/conftest.py's
+`project`), paced so that it is still training when the test acts; it resumes bit-identically, so a
+recovered run ends with the undisturbed run's exact state.
 """
 
 from __future__ import annotations
@@ -11,22 +13,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+from pathlib import Path
 
+import psutil
+
+from engine.observe.events import Progress
 from engine.process.trainer_process import TrainerProcess, read_exit_status
 from tests.conftest import REPO, stop_process, wait_for
 from tests.runs.test_dynamics_faults import without_loss_spike
-import pytest
+from tests.toy_trainer.adapter import ToyAdapter
+
+ENV = {"PYTHONPATH": str(REPO)}   # the watcher imports tests.toy_trainer
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
+def pace(project, step_seconds: float, **extra) -> None:
+    """The toy's pace (only its speed: the run's result does not depend on it), and its other options."""
+    project.set(trainer={"extra": {"step_seconds": step_seconds, "notice_save": True, **extra}})
 
 
 
@@ -35,31 +38,43 @@ def journal(project) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def trainer_logs(project) -> list[Path]:
+    return sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
+
+
+def count_progress(log: Path) -> int:
+    """The progress lines in a trainer log, as the toy's adapter reads them."""
+    adapter = ToyAdapter()
+    return sum(isinstance(adapter.parse_line(line), Progress) for line in log.read_text(errors="replace").splitlines())
+
+
 def progress_lines(project) -> int:
-    logs = sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
-    return sum(1 for log in logs for line in log.read_text(errors="replace").splitlines() if line.startswith("Epoch "))
+    return sum(count_progress(log) for log in trainer_logs(project))
 
 
 def restart_watcher_around_a_held_trainer(project, after_progress_lines: int) -> tuple:
     """Start a watcher, hold the trainer once it has printed that many progress lines, SIGKILL the
     watcher and start a new one; return (new watcher, trainer pid) once it has re-attached."""
-    first = project.watch()
+    first = project.watch(env=ENV)
     try:
         wait_for(lambda: (project.run_dir / "trainer.pid").exists() and progress_lines(project) >= after_progress_lines,
-                 240, what=f"{after_progress_lines} progress lines")
+                 120, what=f"{after_progress_lines} progress lines")
         trainer_pid = project.trainer_pid()
         os.kill(trainer_pid, signal.SIGSTOP)
+        held = psutil.Process(trainer_pid)   # NoSuchProcess: it ended before it was held (slow its pace)
+        wait_for(lambda: held.status() == psutil.STATUS_STOPPED, 10, interval=0.02, what="the trainer held")
         first.send_signal(signal.SIGKILL)   # the watcher dies; the trainer and its launcher live on
         first.wait(timeout=30)
     finally:
         stop_process(first)
-    second = project.watch()
+    assert not (project.out_dir / "final").exists(), "the toy finished first: slow its pace"
+    second = project.watch(env=ENV)
     wait_for(lambda: any("re-attached to trainer pid" in e.get("reason", "") for e in journal(project)), 60,
              what="re-attach")
     return second, trainer_pid
 
 
-def finish(watcher, project, timeout=600) -> int:
+def finish(watcher, project, timeout=120) -> int:
     try:
         return watcher.wait(timeout=timeout)
     finally:
@@ -78,8 +93,8 @@ def assert_recovered_by(project, playbook: str) -> dict:
 
 
 def newest_log_progress_lines(project) -> int:
-    logs = sorted((project.run_dir / "logs").glob("trainer-*.log")) if (project.run_dir / "logs").exists() else []
-    return sum(1 for line in logs[-1].read_text(errors="replace").splitlines() if line.startswith("Epoch ")) if logs else 0
+    logs = trainer_logs(project)
+    return count_progress(logs[-1]) if logs else 0
 
 
 def replace_watcher_around_the_held_trainer(project, watcher) -> tuple:
@@ -90,15 +105,17 @@ def replace_watcher_around_the_held_trainer(project, watcher) -> tuple:
     os.kill(trainer_pid, signal.SIGSTOP)
     watcher.send_signal(signal.SIGKILL)
     watcher.wait(timeout=30)
-    second = project.watch()
+    assert not (project.out_dir / "final").exists(), "the toy finished first: slow its pace"
+    second = project.watch(env=ENV)
     wait_for(lambda: sum("re-attached to trainer pid" in e.get("reason", "") for e in journal(project)) > attached, 60,
              what="re-attach")
     return second, trainer_pid
 
 
-# A SIGTERM is litgpt's notice: it saves the step it is in and exits 75 (engine/trainers/litgpt/notice_save.py).
-# One run, two re-attaches: each signal is recovered by its own playbook, and the run ends at the undisturbed counts.
+# A SIGTERM is a notice to the toy, as to litgpt under runbook: it saves the step it is in and exits 75.
+# One run, two re-attaches: each signal is recovered by its own playbook, and the run ends at the undisturbed state.
 def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(project, reference_run):
+    pace(project, 0.2)   # 40 steps: 8 s; each hold comes well before the end (step 12, then 8 steps after a resume)
     expected = [(signal.SIGKILL, "killed", -9), (signal.SIGTERM, "preemption", 75)]
     watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=12)
     pids = []
@@ -106,10 +123,11 @@ def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(proje
         for n, (sig, _playbook, _code) in enumerate(expected):
             if n:   # the relaunched trainer, once it has trained past the first incident's checkpoint
                 wait_for(lambda: sum(e["kind"] == "launch" for e in journal(project)) == 2
-                         and newest_log_progress_lines(project) >= 8, 240, what="the relaunched trainer's progress")
+                         and newest_log_progress_lines(project) >= 8, 120, what="the relaunched trainer's progress")
                 watcher, trainer_pid = replace_watcher_around_the_held_trainer(project, watcher)
             os.kill(trainer_pid, sig)
-            os.kill(trainer_pid, signal.SIGCONT)
+            if sig != signal.SIGKILL:   # a SIGKILLed process is gone at once, stopped or not
+                os.kill(trainer_pid, signal.SIGCONT)
             pids.append(trainer_pid)
             wait_for(lambda: len(project.incidents()) > n, 120, what=f"incident {n + 1}")
         assert finish(watcher, project) == 0, project.watch_output()
@@ -124,15 +142,60 @@ def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(proje
     project.assert_same_result_as(reference_run)   # counters and bit-identical weights
 
 
-def test_an_oom_of_a_reattached_trainer_halves_the_micro_batch(project):
-    project.set(micro_batch_size=512, batch_size=512, max_tokens=65536, save_interval=1,
-                trainer={"memory_limit_mb": 1300, "device": "cpu"})
-    watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=0)
-    os.kill(trainer_pid, signal.SIGCONT)   # it now allocates its first micro-batch, and fails
-    assert finish(watcher, project) == 0, project.watch_output()
+class StartGate:
+    """A named pipe given to the toy as trainer.extra.env_file: each launch opens it for writing before
+    anything else (before its micro-batch check), so it waits there, alive, until the gate is opened
+    (a reader on the pipe). Then every launch passes."""
+
+    def __init__(self, path: Path):
+        self.path, self.opened, self.launches = path, threading.Event(), []
+        os.mkfifo(path)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        while self.opened.is_set():
+            with open(self.path) as fh:   # waits for the next launch to open it; EOF when that launch closes it
+                self.launches.extend(fh.read().splitlines())
+
+    def open(self) -> None:
+        if not self.opened.is_set():
+            self.opened.set()
+            self._reader.start()
+
+    def close(self) -> None:
+        """Let everything through, then stop the reader (a writer that opens and closes wakes it at once)."""
+        self.open()
+        self.opened.clear()
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:   # ENXIO: the reader is between two opens; it sees the cleared flag
+            pass
+        self._reader.join(timeout=10)
+
+
+def test_an_oom_of_a_reattached_trainer_halves_the_micro_batch(project, reference_run, tmp_path):
+    # A micro-batch of 8 does not fit the toy's "memory" (more than 4 fails at start, as an OOM does); the
+    # gate holds the first trainer before that check until a new watcher has re-attached to it.
+    gate = StartGate(tmp_path / "start-gate")
+    project.set(micro_batch_size=8, batch_size=16)
+    pace(project, 0.03, oom_above_micro_batch=4, env_file=str(gate.path))
+    try:
+        watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=0)
+        assert progress_lines(project) == 0 and gate.launches == []   # held at its start: it has not failed yet
+        os.kill(trainer_pid, signal.SIGCONT)
+        gate.open()   # it now checks its micro-batch, and fails
+        assert finish(watcher, project) == 0, project.watch_output()
+    finally:
+        gate.close()
     incident = assert_recovered_by(project, "oom")
-    assert incident["config_changes"]["micro_batch_size"] == [512, 256]
-    assert project.final_progress()["step_count"] == 2
+    assert incident["trainer_exit_code"] == 1 and len(project.incidents()) == 1, project.incidents()
+    assert incident["config_changes"]["micro_batch_size"] == [8, 4]
+    first_log = trainer_logs(project)[0].read_text()
+    assert "MemoryError: toy cannot fit micro-batch 8" in first_log   # the re-attached trainer's own failure
+    exited = [e for e in journal(project) if e["kind"] == "trainer_exited"]
+    assert (exited[0]["pid"], exited[0]["exit_code"]) == (trainer_pid, 1)
+    assert len(gate.launches) == 2   # the held one and the relaunch: the gate let both through
+    project.assert_same_result_as(reference_run)   # the micro-batch changes no step of the toy's
 
 
 def test_a_nan_crash_of_a_reattached_trainer_is_rolled_back(project, tmp_path):
@@ -141,20 +204,38 @@ def test_a_nan_crash_of_a_reattached_trainer_is_rolled_back(project, tmp_path):
     for source in (REPO / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
             (playbooks / source.name).write_text(without_loss_spike(source.read_text()))
-    project.set(lr=10.0, playbooks={"paths": [str(playbooks)], "shipped": False})
-    watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=1)
-    os.kill(trainer_pid, signal.SIGCONT)
-    assert finish(watcher, project) == 0, project.watch_output()
+    # At lr 10 the toy's loss grows 81-fold a step: step 161 prints `loss inf` and step 162 crashes (OverflowError,
+    # exit 1) a few milliseconds later at this pace, before the watcher can stop it (if it does, it stopped a live
+    # trainer showing loss inf, also the nan playbook's). At lr 5 the loss stays finite for 250 steps.
+    # The gate holds the first trainer before its first step until a new watcher has re-attached to it.
+    gate = StartGate(tmp_path / "start-gate")
+    project.set(lr=10.0, max_tokens=180 * 16 * 64, playbooks={"paths": [str(playbooks)], "shipped": False})
+    pace(project, 0.005, env_file=str(gate.path))
+    try:
+        watcher, trainer_pid = restart_watcher_around_a_held_trainer(project, after_progress_lines=0)
+        os.kill(trainer_pid, signal.SIGCONT)
+        gate.open()
+        assert finish(watcher, project) == 0, project.watch_output()
+    finally:
+        gate.close()
     incident = assert_recovered_by(project, "nan")
     assert incident["config_changes"]["lr"] == [10.0, 5.0]
+    assert incident["resumed_step"] is None or incident["resumed_step"] < incident["step_at_failure"]   # rolled back
+    # The re-attached trainer's end: its crash, whose exit code its launcher recorded (or the playbook's stop).
+    entries = [e for e in journal(project) if e.get("pid") == trainer_pid]
+    exited = [e["exit_code"] for e in entries if e["kind"] == "trainer_exited"]
+    stopped = [e for e in entries if e["kind"] == "trainer_stopped" and "not running" not in e["detail"]]
+    assert exited == [1] or stopped, entries
+    assert project.final_state()["step"] == 180
 
 
 def test_a_trainer_gone_with_its_launcher_is_an_unknown_exit_that_is_verified_and_resumed(project, reference_run):
     """Where the exit truly cannot be known (trainer and launcher SIGKILLed together while no watcher
     ran), the failure is a crash of unknown cause: verified and resumed, not escalated."""
-    first = project.watch()
+    pace(project, 0.2)   # 40 steps: 8 s; both are killed in the 30 steps after checkpoint 10
+    first = project.watch(env=ENV)
     try:
-        wait_for(lambda: (project.step_dir(10) / "model_config.yaml").exists(), 240, what="checkpoint 10")
+        wait_for(lambda: project.saved(10), 120, what="checkpoint 10")
         trainer_pid = project.trainer_pid()
         status_file = project.run_dir / "launches" / "launch-001" / "exit-status.json"
         launcher_pid = read_exit_status(status_file)["launcher_pid"]
@@ -165,9 +246,12 @@ def test_a_trainer_gone_with_its_launcher_is_an_unknown_exit_that_is_verified_an
     finally:
         stop_process(first)
     assert "exit_code" not in read_exit_status(status_file) and launcher_pid != trainer_pid
+    assert not (project.out_dir / "final").exists(), "the toy finished first: slow its pace"
 
-    second = project.watch()
+    second = project.watch(env=ENV)
     assert finish(second, project) == 0, project.watch_output()
     [incident] = project.incidents()
     assert incident["playbook"] == "unknown-exit" and incident["outcome"] == "recovered"
+    resumed = [e["resume_from"] for e in journal(project) if e["kind"] == "launch"][1]   # resumed, not from scratch
+    assert resumed and project.layout.step_in_path(resumed) >= 10, resumed
     project.assert_same_result_as(reference_run)   # counters and bit-identical weights
