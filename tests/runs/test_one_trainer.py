@@ -1,9 +1,9 @@
 """One trainer per run folder, and signals only to a process proven to be this run's.
 
-Real runs, real processes: a trainer whose watcher died is taken back by the next
-`runbook watch` (never a second trainer into the same out_dir); a live trainer the journal cannot
-prove stops `watch` with exit 15; and an unrelated process behind every kind of stale or forged
-record is neither watched nor signalled, by `watch`, `watch --dry-run` or `status`.
+Real runs, real processes (the toy trainer, tests/conftest.py's `project`): a trainer whose watcher died
+is taken back by the next `runbook watch` (never a second trainer into the same out_dir); a live trainer
+the journal cannot prove stops `watch` with exit 15; and an unrelated process behind every kind of stale
+or forged record is neither watched nor signalled, by `watch`, `watch --dry-run` or `status`.
 """
 
 from __future__ import annotations
@@ -21,21 +21,19 @@ import pytest
 
 from engine.records.journal import Journal
 from engine.core.run_folder import RunFolder
-from tests.conftest import RUNBOOK, stop_process, wait_for
-
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
-
+from tests.conftest import REPO, RUNBOOK, TOY_STEPS, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
+ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and any command reading the config) imports tests.toy_trainer
+
+
+def runbook(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([RUNBOOK, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV})
+
+
+def pace(project, step_seconds: float) -> None:
+    """The toy's pace (only its speed: the run's result does not depend on it)."""
+    project.set(trainer={"extra": {"step_seconds": step_seconds, "notice_save": True}})
 
 def journal_entries(project) -> list[dict]:
     return Journal(project.run_dir / "journal.jsonl").entries()
@@ -48,13 +46,16 @@ def launches(project) -> list[dict]:
 def leave_the_trainer_alive_unsupervised(project) -> int:
     """Run until its first sealed checkpoint, hold the trainer (SIGSTOP) so it is still mid-run when the next watcher starts,
     kill its watcher (SIGKILL: a crash) and return the trainer's pid. (An escalation no longer leaves its
-    trainer running: tests/runs/test_escalation_stops.py.)"""
-    watcher = project.watch()
+    trainer running: tests/runs/test_escalation_stops.py.) Paced so that the 35 steps after the first
+    checkpoint outlast the wait for it to be verified."""
+    pace(project, 0.2)
+    watcher = project.watch(env=ENV)
     try:
         wait_for(lambda: any(e.get("kind") == "verified" for e in journal_entries(project))
-                 and bool(launches(project)), 240, interval=0.05, what="a sealed checkpoint")
+                 and bool(launches(project)), 120, interval=0.05, what="a sealed checkpoint")
         pid = launches(project)[-1]["pid"]
         os.kill(pid, signal.SIGSTOP)
+        assert not (project.out_dir / "final").exists(), "the toy finished first: slow its pace"
         watcher.kill()
         watcher.wait(timeout=60)
     finally:
@@ -65,17 +66,18 @@ def leave_the_trainer_alive_unsupervised(project) -> int:
 
 def test_a_rerun_after_the_watcher_died_reattaches_to_the_live_trainer(project, reference_run):
     pid = leave_the_trainer_alive_unsupervised(project)
-    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, cwd=project.root)
-    assert f"alive, UNSUPERVISED" in status.stdout, status.stdout
-    watcher = project.watch()
+    status = runbook("status", str(project.config))
+    assert "alive, UNSUPERVISED" in status.stdout, status.stdout + status.stderr
+    watcher = project.watch(env=ENV)
     try:
         wait_for(lambda: any("re-attached to trainer pid" in e.get("reason", "") for e in journal_entries(project)),
                  60, what="re-attach")
         os.kill(pid, signal.SIGCONT)
-        assert watcher.wait(timeout=300) == 0, project.watch_output()
+        assert watcher.wait(timeout=120) == 0, project.watch_output()
     finally:
         stop_process(watcher)
     assert [e["pid"] for e in launches(project)] == [pid], "a second trainer was launched"
+    assert project.incidents() == []
     project.assert_same_result_as(reference_run)   # counters and bit-identical weights
 
 
@@ -88,8 +90,7 @@ def test_a_live_trainer_the_journal_cannot_prove_stops_watch_with_exit_15(projec
     entry = {k: v for k, v in launches(project)[-1].items() if k not in ("started", "crc32")}
     path.write_text("\n".join(kept + [json.dumps(entry)]) + "\n")   # checksum-free: the older format
     try:
-        result = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True,
-                                cwd=project.root, timeout=120)
+        result = runbook("watch", str(project.config))
         assert result.returncode == 15, result.stdout + result.stderr
         assert f"already running (pid {pid}" in result.stderr and "will not start a second one" in result.stderr
         assert len(launches(project)) == 1
@@ -159,11 +160,9 @@ FORGERIES = ["no start time", "an hour off", "no launcher record", "launcher nam
 def test_dry_run_and_status_never_take_an_unrelated_process_for_the_trainer(project, bystander, how):
     proc, received = bystander
     forge(project, proc.pid, how)
-    result = subprocess.run([RUNBOOK, "watch", str(project.config), "--dry-run"], capture_output=True, text=True,
-                            cwd=project.root, timeout=120)
+    result = runbook("watch", str(project.config), "--dry-run")
     assert f"watching trainer pid {proc.pid}" not in result.stdout + result.stderr
-    status = json.loads(subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True,
-                                       text=True, cwd=project.root).stdout)
+    status = json.loads(runbook("status", str(project.config), "--json").stdout)
     assert status["trainer"]["alive"] is False and status["trainer"]["pid_taken_by_another_process"] is True
     assert proc.poll() is None and not (received.exists() and received.read_text())
 
@@ -174,9 +173,9 @@ def test_watch_never_signals_an_unrelated_process_behind_a_forged_record(project
     left alone and the run trains with its own trainer to the end."""
     proc, received = bystander
     forge(project, proc.pid, how)
-    watcher = project.watch()
+    watcher = project.watch(env=ENV)
     try:
-        assert watcher.wait(timeout=300) == 0, project.watch_output()
+        assert watcher.wait(timeout=120) == 0, project.watch_output()
     finally:
         stop_process(watcher)
     assert f"re-attached to trainer pid {proc.pid}" not in project.watch_output()
@@ -185,17 +184,13 @@ def test_watch_never_signals_an_unrelated_process_behind_a_forged_record(project
     assert all(e["pid"] != proc.pid for e in launches(project)[1:])
 
 
-def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(tmp_path):
+def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(project, reference_run):
     """The watcher is SIGKILLed right after it started the trainer, before the journal's launch line
     (crash point `trainer-launched`): `status` still finds the live trainer through its launcher's
     record, and the next `runbook watch` re-attaches to it (journaling the launch as adopted) instead of
     refusing to start or launching a second trainer."""
-    from tests.conftest import REPO
-    from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project
-
-    project = make_toy_project(tmp_path / "project", step_seconds=0.2)   # 40 steps: ~8 s of training
-    env = {"PYTHONPATH": str(REPO)}
-    first = project.watch(env={**env, "RUNBOOK_CRASH_AT": "trainer-launched"})
+    pace(project, 0.3)   # 40 steps: 12 s, for `status` and the next watcher to start while it trains
+    first = project.watch(env={**ENV, "RUNBOOK_CRASH_AT": "trainer-launched"})
     assert first.wait(timeout=120) == -signal.SIGKILL, project.watch_output()
     status_path = RunFolder(project.run_dir).exit_status(1)
     wait_for(status_path.exists, 30, what="the launcher's record")
@@ -203,12 +198,11 @@ def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(tmp_path)
     assert psutil.pid_exists(trainer_pid)
     assert Journal(RunFolder(project.run_dir).journal).replay().launches == 0   # the journal never heard of it
 
-    shown = subprocess.run([RUNBOOK, "status", "-c", str(project.config)], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, **env})
+    shown = runbook("status", "-c", str(project.config), timeout=60)
     assert "UNSUPERVISED" in shown.stdout and str(trainer_pid) in shown.stdout, shown.stdout + shown.stderr
     assert not RunFolder(project.run_dir).journal.exists()   # a read-only command wrote nothing
 
-    second = project.watch(env=env)
+    second = project.watch(env=ENV)
     try:
         assert second.wait(timeout=120) == 0, project.watch_output()
     finally:
@@ -220,4 +214,5 @@ def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(tmp_path)
     assert [(e["pid"], e.get("adopted")) for e in launches] == [(trainer_pid, True)]
     assert sorted(p.name for p in RunFolder(project.run_dir).launches.iterdir()) == ["launch-001"]   # never a second
     assert "which the journal had not recorded" in project.watch_output()
-    assert final_state(project)["step"] == STEPS and project.incidents() == []
+    assert project.final_state()["step"] == TOY_STEPS and project.incidents() == []
+    project.assert_same_result_as(reference_run)   # the one trainer trained the whole run, undisturbed
