@@ -1,12 +1,16 @@
 """An escalation stops its trainer (issue 34): the escalated watcher exited 4 and left the diverged trainer
 training on, unsupervised, to final/ (`status`: "escalated" beside "final/ written"). Now the escalating
 watcher stops it (a notice save first where the trainer takes notices), and a rerun resumes with one
-trainer, never two. Real `runbook watch` processes: the toy trainer, and one real litgpt run.
+trainer, never two. Real `runbook watch` processes on the toy trainer, one that takes notices as litgpt
+does under runbook (a save of the step in progress, exit 75) and one that does not (litgpt's own notice
+save is proven by the litgpt contract suite, tests/litgpt/).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import textwrap
 
@@ -15,19 +19,8 @@ import pytest
 
 from engine.records.journal import Journal
 from tests.conftest import REPO, RUNBOOK, stop_process
-from tests.runs.test_toy_trainer import make_toy_project
 
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
-
+ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and any command reading the config) imports tests.toy_trainer
 
 ESCALATE_AT_STEP = textwrap.dedent("""\
     name: escalate-early
@@ -71,40 +64,40 @@ def assert_stopped_by_the_escalation(project, journal: list[dict]) -> int:
     return pid
 
 
-def test_an_escalation_stops_the_toy_trainer_and_the_rerun_resumes_with_one_trainer(tmp_path):
-    project = make_toy_project(tmp_path / "project", step_seconds=0.3)   # 40 steps: 12 s to final/
-    env = {"PYTHONPATH": str(REPO)}
-    journal = escalate(project, 7, env=env, timeout=120)   # after the toy's first checkpoint (step 5)
+# A trainer that takes notices is escalated before its first checkpoint (step 5): only its notice save lets
+# the rerun resume. One that takes none is escalated after it, and is stopped unsaved (SIGTERM kills it).
+@pytest.mark.parametrize("notice_save,escalate_at", [(True, 3), (False, 7)], ids=["notice-save", "no-notice"])
+def test_an_escalation_stops_the_trainer_and_the_rerun_resumes_with_one_trainer(project, reference_run, notice_save,
+                                                                                 escalate_at):
+    project.set(trainer={"extra": {"step_seconds": 0.2, "notice_save": notice_save}})   # 40 steps: 8 s to final/
+    journal = escalate(project, escalate_at, env=ENV, timeout=120)
     first = assert_stopped_by_the_escalation(project, journal)
     assert not (project.out_dir / "final").exists(), "the escalated trainer trained on to final/"
+    noticed = [e for e in journal if e["kind"] == "trainer_noticed"]
+    first_log = sorted((project.run_dir / "logs").glob("trainer-*.log"))[0].read_text()
+    steps = [s for s in (project.layout.step_of(p.name) for p in project.out_dir.iterdir()) if s is not None]
+    newest = max((s for s in steps if project.saved(s)), default=0)
+    if notice_save:   # it saved the step in progress on the notice and exited 75, before the escalation
+        assert noticed and "took the SIGTERM notice and exited 75" in noticed[0]["detail"], noticed
+        saved = re.findall(rf"toy: saved step (\d+) on notice signal {int(signal.SIGTERM)}, exiting 75", first_log)
+        assert saved == [str(newest)] and newest >= escalate_at, (saved, steps, first_log[-500:])
+    else:   # no notice to give: stopped with SIGTERM, its steps since its last checkpoint lost
+        assert not noticed and "on notice signal" not in first_log, noticed
+        assert any(e["kind"] == "trainer_stopped" and "stopped with SIGTERM" in e["detail"] for e in journal), journal
+        assert newest % 5 == 0 and newest >= 5, steps
     status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True,
-                            cwd=project.root, env={**os.environ, **env}, timeout=60)
-    assert status.returncode == 4 and "final/ written" not in status.stdout, status.stdout
+                            cwd=project.root, env={**os.environ, **ENV}, timeout=60)
+    assert status.returncode == 4 and "final/ written" not in status.stdout, status.stdout + status.stderr
     [incident] = project.incidents()
     assert incident["outcome"] == "escalated" and any("trainer was stopped" in n for n in incident.get("notes", [])), incident
-    rerun = project.watch(env=env)
+
+    rerun = project.watch(env=ENV)
     try:
         assert rerun.wait(timeout=120) == 0, project.watch_output()
     finally:
         stop_process(rerun)
     launches = [e for e in entries(project) if e["kind"] == "launch"]
-    assert [e["pid"] for e in launches][0] == first and len(launches) == 2, launches
-    assert launches[1]["resume_from"], "the rerun started from scratch instead of resuming"
-    assert (project.out_dir / "final" / "state.json").is_file()
-
-
-@pytest.mark.slow
-def test_an_escalation_gives_the_real_litgpt_trainer_its_notice_save_and_stops_it(project, reference_run):
-    journal = escalate(project, 3)
-    assert_stopped_by_the_escalation(project, journal)
-    assert not (project.out_dir / "final").exists(), "the escalated trainer trained on to final/"
-    noticed = [e for e in journal if e["kind"] == "trainer_noticed"]
-    assert noticed and "took the" in noticed[0]["detail"], noticed   # litgpt saved on its notice, then exited
-    rerun = project.watch()
-    try:
-        assert rerun.wait(timeout=300) == 0, project.watch_output()
-    finally:
-        stop_process(rerun)
-    launches = [e for e in entries(project) if e["kind"] == "launch"]
-    assert len(launches) == 2 and launches[1]["resume_from"], launches
-    project.assert_same_result_as(reference_run)   # the notice save resumed: counters and bit-identical weights
+    assert [e["pid"] for e in launches][0] == first and len(launches) == 2, launches   # one trainer at a time
+    assert launches[1]["resume_from"] == str(project.layout.resume_file(project.step_dir(newest))), launches[1]
+    assert project.incidents() == [incident]   # the rerun itself went undisturbed
+    project.assert_same_result_as(reference_run)   # resumed from that save: counters and bit-identical state
