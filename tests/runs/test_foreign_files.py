@@ -1,5 +1,6 @@
-"""runbook deletes only what it wrote: a real litgpt run, SIGKILLed mid-run, recovered in an out_dir
-shared with other people's files; and the out_dir/run_dir values refused at config load."""
+"""runbook deletes only what it wrote: a real run (the toy trainer), SIGKILLed mid-run, recovered in an
+out_dir shared with other people's files; the litgpt trainer's own logger folder is not taken for
+another's; and the out_dir/run_dir values refused at config load."""
 
 from __future__ import annotations
 
@@ -11,14 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints.store import own_tmp_prefix
-from tests.conftest import RUNBOOK, stop_process, wait_for
+from tests.conftest import REPO, RUNBOOK, stop_process, wait_for
 
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
+ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and any command reading the config) imports tests.toy_trainer
 
 FOREIGN = {
     "tmpUserNotes.txt": b"meeting notes, do not delete\n",
@@ -29,20 +25,22 @@ FOREIGN = {
 
 
 def test_kill_9_mid_run_is_recovered_and_files_runbook_did_not_write_are_left_alone(project):
-    # No "killed" in this test's name: it would be in out_dir's path, and the oom playbook's log
-    # pattern `Killed` (ignore_case) matches the path in litgpt's "Saving checkpoint to" line.
+    # No "killed" in this test's name: it would be in out_dir's path, and the oom playbook's log pattern
+    # `Killed` (ignore_case) would match the path in the trainer's save announcements.
+    project.set(trainer={"extra": {"step_seconds": 0.2, "notice_save": True}})   # 20 steps (4 s) after checkpoint 20
     out = project.out_dir
     for rel, data in FOREIGN.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(data)
     # A leftover of ours (a watcher killed while it re-pointed `last`): this one may go, and is reported.
     stale = out / f"{own_tmp_prefix(out)}last-0123456789ab"
-    stale.symlink_to("step-00000010")
-    watcher = project.watch()
+    stale.symlink_to(project.layout.folder_name(10))
+    watcher = project.watch(env=ENV)
     try:
-        wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="checkpoint 20")
+        wait_for(lambda: project.saved(20), 120, what="checkpoint 20")
         os.kill(project.trainer_pid(), signal.SIGKILL)
-        assert watcher.wait(timeout=300) == 0, project.watch_output()
+        assert not (out / "final").exists(), "the toy finished first: slow its pace"
+        assert watcher.wait(timeout=120) == 0, project.watch_output()
     finally:
         stop_process(watcher)
 
@@ -55,17 +53,34 @@ def test_kill_9_mid_run_is_recovered_and_files_runbook_did_not_write_are_left_al
     killed = [i for i in project.incidents() if i["playbook"] == "killed"]
     assert killed, [i["playbook"] for i in project.incidents()]
     incident = killed[0]
-    assert "logs" not in incident["left_alone"]  # litgpt's CSV logger folder: the trainer's, kept
+    assert incident["trainer_exit_code"] == -signal.SIGKILL and incident["outcome"] == "recovered"
     assert sorted(incident["left_alone"]) == sorted(["notes.md", "tmp-runbook-someone-else", "tmp8f3k2l", "tmpUserNotes.txt"])
-    assert stale.name in incident["deleted"] and not set(incident["left_alone"]) & set(incident["deleted"])
+    assert incident["deleted"] == [stale.name], incident["deleted"]   # runbook's own leftover, and nothing else
     prune = next(a for a in incident["actions"] if a["verb"] == "prune_checkpoints")
     # The summary says what went, and names what stayed.
-    assert "deleted 2 temporary file(s) of runbook's" in prune["summary"], prune["summary"]
+    assert f"deleted 1 temporary file(s) of runbook's ({stale.name})" in prune["summary"], prune["summary"]
     assert "deleted 0 checkpoint(s)" in prune["summary"]
     assert "left alone 4 item(s)" in prune["summary"] and "tmpUserNotes.txt" in prune["summary"]
     assert any("tmpUserNotes.txt" in note for note in incident["notes"])
     output = project.watch_output()
     assert "left alone 4 item(s)" in output and "tmp-runbook-someone-else" in output
+
+
+def test_the_litgpt_trainers_logger_folder_is_its_own_and_kept(tmp_path):
+    """litgpt's CSV logger writes <out_dir>/logs/ (its layout's trainer_folders): neither another's file to
+    report nor a temporary to delete, beside a stranger's folder that is both (what litgpt writes there is
+    the litgpt contract suite's, tests/litgpt/)."""
+    from engine.checkpoints.partial_saves import find_partial_saves
+    from engine.trainers import adapter_for
+
+    out = tmp_path / "out"
+    (out / "logs" / "csv" / "version_0").mkdir(parents=True)
+    (out / "logs" / "csv" / "version_0" / "metrics.csv").write_text("step,loss\n")
+    (out / "notes").mkdir()
+    cleanup = find_partial_saves(out, set(), layout=adapter_for("litgpt").layout)
+    assert (cleanup.foreign, cleanup.temps, cleanup.partial) == (["notes"], [], [])
+    assert find_partial_saves(out, set(), layout=adapter_for("python:tests.toy_trainer.adapter:ToyAdapter").layout
+                              ).foreign == ["logs", "notes"]   # a trainer that writes no logs/ owns none
 
 
 def _tree(root: Path) -> dict:
@@ -81,7 +96,7 @@ REFUSED = [
     ("out_dir", "..", "holds the run config"),
     ("out_dir", "configs", "holds the run config"),
     ("out_dir", "data", "holds data.train_dir"),
-    ("out_dir", "data/stdlib/train", "is data.train_dir"),
+    ("out_dir", "data/train", "is data.train_dir"),
     ("out_dir", "data/tokenizer/cache", "is inside data.tokenizer_dir"),
     ("out_dir", "runs/pretrain", "is also run_dir"),
     ("out_dir", "runs/pretrain/checkpoints", "is inside run_dir"),
@@ -90,7 +105,7 @@ REFUSED = [
     ("run_dir", ".", "is the project folder"),
     ("run_dir", "/var/tmp", "is a system folder"),
     ("run_dir", "checkpoints/pretrain/run", "run_dir: {run_dir} is inside out_dir"),
-    ("run_dir", "data/stdlib", "holds data.train_dir"),
+    ("run_dir", "data", "holds data.train_dir"),
 ]
 
 
@@ -103,7 +118,7 @@ def test_a_folder_runbook_cannot_own_is_refused_at_load_with_exit_3(project, key
                                                if value == "runs" else os.path.realpath(project.root / value))
     before = _tree(project.root)
     done = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=60,
-                          cwd=project.root)
+                          cwd=project.root, env={**os.environ, **ENV})
     assert done.returncode == 3, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
