@@ -3,8 +3,9 @@
     python benchmarks/bench_overhead.py            # 4 bare/watched pairs + 5 alternating-blocks runs (~22 min); prints the tables
     python benchmarks/bench_overhead.py --write    # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_overhead.py --quick    # 2 pairs + 1 alternating run
-    python benchmarks/bench_overhead.py --smoke    # the test suite's: 1 pair of 16 steps + 1 short alternating run;
-                                                   # <root>/results.json
+    python benchmarks/bench_overhead.py --smoke    # the test suite's: 1 pair of 16 steps + 1 alternating run of 60 steps,
+                                                   # litgpt's data cache built by the first run and copied into the
+                                                   # others; <root>/results.json
 
 1. Within one watched run, the watcher paused (SIGSTOP) and running (SIGCONT) in alternating blocks,
    each running block against the paused blocks either side of it (benchmarks/alternating_blocks.py).
@@ -144,9 +145,29 @@ def throughput(stamps, tokens_per_step: int) -> tuple[float, int]:
     return (s1 - s0) * tokens_per_step / (t1 - t0), s1
 
 
-def run_bare(root: Path, settings: dict) -> Sample:
+SMOKE_DATA: list[Path] = []   # --smoke: [litgpt's data cache of the first run], copied into the later runs
+
+
+def project(root: Path, settings: dict):
+    """A run's scratch project. In --smoke mode (SMOKE_DATA started empty), the first run builds litgpt's
+    data cache on its first launch, as every run of the full mode does, and the later runs start with a copy
+    of it (a smoke checks the harness, not the end-to-end figures that include tokenizing)."""
+    import shutil
+
     config = common.scratch_project(root, **settings)
     loaded = common.load_run(config)
+    if SMOKE_DATA and common.seed_data(loaded.run_dir):   # the suite's smokes: an earlier benchmark's tokenized data
+        SMOKE_DATA[0] = SMOKE_DATA[0] or loaded.run_dir / "data"
+    elif SMOKE_DATA and SMOKE_DATA[0] is not None:
+        shutil.rmtree(loaded.run_dir / "data", ignore_errors=True)
+        shutil.copytree(SMOKE_DATA[0], loaded.run_dir / "data", symlinks=True)
+    elif SMOKE_DATA:
+        SMOKE_DATA[0] = loaded.run_dir / "data"   # built by this run's first launch
+    return config, loaded
+
+
+def run_bare(root: Path, settings: dict) -> Sample:
+    config, loaded = project(root, settings)
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "bare")
     log = loaded.run_dir / "logs" / "trainer-001.log"
     started = time.time()
@@ -168,8 +189,7 @@ def run_bare(root: Path, settings: dict) -> Sample:
 
 
 def run_watched(root: Path, settings: dict) -> Sample:
-    config = common.scratch_project(root, **settings)
-    loaded = common.load_run(config)
+    config, loaded = project(root, settings)
     log = loaded.run_dir / "logs" / "trainer-001.log"
     started = time.time()
     proc = common.start_watch(config, root / "watch.log")
@@ -200,8 +220,7 @@ def run_watched(root: Path, settings: dict) -> Sample:
 def run_alternating(root: Path, settings: dict, block_s: float) -> PairedResult:
     """One watched run whose watcher is paused (SIGSTOP) and let run (SIGCONT) in alternating blocks
     (benchmarks/alternating_blocks.py says why); returns the paired step rates."""
-    config = common.scratch_project(root, **settings)
-    loaded = common.load_run(config)
+    config, loaded = project(root, settings)
     total_steps = loaded.config.max_tokens // (loaded.config.batch_size * loaded.config.model.block_size)
     log = loaded.run_dir / "logs" / "trainer-001.log"
     proc = common.start_watch(config, root / "watch.log")
@@ -339,10 +358,11 @@ def main() -> int:
     parser.add_argument("--alt-runs", type=int, default=None, help="alternating-blocks runs (default 5, --quick 1)")
     parser.add_argument("--block-s", type=float, default=1.5, help="seconds per paused / running block")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-overhead"))
-    common.docs_flags(parser, "1 pair of 16-step runs, 1 alternating run of 240 steps in 0.5 s blocks")
+    common.docs_flags(parser, "1 pair of 16-step runs, 1 alternating run of 60 steps in 0.5 s blocks")
     args = parser.parse_args()
     if args.smoke:
-        args.steps, args.repeats, args.alt_steps, args.alt_runs, args.block_s = 16, 1, 240, 1, 0.5
+        args.steps, args.repeats, args.alt_steps, args.alt_runs, args.block_s = 16, 1, 60, 1, 0.5
+        SMOKE_DATA.append(None)   # the first run's data cache is copied into the others (project())
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 4)
     alt_runs = args.alt_runs if args.alt_runs is not None else (1 if args.quick else 5)
     load_start = common.load_average()

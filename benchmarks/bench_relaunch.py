@@ -45,9 +45,11 @@ def trained_run(root: Path, reuse: bool = False) -> tuple[Path, dict]:
             return resume, {**spec.env, "PYTHONPATH": str(REPO)}
     config = common.scratch_project(root)
     loaded = common.load_run(config)
+    common.seed_data(loaded.run_dir)   # the suite's smokes: the tokenized data of an earlier benchmark, if any
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "train")
     if common.start_bare(spec, loaded.run_dir / "logs" / "train.log").wait() != 0:
         raise RuntimeError(f"the training run failed: {loaded.run_dir / 'logs' / 'train.log'}")
+    common.share_data(loaded.run_dir)
     yaml = YAML(typ="safe", pure=True)
     tree = yaml.load(spec.config_file.read_text())
     tree["resume"] = str(loaded.out_dir / "step-00000020" / "lit_model.pth")

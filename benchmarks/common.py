@@ -8,7 +8,10 @@ sections are kept as they are). Every benchmark has --smoke: a few steps, one sa
 (tests/runs/test_benchmarks_smoke.py runs them). The benchmarks that measure the engine and not litgpt
 (latency, log flood, false alarms) run their --smoke on the toy trainer of tests/toy_trainer/
 (`toy_settings`; --trainer toy does so in full mode too): a real process under a real `runbook watch`,
-seconds where litgpt takes minutes. Their full mode trains litgpt, as their docs sections say.
+seconds where litgpt takes minutes. Their full mode trains litgpt, as their docs sections say. The
+litgpt smokes (chaos, relaunch, overhead) tokenize the corpus once per test session: the suite sets
+$RUNBOOK_BENCH_DATA_CACHE, the first publishes litgpt's data cache there (share_data), the others copy it
+(seed_data); unset (any run by hand), every run tokenizes as before.
 """
 
 from __future__ import annotations
@@ -128,24 +131,57 @@ def scratch_project(root: Path, **settings) -> Path:
     the repository's run folder."""
     from runbook.commands.drill_cmd import make_scratch_project
     from engine.trainers.run_config import load_config
-    from runbook.watch_command import prepare_data
 
     loaded = load_config(RUN_CONFIG)
-    if (settings.get("trainer") or {}).get("kind") == TOY_KIND:
-        # the toy reads no data: the corpus folders must only exist (runbook watch hashes them); litgpt's
-        # preflight (its config parser: a litgpt import, ~30 s on a loaded machine) is not the toy's
+    # The default corpus must exist (prepare_data's make_default, without its preflight: litgpt's parser run on
+    # the config, ~30 s of imports on a loaded machine, per call; a launch that would fail says so itself).
+    train_dir = loaded.data_path("train_dir")
+    if loaded.config.data.kind == "text-files" and not any(train_dir.glob("*.txt")):
         from runbook.default_data import ensure_default_assets
 
-        train_dir = loaded.data_path("train_dir")
-        if not any(train_dir.glob("*.txt")):
-            ensure_default_assets(train_dir.parent, loaded.data_path("tokenizer_dir"))
-    else:
-        prepare_data(loaded, accept_data_change=False, record_hash=False)  # the default corpus must exist
+        ensure_default_assets(train_dir.parent, loaded.data_path("tokenizer_dir"))
     if root.exists():
         shutil.rmtree(root)
     config = make_scratch_project(loaded, SimpleNamespace(config=settings), root)
     shutil.rmtree(load_config(config).run_dir / "data", ignore_errors=True)   # links only: unlinking them
     return config
+
+
+DATA_CACHE_ENV = "RUNBOOK_BENCH_DATA_CACHE"
+
+
+def seed_data(run_dir: Path) -> bool:
+    """Copy litgpt's tokenized data caches from the folder named by $RUNBOOK_BENCH_DATA_CACHE (a run's
+    run_dir/data that share_data published) into run_dir/data; True when done. Only the suite's smokes set
+    it (one tokenizing per test session instead of one per benchmark); without it a run tokenizes on its
+    first launch, as in a fresh clone."""
+    from engine.trainers.litgpt.data_cache import is_complete
+
+    shared = Path(os.environ.get(DATA_CACHE_ENV) or "/nonexistent")
+    if not (shared.is_dir() and any(is_complete(folder) for folder in shared.iterdir())):
+        return False
+    shutil.rmtree(run_dir / "data", ignore_errors=True)
+    shutil.copytree(shared, run_dir / "data", symlinks=True)
+    return True
+
+
+def share_data(run_dir: Path) -> None:
+    """Publish run_dir/data (its launch built litgpt's data cache) as $RUNBOOK_BENCH_DATA_CACHE, if that is
+    set and not there yet (copied aside, then renamed into place: a benchmark in another process may do the same)."""
+    from engine.trainers.litgpt.data_cache import is_complete
+
+    if not os.environ.get(DATA_CACHE_ENV):
+        return
+    shared = Path(os.environ[DATA_CACHE_ENV])
+    data = run_dir / "data"
+    if shared.exists() or not (data.is_dir() and any(is_complete(folder) for folder in data.iterdir())):
+        return
+    aside = shared.with_name(f"{shared.name}.{os.getpid()}.tmp")
+    shutil.copytree(data, aside, symlinks=True)
+    try:
+        os.rename(aside, shared)
+    except OSError:   # another benchmark published it first
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 TOY_KIND = "python:tests.toy_trainer.adapter:ToyAdapter"   # tests/toy_trainer/adapter.py; the watcher needs PYTHONPATH=ROOT
@@ -195,9 +231,17 @@ def load_run(config: Path):
 
 
 def data_hash(config: Path) -> str:
+    """The data_hash runbook's launch of this config gets (prepare_data's): for text files, the hash of the
+    folders, which scratch_project checked already (prepare_data's litgpt preflight is not run again per
+    launch: ~30 s of imports on a loaded machine, and the launch itself finds what it would)."""
     from runbook.watch_command import prepare_data
 
-    return prepare_data(load_run(config), accept_data_change=False, record_hash=False)
+    loaded = load_run(config)
+    if loaded.config.data.kind == "text-files":
+        from engine.core.config import compute_data_hash
+
+        return compute_data_hash(loaded.data_path("train_dir"), loaded.data_path("val_dir"))
+    return prepare_data(loaded, accept_data_change=False, record_hash=False)
 
 
 def litgpt_launch(config: Path, launch_dir: Path, resume: str | None = None):
