@@ -1,6 +1,7 @@
-"""Save on notice (engine/trainers/litgpt/notice_save.py): the watcher's own SIGTERM is forwarded, the real
-litgpt trainer saves the step it is in and the next watch resumes it with no step lost; a kill -9 in
-the middle of a notice save leaves nothing a resume trusts, and the previous verified checkpoint is used."""
+"""The litgpt contract, notice save as runbook drives it (engine/trainers/litgpt/notice_save.py): the watcher's
+own SIGTERM is forwarded, the real litgpt trainer saves the step it is in and the next watch resumes it with
+no step lost; a kill -9 in the middle of a notice save (runbook's staging inside litgpt's loop) leaves nothing
+a resume trusts, and the previous verified checkpoint is used."""
 
 from __future__ import annotations
 
@@ -17,17 +18,6 @@ from engine.process.launcher import parse_args
 from engine.trainers.litgpt.notice_save import NOTICE_EXIT_CODE, notice_signals, staging_dir
 from runbook.exit_codes import ExitCode
 from tests.conftest import stop_process, wait_for
-
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
 
 
 PROGRESS_STEP = re.compile(rb"^Epoch \d+ \| iter \d+ step (\d+) \|", re.M)
@@ -79,7 +69,8 @@ def test_sigusr2_and_uncatchable_signals_are_refused_as_notices():
             TrainerSettings(notice_signals=bad)
 
 
-def test_watcher_sigterm_saves_the_step_then_a_kill_mid_notice_save_falls_back_to_the_verified_one(project, reference_run):
+def test_watcher_sigterm_saves_the_step_then_a_kill_mid_notice_save_falls_back_to_the_verified_one(litgpt_project, litgpt_reference_run):
+    project = litgpt_project
     logs = project.run_dir / "logs"
     # 1. The watcher is told to stop (Spot shutdown, SLURM): it forwards the notice and waits for the save.
     watcher = project.watch()
@@ -124,7 +115,7 @@ def test_watcher_sigterm_saves_the_step_then_a_kill_mid_notice_save_falls_back_t
     for step in (killed_at, killed_at + 1):
         assert not project.step_dir(step).exists(), step   # the half-done save never reached out_dir
     assert not list(project.out_dir.rglob("notice-save-*")), "the staging folder outlived the relaunch"
-    project.assert_same_result_as(reference_run)   # counters and bit-identical weights
+    project.assert_same_result_as(litgpt_reference_run)   # counters and bit-identical weights
     # The relaunch was the spare made while launch 2 trained, and the watcher left no spare behind.
     assert (logs / "trainer-003.log").read_text().startswith("runbook: warm spare pid")
     status3 = json.loads((project.run_dir / "launches" / "launch-003" / "exit-status.json").read_text())
