@@ -1,5 +1,6 @@
-"""The TextFiles cache: keyed by everything that shapes it, built in staging, trusted only when whole;
-and `--accept-data-change` resuming a real run onto changed data."""
+"""The litgpt contract, its data: the TextFiles cache (litdata chunks litgpt reads) keyed by everything that
+shapes it, built in staging, trusted only when whole; and `--accept-data-change` resuming a real litgpt run
+onto changed data, its loader state reset (or relocated when only the cache's path moved)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,6 @@ from pathlib import Path
 
 from engine.trainers.litgpt import data_cache
 from tests.conftest import make_project, stop_process, wait_for
-import pytest
-
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
 
 
 TEXT_FILES = {"class_path": data_cache.TEXT_FILES, "init_args": {"train_data_path": "a", "val_data_path": "b",
