@@ -1,5 +1,7 @@
-"""The preflight (`runbook check`, and `runbook watch` before any launch): each failure kind on a real
-project, one sentence naming the config key's file:line, exit 3; and a pass on the default project."""
+"""The litgpt contract, before any launch: the preflight (`runbook check`, and `runbook watch` before any
+launch) of a real litgpt project (litgpt's tokenizer rules, its own config parser, its version, its checkpoint
+size): each failure kind one sentence naming the config key's file:line, exit 3; and a pass on the default
+project. Nothing here trains: the checkpoint estimate reads the shared reference run's checkpoints."""
 
 from __future__ import annotations
 
@@ -16,20 +18,8 @@ import pytest
 from engine.trainers.litgpt.launch import cuda_available
 from engine.trainers.litgpt.preflight import checkpoint_estimate, device_problems, tokenizer_problems
 from runbook.exit_codes import ExitCode
-from tests.conftest import RUNBOOK, make_project, require_capability
+from tests.conftest import RUNBOOK, require_capability
 from tests.runs.test_process_faults import _can_mount_tmpfs
-
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-@pytest.fixture
-def reference_run(litgpt_reference_run):
-    return litgpt_reference_run
-
 
 
 def check(project, *args: str) -> subprocess.CompletedProcess:
@@ -50,12 +40,8 @@ def own_tokenizer(project, shared_data: Path, **config) -> Path:
     return folder
 
 
-@pytest.fixture
-def project(tmp_path, shared_data):
-    return make_project(tmp_path / "project", shared_data)
-
-
-def test_check_passes_on_the_default_project_in_seconds(project):
+def test_check_passes_on_the_default_project_in_seconds(litgpt_project):
+    project = litgpt_project
     started = time.monotonic()
     done = check(project)
     took = time.monotonic() - started
@@ -65,7 +51,8 @@ def test_check_passes_on_the_default_project_in_seconds(project):
     assert took < 60, f"runbook check took {took:.1f} s"   # ~5-8 s on 2 busy cores; litgpt's import is most of it
 
 
-def test_a_tokenizer_without_bos_is_refused_with_its_config_line(project, shared_data):
+def test_a_tokenizer_without_bos_is_refused_with_its_config_line(litgpt_project, shared_data):
+    project = litgpt_project
     own_tokenizer(project, shared_data, eos_token="</s>", tokenizer_class="PreTrainedTokenizerFast")
     done = check(project)
     assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
@@ -73,7 +60,8 @@ def test_a_tokenizer_without_bos_is_refused_with_its_config_line(project, shared
     assert where in done.stderr and "has no bos token" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_watch_refuses_the_same_before_any_launch(project, shared_data):
+def test_watch_refuses_the_same_before_any_launch(litgpt_project, shared_data):
+    project = litgpt_project
     own_tokenizer(project, shared_data, bos_token="<s>")   # no tokenizer_class
     done = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=300)
     assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
@@ -118,7 +106,8 @@ def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(shared_data):
 
 
 @pytest.mark.parametrize("folder", ["missing", "empty"])
-def test_a_missing_or_empty_data_folder_is_refused_with_its_config_line(project, folder):
+def test_a_missing_or_empty_data_folder_is_refused_with_its_config_line(litgpt_project, folder):
+    project = litgpt_project
     val = project.root / "data" / "val-own"
     if folder == "empty":
         val.mkdir()
@@ -131,7 +120,8 @@ def test_a_missing_or_empty_data_folder_is_refused_with_its_config_line(project,
     assert f"{where}" in done.stderr and said in done.stderr and "Traceback" not in done.stderr
 
 
-def test_cuda_without_a_gpu_is_refused_up_front(project):
+def test_cuda_without_a_gpu_is_refused_up_front(litgpt_project):
+    project = litgpt_project
     # Two devices on a CPU are no longer refused: runbook's entry runs them with DDP over gloo (tests/cluster/test_ranks.py).
     if cuda_available():
         pytest.skip("this machine has a GPU")
@@ -149,7 +139,8 @@ def test_device_rules():
     assert "no CUDA GPU" in device_problems(1, "cuda", 0)[0]
 
 
-def test_a_config_key_litgpt_rejects_is_refused_by_litgpt_s_own_parser(project):
+def test_a_config_key_litgpt_rejects_is_refused_by_litgpt_s_own_parser(litgpt_project):
+    project = litgpt_project
     project.set(trainer={"extra": {"train": {"bogus_key": 3}}})
     done = check(project)
     assert done.returncode == ExitCode.BAD_CONFIG, done.stdout + done.stderr
@@ -158,7 +149,8 @@ def test_a_config_key_litgpt_rejects_is_refused_by_litgpt_s_own_parser(project):
     assert "bogus_key" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(project):
+def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(litgpt_project):
+    project = litgpt_project
     reason = _can_mount_tmpfs(project.out_dir)
     if reason:
         require_capability(reason)
@@ -173,15 +165,16 @@ def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(project):
     assert re.search(r"1,0\d\d\.\d KiB free", done.stderr) or "1.0 MiB free" in done.stderr, done.stderr
 
 
-def test_the_checkpoint_estimate_is_within_a_few_percent_of_a_real_checkpoint(reference_run):
-    newest = sorted(reference_run["project"].out_dir.glob("step-*"))[-1]
+def test_the_checkpoint_estimate_is_within_a_few_percent_of_a_real_checkpoint(litgpt_reference_run):
+    newest = sorted(litgpt_reference_run["project"].out_dir.glob("step-*"))[-1]
     real = (newest / "lit_model.pth").stat().st_size
     size, _ = checkpoint_estimate(164_672, "32-true")
     assert 0.95 < size / real <= 1.0, (size, real)
 
 
 @pytest.mark.parametrize("command", ["check", "watch"])
-def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(project, tmp_path, command):
+def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(litgpt_project, tmp_path, command):
+    project = litgpt_project
     # A litgpt 0.4.0 distribution record ahead of the real one on the path: what importlib.metadata reports.
     fake = tmp_path / "site" / "litgpt-0.4.0.dist-info"
     fake.mkdir(parents=True)
@@ -193,9 +186,10 @@ def test_an_unsupported_litgpt_version_is_refused_in_one_sentence(project, tmp_p
     assert not (project.run_dir / "launches").exists()
 
 
-def test_watch_has_litgpt_parse_the_config_before_a_launch_unless_told_not_to(project):
+def test_watch_has_litgpt_parse_the_config_before_a_launch_unless_told_not_to(litgpt_project):
     """trainer.preflight_parse (default true; the other tests turn it off for speed) makes `watch` refuse
     a config litgpt's own parser rejects before any launch; off, the launch itself finds it."""
+    project = litgpt_project
     project.set(trainer={"preflight_parse": True, "extra": {"train": {"bogus_key": 3}}})
     refused = subprocess.run([RUNBOOK, "watch", str(project.config)], capture_output=True, text=True, timeout=300)
     assert refused.returncode == ExitCode.BAD_CONFIG, refused.stdout + refused.stderr
