@@ -20,12 +20,6 @@ from engine.trainers import adapter_for
 from tests.conftest import REPO, RUNBOOK
 
 
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
 # (what the user writes under trainer.extra, where it lands in the litgpt config, the exact value)
 CASES = {
     "float": ("optimizer: {init_args: {weight_decay: 0.1}}", ("optimizer", "init_args", "weight_decay"), 0.1),
@@ -89,7 +83,8 @@ def test_each_scalar_kind_in_trainer_extra_reaches_the_litgpt_config_as_plain_da
     assert written["model_config"]["n_layer"] == loaded.config.model.n_layer
 
 
-def test_a_real_litgpt_run_with_weight_decay_in_trainer_extra_completes(project):
+def test_a_real_litgpt_run_with_weight_decay_in_trainer_extra_completes(litgpt_project):
+    project = litgpt_project
     # The report's example: `trainer.extra: {optimizer: {init_args: {weight_decay: 0.1}}}` (plus a quoted string).
     project.set(max_tokens=4 * 16 * 64, save_interval=2,
                 trainer={"extra": yaml.safe_load('{optimizer: {init_args: {weight_decay: 0.1}}}')})
