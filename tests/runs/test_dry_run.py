@@ -1,24 +1,18 @@
-"""`runbook watch --dry-run`: the same matching and planning, nothing signalled or written."""
+"""`runbook watch --dry-run`: the same matching and planning, nothing signalled or written (a toy-trainer
+project whose journal says its trainer died of an OOM)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 
-from tests.conftest import RUNBOOK
-import pytest
+from tests.conftest import REPO, RUNBOOK
 
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
-OOM_TAIL = """Epoch 1 | iter 4 step 1 | loss train: 6.422, val: n/a | iter time: 20.00 ms (step) remaining time: 0:00:09
-Traceback (most recent call last):
-RuntimeError: [enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 134217728 bytes. Error code 12 (Cannot allocate memory)
+# What the toy prints when its micro-batch does not fit (trainer.extra.oom_above_micro_batch), after a step.
+OOM_TAIL = """toy step 1/40 loss 1.774459 took 30.1 ms
+MemoryError: toy cannot fit micro-batch 4 (limit 2)
 """
 
 
@@ -41,7 +35,7 @@ def test_dry_run_prints_the_plan_for_a_dead_trainer_and_changes_nothing(project)
     before = tree_digest(project.root)
 
     result = subprocess.run([RUNBOOK, "watch", str(project.config), "--dry-run", "--accept-data-change"],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "DRY-RUN oom would fire" in result.stdout
     assert "micro_batch_size=2" in result.stdout          # the computed value, from the same planner
