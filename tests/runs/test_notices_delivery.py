@@ -1,7 +1,7 @@
 """Notices a watcher could not deliver (Slack down) are delivered later, in order and in their threads.
 
-Real slack_sdk against the fake Slack HTTP server on 127.0.0.1; a real `runbook watch` trains, is
-preempted (SIGTERM to the trainer), recovers and completes while Slack answers 500 after the
+Real slack_sdk against the fake Slack HTTP server on 127.0.0.1; a real `runbook watch` trains (the toy
+trainer), is preempted (SIGTERM to the trainer), recovers and completes while Slack answers 500 after the
 incident's first message. `runbook status` counts what is pending; then, Slack up again, both
 `runbook notify --flush` and a later `runbook watch` on the completed run deliver it.
 """
@@ -19,18 +19,11 @@ import pytest
 
 from runbook.outbox import Outbox
 from runbook.slack import SlackNotifier, SlackSettings
-from tests.conftest import RUNBOOK, make_project, stop_process, wait_for
+from tests.conftest import REPO, RUNBOOK, make_toy_project, stop_process, wait_for
 from tests.fake_slack import FakeSlack
 
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
-
 TOKEN = "xoxb-test-notices-token"
-ENV = {"RB_TEST_TOKEN": TOKEN}
+ENV = {"RB_TEST_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}   # PYTHONPATH: every command reading the config imports the toy
 
 
 @pytest.fixture(autouse=True)
@@ -63,18 +56,19 @@ def assert_delivered_in_order_and_thread(posts, expected: list[dict], parent_ts:
 
 
 @pytest.fixture(scope="module")
-def run_with_slack_down(tmp_path_factory, shared_data):
+def run_with_slack_down(tmp_path_factory):
     """A real preempted-and-recovered run whose Slack went down after the incident's first message."""
     slack = FakeSlack()
     slack.start()
-    project = make_project(tmp_path_factory.mktemp("notices") / "project", shared_data)
+    # Paced so that the trainer still trains (20 steps, 4 s) after checkpoint 20.
+    project = make_toy_project(tmp_path_factory.mktemp("notices") / "project", step_seconds=0.2)
     project.set(notifications=slack_config(slack))
     slack.outage_after(1, "500")
     watcher = project.watch(env=ENV)
     try:
-        wait_for(lambda: (project.step_dir(20) / "model_config.yaml").exists(), 240, what="second checkpoint")
+        wait_for(lambda: project.saved(20), 120, what="checkpoint 20")
         os.kill(project.trainer_pid(), signal.SIGTERM)
-        assert watcher.wait(timeout=300) == 0, project.watch_output()
+        assert watcher.wait(timeout=120) == 0, project.watch_output()
     finally:
         stop_process(watcher)
     yield project, slack
