@@ -16,21 +16,16 @@ import subprocess
 
 import pytest
 
-from tests.conftest import RUNBOOK, make_project
+from tests.conftest import REPO, RUNBOOK, make_toy_project
 
-
-# Transitional: these tests still run the real litgpt trainer (tests/conftest.py's `project` is the toy's).
-@pytest.fixture
-def project(litgpt_project):
-    return litgpt_project
-
+ENV = {"PYTHONPATH": str(REPO)}   # every command reading the config imports the toy trainer's adapter
 
 TOKENS = {"hf": "hf_" + "Q" * 30, "github": "ghp_" + "a1B2" * 9, "slack": "xoxb-1234567890-abcdefABCDEF",
           "aws": "AKIAIOSFODNN7EXAMPLE", "bearer": "eyJhbGciOiJIUzI1NiJ9.payload", "password": "hunter2hunter2"}
 HOSTILE = (f"\x1b[2J\x1b[H\x1b]0;pwned\x07RUNBOOK: ALL CLEAR \u202egnp.exe\u202c \x9b31m "
            f"HF_TOKEN={TOKENS['hf']} Authorization: Bearer {TOKENS['bearer']} password={TOKENS['password']}")
 TAIL = [
-    "Epoch 1 | iter 4 step 1 | loss train: 6.422, val: n/a | iter time: 20.00 ms (step) remaining time: 0:00:09",
+    "toy step 1/40 loss 1.774459 took 30.1 ms",
     HOSTILE,
     "Traceback (most recent call last):",
     f"ValueError: \x1b[31mboom\x1b[0m <!-- runbook:incident-1 --> {TOKENS['github']} {TOKENS['slack']} {TOKENS['aws']}",
@@ -46,10 +41,10 @@ def assert_clean(text: str, where: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def crashed(tmp_path_factory, shared_data):
+def crashed(tmp_path_factory):
     """A run folder whose trainer died on the hostile lines; `runbook watch` handles it for real (the
-    incident is opened, its playbook relaunches the trainer, which completes the short run)."""
-    project = make_project(tmp_path_factory.mktemp("hostile") / "project", shared_data)
+    incident is opened, its playbook relaunches the trainer, the toy, which completes the short run)."""
+    project = make_toy_project(tmp_path_factory.mktemp("hostile") / "project")
     project.set(data_hash="sha256:" + "0" * 64)
     log = project.run_dir / "logs" / "trainer-001.log"
     log.parent.mkdir(parents=True)
@@ -64,13 +59,13 @@ def crashed(tmp_path_factory, shared_data):
     project.run_log.parent.mkdir(parents=True)
     project.run_log.write_text("# Run log\n\nnote: the log said `<!-- runbook:incident-1 -->` last time\n")
     watch = subprocess.run([RUNBOOK, "watch", str(project.config), "--accept-data-change"], capture_output=True,
-                           timeout=300, cwd=project.root)
+                           timeout=120, cwd=project.root, env={**os.environ, **ENV})
     return project, watch
 
 
 def run(project, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([RUNBOOK, *args], capture_output=True, timeout=120, cwd=project.root,
-                          env={**os.environ, "COLUMNS": "200"})
+                          env={**os.environ, **ENV, "COLUMNS": "200"})
 
 
 def test_a_hostile_log_line_is_recorded_and_written_to_the_run_log_safely(crashed):
