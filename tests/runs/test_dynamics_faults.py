@@ -1,10 +1,7 @@
-"""Training-dynamics failures on real runs: a NaN, a loss spike, slow training. The loss spike and the
-throttle run on the toy trainer, and the figures they expect come from the toy's own math
-(tests/toy_trainer/trainer.py: every weight's error is multiplied by 1 - lr each step, plus a 1e-3 wobble),
-replayed for the recovery the incident records, never from a trajectory seen once. The NaN still runs on
-litgpt: the toy cannot go non-finite at an lr whose half converges (its error grows by at most |1 - lr| < 3 a
-step there, ~330 steps to overflow, and Python's `**` then raises OverflowError instead of giving inf).
-Corrupt lines in the training text, which only litgpt's tokenization reads, are in
+"""Training-dynamics failures on real toy-trainer runs: a NaN, a loss spike, slow training. The figures each
+test expects come from the toy's own math (tests/toy_trainer/trainer.py: every weight's error is multiplied
+by 1 - lr each step, plus a 1e-3 wobble), replayed for the recovery the incident records, never from a
+trajectory seen once. Corrupt lines in the training text, which only litgpt's tokenization reads, are in
 tests/litgpt/test_litgpt_faults.py."""
 
 from __future__ import annotations
@@ -17,24 +14,23 @@ import threading
 import time
 
 from engine.checkpoints.store import list_checkpoints
-from engine.trainers.litgpt.layout import LitGPTLayout
-from engine.trainers.litgpt.resume import find_nonfinite_tensors
 from engine.trainers.run_config import load_config
 from tests.conftest import REPO, TOY_STEPS, run_watch, stop_process, wait_for
 from tests.toy_trainer import trainer as toy
+from tests.toy_trainer.adapter import ToyAdapter
 
 # The dynamics tests must hold for any trajectory of the fault, not one machine's: run them with other
 # seeds as `RUNBOOK_TEST_SEED=2 pytest tests/runs/test_dynamics_faults.py`.
 SEED = int(os.environ.get("RUNBOOK_TEST_SEED", "1337"))
 
 
-def replay(seed: int, *phases: tuple[int, float]) -> tuple[dict, float]:
+def replay(seed: int, *phases: tuple[int, float], max_weight: float = math.inf) -> tuple[dict, float]:
     """The toy's state and last loss after `steps` steps at `lr` for each (steps, lr) phase, from its start:
     what a run that resumed bit-identically between the phases ends with."""
     state, loss = toy.initial_state(seed), math.nan
     for steps, lr in phases:
         for _ in range(steps):
-            loss = toy.train_step(state, lr)
+            loss = toy.train_step(state, lr, max_weight)
     return state, loss
 
 
@@ -58,31 +54,27 @@ def without_loss_spike(text: str) -> str:
                   text, flags=re.M)
 
 
-def final_val_loss(project) -> float:
-    logs = sorted((project.run_dir / "logs").glob("trainer-*.log"))
-    found = re.findall(r"Final evaluation \| val loss: (\S+) \|", logs[-1].read_text())
-    assert found, f"no final evaluation in {logs[-1]}"
-    return float(found[-1])
+# lr 3.5: every weight's error is multiplied by -2.5 a step, so from any start the weights pass 65504 (the
+# largest half-precision value, the toy's max_weight) within about a dozen steps of 40: inf, then nan. Half of
+# it, 1.75 (x -0.75 a step), converges. The loss climbs from step 1 (x 6.25 a step): steps 1 and 2 are healthy
+# only because the spike baseline (the best median of 3 losses) does not exist before step 3.
+NAN_LR, MAX_WEIGHT = 3.5, 65504.0
 
 
-def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(litgpt_project, tmp_path):
-    project = litgpt_project
-    # At lr 10 the loss first climbs (the loss-spike playbook would catch that first) and then the
-    # gradients go non-finite around step 11; without loss-spike the NaN path is what is exercised.
+def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(project, tmp_path):
+    # The loss climbs before it goes non-finite (the loss-spike playbook would catch that first): without
+    # loss-spike the NaN path is what is exercised.
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
     for source in (REPO / "playbooks").glob("*.yaml"):
         if source.name != "loss_spike.yaml":
             (playbooks / source.name).write_text(without_loss_spike(source.read_text()))
     # A checkpoint every step: the rollback then has clean checkpoints from before the divergence to choose
-    # among (at save_interval 10 the only one before the NaN was the start, target 0, and the checks below
-    # had nothing to check).
-    project.set(lr=10.0, seed=SEED, save_interval=1, playbooks={"paths": [str(playbooks)], "shipped": False})
-    watcher = project.watch()
-    try:
-        assert watcher.wait(timeout=600) == 0, project.watch_output()
-    finally:
-        stop_process(watcher)
+    # among (at save_interval 5 the only one before it is the start, target 0, and the checks below have
+    # nothing to check). 0.1 s a step: the watcher stops the run long before its end.
+    toy_extra(project, step_seconds=0.1, max_weight=MAX_WEIGHT)
+    project.set(lr=NAN_LR, seed=SEED, save_interval=1, playbooks={"paths": [str(playbooks)], "shipped": False})
+    run_watch(project)
 
     incidents = project.incidents()
     assert incidents and incidents[0]["playbook"] == "nan", [i["playbook"] for i in incidents]
@@ -95,15 +87,21 @@ def test_nan_rolls_back_halves_lr_and_the_run_completes_finite(litgpt_project, t
     assert first["resumed_step"] == first["rollback_target_step"], first
     for nan in nans:
         assert nan["rollback_target_step"] < nan["snapshot"]["metrics"]["last_healthy_step"], nan
-    assert incidents[0]["config_changes"]["lr"] == [10.0, 5.0]
+    assert first["config_changes"]["lr"] == [NAN_LR, NAN_LR / 2]
     text = project.config.read_text()
     lr = float(re.search(r"^lr: (\S+)", text, re.M).group(1))
-    assert lr <= 5.0
+    assert lr == NAN_LR / 2   # 1.75 converges: one NaN, one halving
     assert "# peak learning rate (cosine schedule with warm-up)" in text  # comments kept
-    assert math.isfinite(final_val_loss(project))
-    # Quarantined checkpoints are out of litgpt's resume path, and nothing left there holds NaN/Inf.
-    for ckpt in list_checkpoints(project.out_dir, LitGPTLayout()):
-        assert find_nonfinite_tensors(ckpt.resume_file) == []
+    # The run resumed from the rollback's checkpoint at the halved lr and trained to a finite end: exactly
+    # the toy's math for that recovery.
+    final = project.final_state()
+    assert all(math.isfinite(w) for w in final["weights"]), final
+    expected, _loss = replay(SEED, (first["resumed_step"], NAN_LR), (TOY_STEPS - first["resumed_step"], lr), max_weight=MAX_WEIGHT)
+    assert final == expected
+    # Quarantined checkpoints are out of the resume path, and nothing left there holds NaN/Inf.
+    adapter = ToyAdapter()
+    for ckpt in list_checkpoints(project.out_dir, adapter.layout):
+        assert adapter.find_nonfinite(ckpt, 10) == [], ckpt.path
     quarantine = project.run_dir / "quarantine"
     assert not list(project.out_dir.rglob("QUARANTINE_REASON.txt"))
     assert quarantine.exists() and any(quarantine.iterdir()), "the rollback quarantined nothing"

@@ -9,8 +9,10 @@ signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an 
 names a file each launch appends its environment to (one JSON line); save_seconds makes each save
 write its file in pieces over that long; validate_interval and validate_seconds make it validate (litgpt's
 `Validating ...`, then that long computing in silence, then ``toy val step N val_loss L``) after every
-validate_interval-th step. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py) makes it
-stop after logging step N, until it is killed.
+validate_interval-th step. max_weight is the largest weight its number format holds (65504: half
+precision): a weight beyond it is inf, so a run at a too-high lr goes non-finite within a dozen steps, as a
+real one does. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py) makes it stop after
+logging step N, until it is killed.
 
 A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every trainer that takes
 notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
@@ -45,10 +47,13 @@ def initial_state(seed: int) -> dict:
     return {"step": 0, "weights": [math.cos(seed * (i + 1)) for i in range(SIZE)]}
 
 
-def train_step(state: dict, lr: float) -> float:
-    """One deterministic update towards the targets, with a step-dependent wobble; returns the loss."""
+def train_step(state: dict, lr: float, max_weight: float = math.inf) -> float:
+    """One deterministic update towards the targets, with a step-dependent wobble; returns the loss. A weight
+    beyond max_weight overflows to inf (as one beyond 65504 does in half precision), and the next update
+    makes it nan (inf - inf)."""
     step = state["step"] + 1
     weights = [w - lr * (w - t) + 1e-3 * math.sin(7 * step + i) for i, (w, t) in enumerate(zip(state["weights"], targets()))]
+    weights = [math.copysign(math.inf, w) if abs(w) > max_weight else w for w in weights]
     state.update(step=step, weights=weights)
     return sum((w - t) ** 2 for w, t in zip(weights, targets())) / SIZE
 
@@ -123,7 +128,7 @@ def main(config_path: str) -> int:
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])
-        loss = train_step(state, cfg["lr"])
+        loss = train_step(state, cfg["lr"], cfg.get("max_weight", math.inf))
         took_ms = (time.monotonic() - started) * 1000
         print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)
         if hold_at is not None and state["step"] >= hold_at:
