@@ -400,7 +400,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if _starts_slurm(item):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif _shares_fixtures(item):
+        elif _shares_fixtures(item) and item.get_closest_marker("xdist_group") is None:   # a test's own group wins
             item.add_marker(pytest.mark.xdist_group(relative.as_posix()))
     result = yield
     _check_groups_reach_the_scheduler(config, items)

@@ -32,6 +32,9 @@ from tests.trainers.projects import MICRO, TRAINERS, make_project
 
 pytestmark = pytest.mark.slow
 NAMES = list(TRAINERS)
+# One xdist group per trainer, not one for the file: the three trainers' rows (HF's and the script's take
+# minutes each) then spread over the workers, and a worker builds only its own trainers' references.
+BY_TRAINER = [pytest.param(name, marks=pytest.mark.xdist_group(f"scenarios-{name}")) for name in NAMES]
 WATCH_TIMEOUT = 240.0
 ACTIVATION_MB, MEMORY_LIMIT_MB, OOM_FROM_STEP = 1024, 3500, 7   # measured VmPeak: script 0.68 GB, HF 0.90 GB; micro-batch 4 needs +4 GiB, 2 needs +2
 # Each checkpoint (with runbook's manifest): HF 1.5 MB, script 1.7 MB, toy 3 pages; all of a run's need ~2x the tmpfs.
@@ -104,7 +107,7 @@ INJECTORS["corrupt-checkpoint"] = corrupt_sealed_then_kill
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory):
-    """One undisturbed run per trainer, made when first asked for."""
+    """One undisturbed run per trainer, made when first asked for (on the worker that runs that trainer's group)."""
     made = {}
 
     def get(name: str):
@@ -121,7 +124,7 @@ def references(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_preemption_resumes_with_the_undisturbed_weights(tmp_path, name, references):
     trainer = TRAINERS[name]
     reference = references(name)
@@ -137,7 +140,7 @@ def test_preemption_resumes_with_the_undisturbed_weights(tmp_path, name, referen
     assert parity, f"{name}: the recovered run's final weights differ from the undisturbed run's"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_oom_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path, name):
     trainer = TRAINERS[name]
     project = make_project(tmp_path / "project", trainer)
@@ -169,7 +172,7 @@ def test_oom_halves_the_micro_batch_and_keeps_the_effective_batch(tmp_path, name
     assert (project.out_dir / "final" / trainer.final_file).is_file()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_a_diverging_lr_is_rolled_back_and_lowered(tmp_path, name):
     trainer = TRAINERS[name]
     project = make_project(tmp_path / "project", trainer, lr=10.0)
@@ -189,7 +192,7 @@ def test_a_diverging_lr_is_rolled_back_and_lowered(tmp_path, name):
     assert (project.out_dir / "final" / trainer.final_file).is_file()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_a_corrupt_checkpoint_is_quarantined_and_an_older_one_resumed(tmp_path, name):
     trainer = TRAINERS[name]
     project = make_project(tmp_path / "project", trainer)
@@ -206,7 +209,7 @@ def test_a_corrupt_checkpoint_is_quarantined_and_an_older_one_resumed(tmp_path, 
     assert (project.out_dir / "final" / trainer.final_file).is_file()
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_a_full_disk_is_recovered_by_pruning_only_what_runbook_announced(tmp_path, name):
     if os.geteuid() != 0:
         require_capability("mounting a tmpfs needs root")
@@ -230,7 +233,7 @@ def test_a_full_disk_is_recovered_by_pruning_only_what_runbook_announced(tmp_pat
         subprocess.run(["umount", "-l", str(project.out_dir)])
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", BY_TRAINER)
 def test_a_stopped_trainer_is_a_hang_and_is_relaunched(tmp_path, name):
     trainer = TRAINERS[name]
     project = make_project(tmp_path / "project", trainer, watch={"hang_floor_s": 5.0, "hang_timeout_s": 20})
