@@ -8,6 +8,7 @@ by the real writer, so the attempt counts on both sides of the bad line can be c
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from engine.records.journal import Journal
 from engine.records.journal_lines import encode
-from tests.conftest import RUNBOOK
+from tests.conftest import REPO, RUNBOOK
 
 T = 1_790_000_000.0
 
@@ -28,7 +29,9 @@ def strict_json(text: str):
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([RUNBOOK, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    """A `runbook` command on the copied project: its trainer is the toy, which runbook imports from the repo."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([RUNBOOK, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
 
 
 def real_line(kind: str, **fields) -> bytes:
