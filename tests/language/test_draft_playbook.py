@@ -1,11 +1,15 @@
-"""Teaching runbook a new failure, end to end on real litgpt runs (tests/failing_litgpt/: litgpt under a
-wrapper that raises an exception of its own after step N, a failure no shipped playbook knows):
+"""Teaching runbook a new failure, end to end on real runs of the toy trainer (tests/failing_litgpt/: the toy
+under a wrapper that raises an exception of its own after step N, a failure no shipped playbook knows):
 
 run A: a preemption (recovered), then the unknown failure: escalated;
 `runbook playbooks draft` writes a playbook into playbooks/drafts/ and checks it;
 moved into playbooks/, `runbook replay --all` over run A changes only the drafted incident's decision;
 run B (a new project with the accepted playbook): the same failure is recovered by it, the run completes;
 run C: a different unknown failure gets a different signature and still escalates.
+
+The subject is the engine's (signatures, drafting, replay, the ledger): a trainer's Python exception is
+the same to it from any trainer, so the toy stands in for litgpt (whose own crash lines are
+tests/litgpt/'s subject).
 """
 
 from __future__ import annotations
@@ -19,15 +23,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, RUNBOOK, make_project, stop_process, wait_for
+from engine.observe.events import Progress
+from tests.conftest import REPO, RUNBOOK, make_toy_project, stop_process, wait_for
+from tests.toy_trainer.adapter import ToyAdapter
 
-KIND = "python:tests.failing_litgpt.adapter:FailingLitGPTAdapter"
+KIND = "python:tests.failing_litgpt.adapter:FailingToyAdapter"
 FAIL_AFTER = 12                 # a checkpoint every 10 steps: step 10 is there to resume from
+# Paced so that the test's SIGTERM, sent once step 2 is logged, lands seconds before the failure at step 12.
+STEP_SECONDS = 0.3
 
 
-def failing_project(root: Path, shared_data: Path, failures: str):
-    """A short run (20 steps, a checkpoint every 10) whose trainer fails as `failures` says (wrapper.py)."""
-    project = make_project(root, shared_data, max_tokens=20 * 16 * 64)
+def failing_project(root: Path, failures: str):
+    """A short toy run (20 steps, a checkpoint every 10) whose trainer fails as `failures` says (wrapper.py)."""
+    project = make_toy_project(root, step_seconds=STEP_SECONDS, save_interval=10, max_tokens=20 * 16 * 64)
     (root / "markers").mkdir()
     project.set(trainer={"kind": KIND, "env": {"RUNBOOK_TEST_FAILURES": failures,
                                                "RUNBOOK_TEST_FAIL_ONCE_DIR": str(root / "markers")}})
@@ -40,21 +48,19 @@ def runbook(project, *args: str) -> subprocess.CompletedProcess:
 
 
 def progress_step(project) -> int:
-    from engine.observe.events import Progress
-    from engine.trainers.litgpt.log_lines import parse_line
-
     logs = sorted((project.run_dir / "logs").glob("trainer-*.log"))
     lines = logs[-1].read_text(errors="replace").splitlines() if logs else []
-    return max((e.step for e in map(parse_line, lines) if isinstance(e, Progress)), default=0)
+    events = map(ToyAdapter().parse_line, lines)
+    return max((e.step for e in events if isinstance(e, Progress)), default=0)
 
 
 @pytest.fixture(scope="module")
-def run_a(tmp_path_factory, shared_data):
-    """Preempted at step >= 3 (recovered), then the unknown failure at step 12: escalated (exit 4)."""
-    project = failing_project(tmp_path_factory.mktemp("draft-a") / "project", shared_data, f"{FAIL_AFTER}:shard")
+def run_a(tmp_path_factory):
+    """Preempted at step >= 2 (recovered), then the unknown failure at step 12: escalated (exit 4)."""
+    project = failing_project(tmp_path_factory.mktemp("draft-a") / "project", f"{FAIL_AFTER}:shard")
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
-        wait_for(lambda: progress_step(project) >= 3, 240, what="step 3")
+        wait_for(lambda: progress_step(project) >= 2, 120, what="step 2")
         os.kill(project.trainer_pid(), signal.SIGTERM)
         assert watcher.wait(timeout=300) == 4, project.watch_output()
     finally:
@@ -131,14 +137,11 @@ def test_accepted_draft_changes_only_its_own_incident_on_replay(run_a, drafted, 
 
 
 @pytest.fixture(scope="module")
-def run_b(run_a, accepted, tmp_path_factory, shared_data):
+def run_b(run_a, accepted, tmp_path_factory):
     """A new project with the accepted playbook: the same failure at step 12, then another one, at step 16."""
-    project = failing_project(tmp_path_factory.mktemp("draft-b") / "project", shared_data,
-                              f"{FAIL_AFTER}:shard,16:tokenizer")
+    project = failing_project(tmp_path_factory.mktemp("draft-b") / "project", f"{FAIL_AFTER}:shard,16:tokenizer")
     (project.root / "playbooks").mkdir()
     shutil.copy(accepted, project.root / "playbooks")
-    # Its run folder starts with a copy of the complete data cache for this text, tokenizer and block size
-    # (tests/conftest.py seed_data_cache): a tokenization is not the subject here.
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         assert watcher.wait(timeout=300) == 4, project.watch_output()
@@ -152,9 +155,6 @@ def test_the_same_failure_in_a_new_run_is_recovered_by_the_accepted_playbook(run
     assert (recovered["playbook"], recovered["outcome"]) == ("shard-header-corrupted", "recovered")
     assert recovered["resumed_step"] == 10 and recovered["steps_lost"] == FAIL_AFTER - 10
     assert recovered["first_progress_at"] is not None                                   # training again
-    # The prebuilt complete cache was used as it is: no tokenization in run B (a complete cache skips the step).
-    assert "data cache built" not in (run_b.run_dir / "logs" / "trainer-001.log").read_text()
-    assert len(list((run_b.run_dir / "data").iterdir())) == 1   # the prebuilt cache, no second one
     # The same failure in another run, with other numbers, paths and addresses: one signature.
     assert recovered["signature"]["id"] == drafted["escalated"]["signature"]["id"]
     assert recovered["signature"]["evidence"] != drafted["escalated"]["signature"]["evidence"]
