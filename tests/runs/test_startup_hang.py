@@ -38,24 +38,28 @@ class TickingStartAdapter(ToyAdapter):
         return replace(spec, argv=[sys.executable, "-c", TICKING])
 
 
-def idle_after(code: str, seconds: float = 8.0, window_s: float = 4.0, min_cpu_s: float = 0.5) -> float:
-    """seconds_idle of a real process running `code`, sampled each second (after its interpreter started)."""
-    proc = subprocess.Popen([sys.executable, "-c", code])
+def seconds_idle(codes: dict[str, str], seconds: float = 8.0, window_s: float = 4.0, min_cpu_s: float = 0.5) -> dict[str, float]:
+    """seconds_idle of one real process per code, side by side (one 8-second look for all), each sampled
+    each second after its interpreter started."""
+    procs = {name: subprocess.Popen([sys.executable, "-c", code]) for name, code in codes.items()}
     try:
         time.sleep(1.0)
-        activity = StartupActivity(time.time())
+        activities = {name: StartupActivity(time.time()) for name in procs}
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            activity.sample(proc.pid, time.time(), cpu_window_s=window_s, min_cpu_s=min_cpu_s)
+            for name, proc in procs.items():
+                activities[name].sample(proc.pid, time.time(), cpu_window_s=window_s, min_cpu_s=min_cpu_s)
             time.sleep(1.05)
-        return activity.seconds_idle(time.time())
+        return {name: activity.seconds_idle(time.time()) for name, activity in activities.items()}
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
 
 
 def test_a_process_that_only_ticks_shows_no_life_and_a_busy_one_does():
-    ticking, busy = idle_after(TICKING), idle_after(BUSY)
+    idle = seconds_idle({"ticking": TICKING, "busy": BUSY})
+    ticking, busy = idle["ticking"], idle["busy"]
     print(f"ticking: idle {ticking:.1f} s of 8; busy: idle {busy:.1f} s (window 4 s, 0.5 CPU-s)")
     assert ticking >= 6.0, ticking
     assert busy <= 2.5, busy
