@@ -6,8 +6,10 @@ marker (engine/checkpoints/out_dir_claim.py), checked here directly too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -39,10 +41,14 @@ def run_cli(project, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_second_project_on_a_live_runs_out_dir_is_refused_and_touches_nothing(tmp_path):
-    first = make_toy_project(tmp_path / "first", step_seconds=0.6)   # 40 steps: about 24 s of training
-    watcher = first.watch(env=TOY_ENV)
+    # The first run is kept live by holding its trainer (SIGSTOP) for as long as the second project is tried,
+    # however long that takes on a loaded machine; a hang timeout above that keeps it an undisturbed run.
+    first = make_toy_project(tmp_path / "first", step_seconds=0.05, watch={"hang_floor_s": 300, "hang_timeout_s": 300})
+    watcher, trainer = first.watch(env=TOY_ENV), None
     try:
         wait_for(lambda: any(first.out_dir.glob("ckpt-*/runbook-manifest.json")), 60, what="a sealed checkpoint")
+        trainer = first.trainer_pid()
+        os.kill(trainer, signal.SIGSTOP)
         other = second_project_on(tmp_path, first.out_dir)
         check = run_cli(other, "check")
         assert check.returncode == 3, check.stdout + check.stderr
@@ -55,8 +61,13 @@ def test_a_second_project_on_a_live_runs_out_dir_is_refused_and_touches_nothing(
         assert not (other.run_dir / "launches").exists(), "the refused watcher launched a trainer"
         after = {k: v for k, v in listing(first.out_dir).items() if k in before}
         assert after == before   # nothing of the first run's checkpoints sealed again, moved or pruned
+        assert watcher.poll() is None, first.watch_output()   # live all along
+        os.kill(trainer, signal.SIGCONT)
         assert watcher.wait(timeout=120) == 0, first.watch_output()
     finally:
+        if trainer is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(trainer, signal.SIGCONT)   # a failed assertion leaves no stopped trainer behind
         stop_process(watcher)
     assert (first.out_dir / "final" / "state.json").is_file()
 
