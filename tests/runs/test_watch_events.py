@@ -4,6 +4,7 @@ of a run, and the watcher's own failure told apart from an escalation."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -64,12 +65,26 @@ def test_the_schema_is_documented_field_by_field():
         assert all(f"`{name}`" in doc for name in fields), event
 
 
+@contextlib.contextmanager
+def held(pid: int):
+    """The trainer stopped (SIGSTOP) for the block: it stays alive, however long a loaded machine takes to
+    run the `runbook status` inside, without running to its end; continued (SIGCONT) after."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def test_status_exit_code_tells_running_stopped_unsupervised_and_completed_apart(tmp_path):
-    project = make_toy_project(tmp_path / "project", step_seconds=0.25)   # 40 steps: 10 s
+    project = make_toy_project(tmp_path / "project", step_seconds=0.1,   # 40 steps: 4 s
+                               watch={"hang_floor_s": 300, "hang_timeout_s": 300})   # held is not hung
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         wait_for(lambda: progress_logged(project), 30, what="the first progress line")
-        running = status(project)
+        with held(project.trainer_pid()):
+            running = status(project)
         assert running.returncode == ExitCode.RUNNING, running.stdout + running.stderr
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(timeout=60) == ExitCode.INTERRUPTED
@@ -80,13 +95,16 @@ def test_status_exit_code_tells_running_stopped_unsupervised_and_completed_apart
         # The second launch journaled (its pid file is written a moment before the journal's entry).
         wait_for(lambda: project.trainer_pid() != first_pid and progress_logged(project)
                  and '"launch": 2' in (project.run_dir / "journal.jsonl").read_text(), 30, what="a second launch")
-        watcher.kill()   # the watcher dies; its trainer runs on unsupervised
-        watcher.wait(timeout=30)
-        unsupervised = status(project)
-        assert unsupervised.returncode == ExitCode.WATCHER_FAILED, unsupervised.stdout + unsupervised.stderr
-        assert "no watcher holds the run folder" in unsupervised.stdout
+        with held(second := project.trainer_pid()):
+            watcher.kill()   # the watcher dies; its trainer lives on unsupervised
+            watcher.wait(timeout=30)
+            unsupervised = status(project)
+            assert unsupervised.returncode == ExitCode.WATCHER_FAILED, unsupervised.stdout + unsupervised.stderr
+            assert "no watcher holds the run folder" in unsupervised.stdout
 
-        watcher = project.watch(env={"PYTHONPATH": str(REPO)})   # re-attaches and finishes
+            watcher = project.watch(env={"PYTHONPATH": str(REPO)})   # re-attaches and finishes
+            wait_for(lambda: f"re-attached to trainer pid {second}" in (project.run_dir / "journal.jsonl").read_text(),
+                     60, what="the third watcher to re-attach")
         assert watcher.wait(timeout=90) == 0, project.watch_output()
     finally:
         stop_process(watcher)
