@@ -8,7 +8,16 @@
     python benchmarks/bench_chaos.py --naive-at-oom  # the naive loops start at micro-batch 256 like runbook (they meet
                                                   # only the OOM: the comparison before issue 27)
     python benchmarks/bench_chaos.py --smoke      # the test suite's: --quick without (b'), the disk and the NaN segment,
-                                                  # patience 10 s; <root>/results.json holds the outcomes
+                                                  # on the toy trainer, patience 5 s; <root>/results.json holds the outcomes
+    python benchmarks/bench_chaos.py --trainer toy   # the toy trainer (tests/toy_trainer/) instead of litgpt; never
+                                                  # written to the docs
+
+--smoke runs on the toy trainer (a real process under a real `runbook watch`, 12 steps of 0.25 s): what it
+checks is the engine's recovery of each fault and the report, the trainer's only in its restart time. The
+toy's OOM at start is its own (trainer.extra.oom_above_micro_batch 128: micro-batch 256 fails at start, 128
+fits), without an address-space limit or a footprint probe; the naive loop's `litgpt pretrain` with `resume:
+auto` is benchmarks/toy_pretrain.py. `--smoke --trainer litgpt` runs the smoke on litgpt (patience 10 s);
+the full mode trains litgpt.
 
 docs/benchmarks.md is written only with --write (never with --smoke). The contenders' run folders, the
 data cache and results.json are under --root; the repository's run folder is never read for data nor written.
@@ -86,6 +95,8 @@ def watch_settings():
 WATCH = watch_settings()
 HANG_FLOOR_S = WATCH.hang_floor_s
 SCHEDULE_LABELS = [label for _step, label, _inject in SCHEDULE]
+TOY_MEMORY_TEXT = (f"no address-space limit: the toy trainer fails a micro-batch above {GOOD_MB} at start itself "
+                   "(trainer.extra.oom_above_micro_batch)")
 
 
 def oom_not_applied(assisted: bool = False) -> str:
@@ -119,11 +130,17 @@ def main() -> int:
     parser.add_argument("--memory-limit-mb", type=int, default=None,
                         help="the trainer's address-space limit (default: the midpoint of the footprints measured at "
                              f"micro-batch {GOOD_MB} and {OOM_MB} in this run)")
-    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10")
+    common.trainer_flag(parser)
+    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10 (5 on the toy), on the toy trainer "
+                              "unless --trainer litgpt")
     args = parser.parse_args()
+    harness.TRAINER = common.chosen_trainer(args)
     if args.smoke:
         args.quick, args.no_warm, args.no_disk, args.no_nan = True, True, True, True
-        args.patience = min(args.patience, 10.0)
+        # the toy resumes in a fraction of a second: 5 s without progress after the SIGSTOP is a hang
+        args.patience = min(args.patience, 5.0 if harness.TRAINER == "toy" else 10.0)
+    if harness.TRAINER == "toy" and args.device == "cuda":
+        parser.error("--trainer toy runs on the CPU only")
     harness.DEVICE = args.device
     start_mb = OOM_MB if harness.DEVICE == "cpu" else GOOD_MB
     naive_mb = start_mb if args.naive_at_oom else GOOD_MB
@@ -135,16 +152,18 @@ def main() -> int:
     load_start = common.load_average()
     t0 = time.time()
 
-    print(f"chaos run: {args.steps} steps, restart cap {cap}; root {args.root}", flush=True)
+    print(f"chaos run: {args.steps} steps, restart cap {cap}, trainer {harness.TRAINER}; root {args.root}", flush=True)
     cache = data_cache(args.root)
     reference = run_reference(args.root / "reference", args.steps, cache)
     print(f"  reference: {reference.wall_s:.0f} s, steps {reference.steps}", flush=True)
-    if harness.DEVICE == "cpu" and args.memory_limit_mb is None and not args.only_nan:
+    litgpt_on_cpu = harness.DEVICE == "cpu" and harness.TRAINER == "litgpt"
+    if litgpt_on_cpu and args.memory_limit_mb is None and not args.only_nan:
         harness.probe_footprint(args.root / "footprint-probe", OOM_MB, cache)
-    args.memory_text = harness.set_memory_limit(args.memory_limit_mb) if harness.DEVICE == "cpu" else "no limit on cuda"
+    args.memory_text = (harness.set_memory_limit(args.memory_limit_mb) if litgpt_on_cpu else "no limit on cuda"
+                        if harness.DEVICE == "cuda" else TOY_MEMORY_TEXT)
     print(f"  memory: {args.memory_text}", flush=True)
     (args.root / "memory.json").write_text(json.dumps({"limit_mb": harness.MEMORY_LIMIT_MB, "footprints_mb": harness.FOOTPRINTS,
-                                                       "text": args.memory_text}, indent=1))
+                                                       "text": args.memory_text, "trainer": harness.TRAINER}, indent=1))
     contenders = [reference]
     if args.only_nan:
         return report_nan_only(args, reference, cap, cache)

@@ -4,8 +4,16 @@
     python benchmarks/bench_overhead.py --write    # the same, and writes its section of docs/benchmarks.md
     python benchmarks/bench_overhead.py --quick    # 2 pairs + 1 alternating run
     python benchmarks/bench_overhead.py --smoke    # the test suite's: 1 pair of 16 steps + 1 alternating run of 60 steps,
-                                                   # litgpt's data cache built by the first run and copied into the
-                                                   # others; <root>/results.json
+                                                   # on the toy trainer; <root>/results.json
+    python benchmarks/bench_overhead.py --trainer toy   # the toy trainer (tests/toy_trainer/) instead of litgpt;
+                                                   # never written to the docs
+
+--smoke runs on the toy trainer (a real process, steps of 0.05 s, under a real `runbook watch` and bare):
+what it checks is the harness (the pairs, the line clock, the CPU accounting read from unreaped processes,
+the watcher paused and let run in blocks, the report), which is the trainer's only in the figures; the
+toy's steps are paced sleeps, so its throughput ratio says nothing about the watcher's cost to a trainer
+that keeps the cores busy. `--smoke --trainer litgpt` runs the smoke on litgpt (litgpt's data cache built
+by the first run and copied into the others); the full mode trains litgpt.
 
 1. Within one watched run, the watcher paused (SIGSTOP) and running (SIGCONT) in alternating blocks,
    each running block against the paused blocks either side of it (benchmarks/alternating_blocks.py).
@@ -56,6 +64,8 @@ from benchmarks import common  # noqa: E402
 from benchmarks.alternating_blocks import Block, PairedResult, merge, paired_rates  # noqa: E402
 
 SECTION = "Supervisor overhead"
+TRAINER = "litgpt"        # --trainer toy (--smoke's default): tests/toy_trainer/ instead of litgpt
+TOY_STEP_SECONDS = 0.05   # the toy's pace: a few step lines per 20 ms poll at most
 
 
 @dataclass
@@ -115,9 +125,10 @@ class LineClock(threading.Thread):
             now = time.time()
             offset += len(data)
             *lines, partial = (partial + data).split(b"\n")
-            steps = [m for line in lines if (m := common.PROGRESS.match(line.decode(errors="replace"))) and m.group(5)]
+            steps = [step for line in lines for step, _loss, _ms, is_step in common.progress_lines(line.decode(errors="replace"))
+                     if is_step]
             if steps:
-                self.stamps.append((int(steps[-1].group(2)), now, self._cpu(self.trainer_pid()), self._cpu(self.watcher_pid)))
+                self.stamps.append((steps[-1], now, self._cpu(self.trainer_pid()), self._cpu(self.watcher_pid)))
             if finished:
                 return
             time.sleep(0.02)
@@ -136,8 +147,20 @@ TOKENS_PER_STEP = 16 * 64   # runbook drill's scratch run: batch 16 x block 64
 
 def run_settings(steps: int) -> dict:
     every = max(1, steps // 8)
+    if TRAINER == "toy":   # a validation (announced, then silent for a step's time) and a checkpoint every steps/8
+        return {**common.toy_settings(steps, TOY_STEP_SECONDS, save_interval=every, validate_interval=every,
+                                      validate_seconds=TOY_STEP_SECONDS), "keep_last_k": 3}
     return {"max_tokens": steps * TOKENS_PER_STEP, "save_interval": every, "keep_last_k": 3,
             "trainer": {"eval_interval": every}}
+
+
+def bare_launch(config: Path, launch_dir: Path):
+    """The launch runbook's adapter makes of config, run here without runbook."""
+    if TRAINER != "toy":
+        return common.litgpt_launch(config, launch_dir)
+    from engine.trainers import adapter_for
+
+    return adapter_for(common.TOY_KIND).prepare_launch(common.load_run(config), launch_dir, None, "")
 
 
 def throughput(stamps, tokens_per_step: int) -> tuple[float, int]:
@@ -168,7 +191,7 @@ def project(root: Path, settings: dict):
 
 def run_bare(root: Path, settings: dict) -> Sample:
     config, loaded = project(root, settings)
-    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "bare")
+    spec = bare_launch(config, loaded.run_dir / "launches" / "bare")
     log = loaded.run_dir / "logs" / "trainer-001.log"
     started = time.time()
     proc = common.start_bare(spec, log)
@@ -179,7 +202,7 @@ def run_bare(root: Path, settings: dict) -> Sample:
     clock.done.set()
     clock.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"bare litgpt exited {proc.returncode}: see {log}")
+        raise RuntimeError(f"bare {TRAINER} exited {proc.returncode}: see {log}")
     tps, steps = throughput(clock.stamps, loaded.config.batch_size * loaded.config.model.block_size)
     span, trainer_cpu, _ = window(clock.stamps)
     # with its reaped children (litdata's preprocessing workers), as the watched trainer's count in the watcher's
@@ -258,6 +281,8 @@ def run_alternating(root: Path, settings: dict, block_s: float) -> PairedResult:
 def alternating_settings(steps: int) -> dict:
     """No checkpoint or validation inside the window: each stalls the trainer in one block at random,
     noise the pairing cannot cancel (the sealing that follows a save is in the pairs and the CPU share)."""
+    if TRAINER == "toy":
+        return {**common.toy_settings(steps, TOY_STEP_SECONDS, save_interval=steps), "keep_last_k": 3}
     return {"max_tokens": steps * TOKENS_PER_STEP, "save_interval": steps, "keep_last_k": 3,
             "trainer": {"eval_interval": steps}}
 
@@ -358,11 +383,16 @@ def main() -> int:
     parser.add_argument("--alt-runs", type=int, default=None, help="alternating-blocks runs (default 5, --quick 1)")
     parser.add_argument("--block-s", type=float, default=1.5, help="seconds per paused / running block")
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-overhead"))
-    common.docs_flags(parser, "1 pair of 16-step runs, 1 alternating run of 60 steps in 0.5 s blocks")
+    common.trainer_flag(parser)
+    common.docs_flags(parser, "1 pair of 16-step runs, 1 alternating run of 60 steps in 0.5 s blocks, on the toy "
+                              "trainer unless --trainer litgpt")
     args = parser.parse_args()
+    global TRAINER
+    TRAINER = common.chosen_trainer(args)
     if args.smoke:
         args.steps, args.repeats, args.alt_steps, args.alt_runs, args.block_s = 16, 1, 60, 1, 0.5
-        SMOKE_DATA.append(None)   # the first run's data cache is copied into the others (project())
+        if TRAINER == "litgpt":
+            SMOKE_DATA.append(None)   # the first run's data cache is copied into the others (project())
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 4)
     alt_runs = args.alt_runs if args.alt_runs is not None else (1 if args.quick else 5)
     load_start = common.load_average()
@@ -381,6 +411,7 @@ def main() -> int:
     (args.root / "results.json").write_text(json.dumps({
         "pairs": [{"bare": asdict(b), "watched": asdict(w), "load": load} for b, w, load in pairs],
         "alternating": [{"ratios": r.ratios, "paused_rate": r.paused_rate, "running_rate": r.running_rate} for r in results],
+        "trainer": TRAINER,
     }, indent=1))
     measured = [r for r in results if r.ratios]   # a short run (--smoke) may hold no whole paused-running-paused triple
     pairs_table, pairs_text = pairs_report(pairs) if pairs else ("", "")

@@ -2,7 +2,8 @@
 
     python benchmarks/bench_relaunch.py              # 5 cold + 5 warm, alternating; prints the table
     python benchmarks/bench_relaunch.py --write      # the same, and writes its section of docs/benchmarks.md
-    python benchmarks/bench_relaunch.py --smoke      # the test suite's: 1 cold + 1 warm; <root>/results.json
+    python benchmarks/bench_relaunch.py --smoke      # the test suite's: 1 cold + 1 warm, resuming a 4-step run from
+                                                     # its step 2; <root>/results.json
 
 A scratch copy of the default run trains 40 steps with plain `litgpt pretrain` (checkpoints every 10);
 then each sample is a fresh interpreter resuming from step 20 through runbook's entry path
@@ -11,6 +12,8 @@ trainer.warm_spare (interpreter, imports, then litgpt); warm = the same after th
 spare (engine/process/warm_spare.py) has done before the relaunch. Each phase is reported as median and worst
 (the largest) over the samples. "progress" here is the first optimizer step done after the resume (litgpt's
 first `(step)` iteration), not the first progress line (one micro-batch) that bench_latency.py times.
+--smoke trains 4 steps (a checkpoint every 2) and resumes from step 2: the same relaunch of the same model,
+with less training before it.
 """
 
 from __future__ import annotations
@@ -30,20 +33,26 @@ from benchmarks.bench_math import summarize  # noqa: E402
 
 SECTION = "Relaunch phases (cold vs warm spare)"
 REPO = Path(__file__).resolve().parent.parent
+RESUME_STEP = 20   # the trained run is runbook drill's scratch run (40 steps, a checkpoint every 10): samples resume from step 20
+SMOKE_STEPS, SMOKE_RESUME_STEP = 4, 2  # --smoke's: the fewest steps that leave a checkpoint with steps after it to train
+TOKENS_PER_STEP = 16 * 64              # the scratch run's global batch x block size
 
 
-def trained_run(root: Path, reuse: bool = False) -> tuple[Path, dict]:
-    """A finished 40-step run and a litgpt config resuming from its step 20; returns (config, env).
-    With reuse, the run an earlier call left in root is taken when it finished (its step 20 is still there)."""
+def trained_run(root: Path, reuse: bool = False, smoke: bool = False) -> tuple[Path, dict]:
+    """A finished 40-step run and a litgpt config resuming from its step 20 (smoke: a 4-step run, from its
+    step 2); returns (config, env). With reuse, the run an earlier call left in root is taken when it
+    finished (its resume step is still there)."""
     from ruamel.yaml import YAML
 
+    resume_step = SMOKE_RESUME_STEP if smoke else RESUME_STEP
     if reuse and (root / "configs" / "run_config.yaml").exists():
         loaded = common.load_run(root / "configs" / "run_config.yaml")
         resume = loaded.run_dir / "launches" / "train" / "resume.yaml"
-        if resume.exists() and common.final_progress(loaded.out_dir) and common.checkpoint_done(loaded.out_dir, 20):
+        if resume.exists() and common.final_progress(loaded.out_dir) and common.checkpoint_done(loaded.out_dir, resume_step):
             spec = common.litgpt_launch(loaded.path, loaded.run_dir / "launches" / "reuse")
             return resume, {**spec.env, "PYTHONPATH": str(REPO)}
-    config = common.scratch_project(root)
+    config = common.scratch_project(root, **({"max_tokens": SMOKE_STEPS * TOKENS_PER_STEP, "save_interval": SMOKE_RESUME_STEP}
+                                             if smoke else {}))
     loaded = common.load_run(config)
     common.seed_data(loaded.run_dir)   # the suite's smokes: the tokenized data of an earlier benchmark, if any
     spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "train")
@@ -52,7 +61,7 @@ def trained_run(root: Path, reuse: bool = False) -> tuple[Path, dict]:
     common.share_data(loaded.run_dir)
     yaml = YAML(typ="safe", pure=True)
     tree = yaml.load(spec.config_file.read_text())
-    tree["resume"] = str(loaded.out_dir / "step-00000020" / "lit_model.pth")
+    tree["resume"] = str(loaded.out_dir / f"step-{resume_step:08d}" / "lit_model.pth")
     tree["out_dir"] = str(root / "relaunch-out")   # the samples' own out_dir: the run's stays as it is
     resume = spec.config_file.with_name("resume.yaml")
     buffer = io.StringIO()
@@ -85,7 +94,7 @@ def main() -> int:
         args.repeats = 1
     load_start = common.load_average()
     t0 = time.time()
-    config, env = trained_run(args.root)
+    config, env = trained_run(args.root, smoke=args.smoke)
     samples: dict[str, list[dict]] = {"cold": [], "warm": []}
     for _ in range(args.repeats):
         for mode in ("cold", "warm"):

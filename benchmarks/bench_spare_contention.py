@@ -2,14 +2,17 @@
 next spare once its launch trains (after the first trained launch), and why the spare waits niced.
 
     python benchmarks/bench_spare_contention.py --repeats 4
-    python benchmarks/bench_spare_contention.py --smoke      # the test suite's: one sample of each kind (on a
-                                                             # run bench_relaunch.py --smoke left in --root, if any)
+    python benchmarks/bench_spare_contention.py --smoke      # the test suite's: one sample alone, one beside the
+                                                             # spare at nice +10 (on a run bench_relaunch.py --smoke
+                                                             # left in --root, if any)
 
 Each sample is benchmarks/relaunch_phases.py's `warm` relaunch of the default tiny run (imports done,
 then litgpt's CLI, data, checkpoint load, the first optimizer step); the clock is relaunch -> first new
 optimizer step. Three kinds, alternating: alone; with a second interpreter importing what a spare imports
 (torch, lightning, litgpt, litdata) started the moment the relaunch begins, at nice +10 (as spare_main
-waits) and at nice 0. Prints the samples and medians; writes nothing.
+waits) and at nice 0. Prints the samples and medians; writes nothing. --smoke leaves out the nice 0 kind: the
+same sample as nice +10's with another nice value, and each sample is a litgpt relaunch (tens of seconds on
+loaded cores).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from benchmarks import bench_relaunch, common  # noqa: E402
 
 SPARE_IMPORTS = "import torch, lightning, litgpt.pretrain, jsonargparse, litgpt.data, litdata"
 KINDS = {"alone": None, "beside a spare's imports at nice +10": 10, "beside a spare's imports at nice 0": 0}
+SMOKE_KINDS = ("alone", "beside a spare's imports at nice +10")   # without the spare, and beside it as spare_main runs it
 
 
 def sample(config: Path, env: dict, nice: int | None) -> float:
@@ -51,15 +55,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--root", type=Path, default=Path("/tmp/runbook-bench-spare-contention"))
-    parser.add_argument("--smoke", action="store_true", help="one sample of each kind; <root>/results.json")
+    parser.add_argument("--smoke", action="store_true", help="one sample alone and one beside the spare at nice +10; "
+                        "<root>/results.json")
     args = parser.parse_args()
     if args.smoke:
         args.repeats = 1
     load = common.load_average()
-    config, env = bench_relaunch.trained_run(args.root, reuse=args.smoke)   # --smoke: bench_relaunch's run, when there
-    samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    config, env = bench_relaunch.trained_run(args.root, reuse=args.smoke, smoke=args.smoke)   # --smoke: bench_relaunch's run, when there
+    kinds = {kind: nice for kind, nice in KINDS.items() if kind in SMOKE_KINDS or not args.smoke}
+    samples: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(args.repeats):
-        for kind, nice in KINDS.items():
+        for kind, nice in kinds.items():
             samples[kind].append(sample(config, env, nice))
             print(f"{kind}: {samples[kind][-1]:.2f} s", flush=True)
     alone = statistics.median(samples["alone"])

@@ -1,8 +1,13 @@
 """The chaos run's contenders and their harness (benchmarks/bench_chaos.py runs them and writes the report).
 
 The run settings, the fault schedule and its injector thread, the shared data cache, and one function per
-contender: the undisturbed litgpt reference, `runbook watch`, and the naive restart loop, each returning an
+contender: the undisturbed reference, `runbook watch`, and the naive restart loop, each returning an
 Outcome (benchmarks/chaos_report.py) read from what the run left on disk.
+
+TRAINER "litgpt" (the full benchmark) trains the real tiny litgpt model; "toy" (bench_chaos.py --smoke)
+trains tests/toy_trainer/ instead: the same schedule and contenders, the OOM at start being the toy's own
+(trainer.extra.oom_above_micro_batch: a micro-batch above GOOD_MB fails at start), no address-space limit,
+no data cache, and the naive loop's `litgpt pretrain` with `resume: auto` played by benchmarks/toy_pretrain.py.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ MIN_GAP_MB = 60          # the OOM is deterministic when the limit lies this far
 TMPFS_MB = 13
 SAVE_INTERVAL = 2
 DEVICE = "cpu"   # --device cuda: no address-space limit (a CUDA process cannot run under one), no OOM at start
+TRAINER = "litgpt"   # --trainer toy (--smoke's default): tests/toy_trainer/ instead of litgpt
+TOY_STEP_SECONDS = 0.25   # the toy's pace: the injector's 50 ms polls meet each checkpoint well before the next
 
 NAIVE_LOOP = r"""#!/usr/bin/env bash
 # The naive loop: `until litgpt pretrain --config X; do :; done` (X has resume: auto), at most CAP restarts.
@@ -60,12 +67,26 @@ def settings(micro_batch: int, steps: int, lr: float | None = None) -> dict:
         "trainer": {"memory_limit_mb": MEMORY_LIMIT_MB if DEVICE == "cpu" else None, "device": DEVICE},
         "watch": dict(faults.FAULTS["hang"].config["watch"]),
     }
+    if TRAINER == "toy":   # its steps are max_tokens / (BATCH x BLOCK): `steps` of them; micro-batches above GOOD_MB fail
+        toy = common.toy_settings(steps, TOY_STEP_SECONDS, SAVE_INTERVAL, oom_above_micro_batch=GOOD_MB)
+        out["trainer"] = {**toy["trainer"], "device": DEVICE}
     if lr is not None:
         out["lr"] = lr
     return out
 
 
 # --- the schedule, injected with engine/watch/faults.py's own injectors -------------------------------
+
+
+def trainer_kind() -> str:
+    return common.TOY_KIND if TRAINER == "toy" else "litgpt"
+
+
+def checkpoint_saved(out_dir: Path, step: int) -> bool:
+    """The checkpoint at `step` is completely written (the toy writes its checksum file last)."""
+    if TRAINER == "toy":
+        return (out_dir / f"ckpt-{step:06d}" / "state.sha256").exists()
+    return common.checkpoint_done(out_dir, step)
 
 
 class StepRun(faults.DrillRun):
@@ -75,14 +96,14 @@ class StepRun(faults.DrillRun):
     def __init__(self, out_dir, run_dir, proc, timeout, step):
         from engine.trainers import adapter_for
 
-        super().__init__(out_dir, run_dir, proc, adapter_for("litgpt"), timeout)   # the chaos run trains litgpt
+        super().__init__(out_dir, run_dir, proc, adapter_for(trainer_kind()), timeout)
         self.step = step
 
     def wait_for_checkpoint(self, count: int) -> Path:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            if common.checkpoint_done(self.out_dir, self.step):
-                return self.out_dir / f"step-{self.step:08d}"
+            if checkpoint_saved(self.out_dir, self.step):
+                return self.out_dir / self.layout.folder_name(self.step)
             if self.watcher.poll() is not None:
                 raise RuntimeError(f"the contender ended (exit {self.watcher.returncode}) before step {self.step}")
             time.sleep(0.05)
@@ -96,13 +117,16 @@ SCHEDULE = [  # (checkpoint step, label, injector from engine/watch/faults.py)
 ]
 
 
-def data_cache(root: Path) -> Path:
+def data_cache(root: Path) -> Path | None:
     """litgpt's preprocessed copy of the data (TextFiles writes it on a run's first launch), made
     once and copied into every contender's run folder, so no launch pays for it and every launch
     has the same memory footprint (the first launch's preprocessing adds about 200 MB of address
-    space, which would otherwise decide whether a micro-batch fits)."""
+    space, which would otherwise decide whether a micro-batch fits). None for the toy: it reads no
+    tokenized data."""
     from engine.trainers.litgpt.data_cache import is_complete
 
+    if TRAINER == "toy":
+        return None
     cache = root / "data-cache"
     if cache.is_dir() and any(is_complete(folder) for folder in cache.iterdir()):   # made by an earlier run in root
         return cache
@@ -127,11 +151,13 @@ def data_cache(root: Path) -> Path:
     return cache
 
 
-def project(root: Path, run_settings: dict, cache: Path) -> Path:
+def project(root: Path, run_settings: dict, cache: Path | None) -> Path:
     """A contender's scratch project with the benchmark's own data cache (common.scratch_project leaves
     its run folder without data: whatever the repository's run folder holds, every contender reads
-    this same cache)."""
+    this same cache; the toy's, cache None, needs none)."""
     config = common.scratch_project(root, **run_settings)
+    if cache is None:
+        return config
     data = common.load_run(config).run_dir / "data"
     shutil.rmtree(data, ignore_errors=True)
     shutil.copytree(cache, data, symlinks=True)
@@ -155,7 +181,8 @@ class Injector(threading.Thread):
             except (RuntimeError, TimeoutError, ProcessLookupError, FileNotFoundError) as err:
                 self.error = f"{label}: not injected ({err})"
                 return
-            steps = sorted(int(p.name.split("-")[1]) for p in out_dir.glob("step-*") if p.name[5:].isdigit())
+            layout = StepRun(*self.args, step=step).layout
+            steps = sorted(s for p in out_dir.glob("*") if (s := layout.step_of(p.name)) is not None)
             if inject is faults._corrupt_then_kill:  # it damaged the newest and the one before it
                 steps = [s for s in steps if s != step][:-1]
             self.injected.append((label, at))
@@ -175,6 +202,10 @@ def delivered(out_dir: Path, run_dir: Path, logs: list[Path], outcome: Outcome) 
     progress = common.final_progress(out_dir)
     if progress is None:
         return
+    if TRAINER == "toy":   # its final/ holds the step only; each of its steps is one global batch
+        outcome.steps = progress["step_count"]
+        outcome.tokens = outcome.steps * BATCH * BLOCK
+        return
     hyper = YAML(typ="safe", pure=True).load((out_dir / "final" / "hyperparameters.yaml").read_text())
     micro_batch = int(hyper["train"]["micro_batch_size"])
     outcome.steps = progress["step_count"]
@@ -190,6 +221,37 @@ def litgpt_executable() -> str:
     return shutil.which("litgpt", path=str(Path(sys.executable).parent)) or "litgpt"
 
 
+TOY_LITGPT = """#!/bin/sh
+# the naive loop's `litgpt pretrain --config X` for the toy trainer (benchmarks/toy_pretrain.py: resume: auto)
+exec "{python}" "{script}" "$@"
+"""
+
+
+def naive_executable(run_dir: Path) -> str:
+    """What the naive loop runs as `$litgpt pretrain --config X`: litgpt itself, or for the toy a shim in
+    run_dir that runs benchmarks/toy_pretrain.py (same pid: each exec replaces the one before)."""
+    if TRAINER != "toy":
+        return litgpt_executable()
+    shim = run_dir / "toy-litgpt"
+    shim.write_text(TOY_LITGPT.format(python=sys.executable, script=Path(__file__).with_name("toy_pretrain.py")))
+    shim.chmod(0o755)
+    return str(shim)
+
+
+def trainer_launch(config: Path, launch_dir: Path, resume: str | None = None):
+    """The launch runbook would make of config (common.litgpt_launch for litgpt; the toy's adapter, with
+    resume "auto" written into its config for benchmarks/toy_pretrain.py, for the toy)."""
+    if TRAINER != "toy":
+        return common.litgpt_launch(config, launch_dir, resume=resume)
+    from engine.trainers import adapter_for
+
+    spec = adapter_for(common.TOY_KIND).prepare_launch(common.load_run(config), launch_dir, None, "")
+    if resume is not None:
+        tree = json.loads(spec.config_file.read_text())
+        spec.config_file.write_text(json.dumps({**tree, "resume": resume}, indent=1))
+    return spec
+
+
 def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
     """found['at'] = when the log's first progress line appeared, found['times'] = when each new progress
     line appeared (the log polled every 20 ms, as the watcher stamps a line when it reads it), until the
@@ -198,7 +260,7 @@ def first_progress_time(log: Path, proc: subprocess.Popen, found: dict) -> None:
     seen = 0
     while proc.poll() is None:
         if log.exists():
-            count = len(common.PROGRESS.findall(common.read_log(log)))
+            count = common.count_progress_lines(common.read_log(log))
             if count > seen:
                 now = time.time()
                 found.setdefault("at", now)
@@ -233,7 +295,7 @@ class ProgressStamps(threading.Thread):
             logs = trainer_logs(self.run_dir)
             for log in logs[-2:]:   # the newest, and the one before it (its last lines may have come late)
                 seen = self.stamps.setdefault(log.name, [])
-                count = len(common.PROGRESS.findall(common.read_log(log)))
+                count = common.count_progress_lines(common.read_log(log))
                 if count > len(seen):
                     seen.extend([time.time()] * (count - len(seen)))
             time.sleep(0.05)
@@ -271,9 +333,10 @@ def run_reference(root: Path, steps: int, cache: Path) -> Outcome:
 
     config = project(root, settings(GOOD_MB, steps), cache)
     loaded = common.load_run(config)
-    spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "reference")
-    spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)], memory_limit_bytes=None)
-    out = Outcome("(a) reference: litgpt, no fault", load=common.load_average())
+    spec = trainer_launch(config, loaded.run_dir / "launches" / "reference")
+    if TRAINER != "toy":
+        spec = replace(spec, argv=[litgpt_executable(), "pretrain", "--config", str(spec.config_file)], memory_limit_bytes=None)
+    out = Outcome(f"(a) reference: {TRAINER}, no fault", load=common.load_average())
     started = time.time()
     log = loaded.run_dir / "logs" / "trainer-001.log"
     proc = common.start_bare(spec, log)
@@ -469,13 +532,13 @@ def run_naive(root: Path, run_settings: dict, schedule, use_tmpfs: bool, timeout
     logs_dir.mkdir(parents=True, exist_ok=True)
     proc = None
     try:
-        spec = common.litgpt_launch(config, loaded.run_dir / "launches" / "naive", resume="auto")
+        spec = trainer_launch(config, loaded.run_dir / "launches" / "naive", resume="auto")
         script = loaded.run_dir / "naive_loop.sh"
         script.write_text(NAIVE_LOOP)
         mem_kb = str(spec.memory_limit_bytes // 1024) if spec.memory_limit_bytes else ""
         started = time.time()
         proc = subprocess.Popen(["bash", str(script), str(spec.config_file), str(logs_dir), str(loaded.run_dir / "trainer.pid"),
-                                 str(cap), mem_kb, litgpt_executable()], env=spec.env, cwd=spec.cwd,
+                                 str(cap), mem_kb, naive_executable(loaded.run_dir)], env=spec.env, cwd=spec.cwd,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         injector = Injector(loaded.out_dir, loaded.run_dir, proc, timeout, schedule)
         injector.start()
@@ -558,7 +621,7 @@ def naive_incidents(logs: list[Path]) -> tuple[list[str], list]:
     for i, log in enumerate(logs[:-1]):
         figures = common.log_figures([log])
         nxt = common.read_log(logs[i + 1])
-        resumed = re.search(r"Resuming training from .*step-(\d+)", nxt)
+        resumed = re.search(r"(?:Resuming training from .*step-|toy: resuming from .*ckpt-)(\d+)", nxt)   # litgpt's, the toy's
         failed_at = figures.last_step or 0
         lost = max(0, failed_at - int(resumed.group(1))) if resumed else failed_at
         texts.append(f"restart after: {classify(log)}")
@@ -573,7 +636,8 @@ def classify(log: Path) -> str:
     text = common.read_log(log)
     for needle, label in (("can't allocate memory", "OOM"), ("non-finite", "NaN gradients"),
                           ("No space left", "disk full"), ("PytorchStreamReader", "corrupt checkpoint"),
-                          ("central directory", "corrupt checkpoint"), ("OverflowError", "NaN (overflow)")):
+                          ("central directory", "corrupt checkpoint"), ("OverflowError", "NaN (overflow)"),
+                          ("toy cannot fit micro-batch", "OOM"), ("is corrupt (sha256 mismatch)", "corrupt checkpoint")):
         if needle in text:
             return label
     return "killed by a signal (no message)"

@@ -5,13 +5,13 @@ by `runbook drill`'s own `make_scratch_project` (same data, same playbooks; the 
 touched, and its tokenized data is not shared: a benchmark measures the same whatever the repository's
 own run folder holds), and writes its own section of docs/benchmarks.md only with --write (other
 sections are kept as they are). Every benchmark has --smoke: a few steps, one sample, nothing written
-(tests/runs/test_benchmarks_smoke.py runs them). The benchmarks that measure the engine and not litgpt
-(latency, log flood, false alarms) run their --smoke on the toy trainer of tests/toy_trainer/
-(`toy_settings`; --trainer toy does so in full mode too): a real process under a real `runbook watch`,
-seconds where litgpt takes minutes. Their full mode trains litgpt, as their docs sections say. The
-litgpt smokes (chaos, relaunch, overhead) tokenize the corpus once per test session: the suite sets
-$RUNBOOK_BENCH_DATA_CACHE, the first publishes litgpt's data cache there (share_data), the others copy it
-(seed_data); unset (any run by hand), every run tokenizes as before.
+(tests/runs/test_benchmarks_smoke.py runs them). The benchmarks whose smoke checks the engine's path or the
+harness's, not litgpt's (latency, log flood, false alarms, chaos, overhead), run their --smoke on the toy
+trainer of tests/toy_trainer/ (`toy_settings`; --trainer toy does so in full mode too): a real process under
+a real `runbook watch`, seconds where litgpt takes minutes. Their full mode trains litgpt, as their docs
+sections say. The litgpt smokes (relaunch, spare contention) tokenize the corpus once per test session: the
+suite sets $RUNBOOK_BENCH_DATA_CACHE, the first publishes litgpt's data cache there (share_data), the others
+copy it (seed_data); unset (any run by hand), every run tokenizes as before.
 """
 
 from __future__ import annotations
@@ -335,20 +335,31 @@ def trainer_logs(run_dir: Path) -> list[Path]:
     return sorted((run_dir / "logs").glob("trainer-*.log*"), key=lambda p: p.name.split(".")[0])
 
 
+def progress_lines(text: str) -> list[tuple[int, str, float, bool]]:
+    """(step, train loss, iteration ms, whether the line ends an optimizer step) per progress line: litgpt's,
+    or the toy trainer's (each of its lines is one optimizer step); a log holds one trainer's lines only."""
+    found = [(int(m.group(2)), m.group(3), float(m.group(4)), m.group(5) is not None) for m in PROGRESS.finditer(text)]
+    return found or [(int(m.group(1)), m.group(2), float(m.group(3)), True) for m in TOY_PROGRESS.finditer(text)]
+
+
+def count_progress_lines(text: str) -> int:
+    return len(progress_lines(text))
+
+
 def log_figures(logs: list[Path]) -> LogFigures:
     out = LogFigures(iter_ms=[])
     for log in logs:
         text = read_log(log)
-        for m in PROGRESS.finditer(text):
+        for step, loss, iter_ms, is_step in progress_lines(text):
             out.progress_lines += 1
             if out.first_loss is None:
                 try:
-                    out.first_loss = float(m.group(3).rstrip(","))
+                    out.first_loss = float(loss.rstrip(","))
                 except ValueError:
                     pass
-            out.steps_computed += m.group(5) is not None
-            out.last_step = int(m.group(2))
-            out.iter_ms.append(float(m.group(4)))
+            out.steps_computed += is_step
+            out.last_step = step
+            out.iter_ms.append(iter_ms)
         if found := FINAL.findall(text):
             out.final_val_loss = float(found[-1])
     return out

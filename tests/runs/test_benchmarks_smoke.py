@@ -5,9 +5,10 @@ Each test checks the report's structure and the contenders' outcomes (not the sp
 shared cores), and that the benchmark left the repository's run folder, checkpoints and
 docs/benchmarks.md as they were (a benchmark writes docs only with --write). The cheap benchmarks run
 in-process; the ones that train run as the README says they are run, `python benchmarks/X.py --smoke
---root DIR`. The smokes of the benchmarks that measure the engine (latency, log flood, false alarms) train
-the toy trainer (tests/toy_trainer/), as their --smoke does; the ones that measure litgpt itself (chaos,
-relaunch, spare contention, overhead) train litgpt, smaller. Slow tier (tests/runs).
+--root DIR`. The smokes whose code path is the engine's or the harness's (latency, log flood, false
+alarms, chaos, overhead) train the toy trainer (tests/toy_trainer/), as their --smoke does (their full mode
+trains litgpt); the ones timing litgpt's own relaunch (relaunch, spare contention) train litgpt, as small as
+still resumes. Slow tier (tests/runs).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def untouched_repo(monkeypatch):
 
 @pytest.fixture(scope="session")
 def litgpt_data(tmp_path_factory) -> dict:
-    """The environment that lets the litgpt smokes (chaos, relaunch, overhead) tokenize the corpus once per
+    """The environment that lets the litgpt smokes (relaunch, spare contention) tokenize the corpus once per
     session: the first publishes litgpt's data cache there (benchmarks/common.py share_data), the others copy
     it (seed_data). Under xdist the folder is the session's, shared by the workers."""
     base = tmp_path_factory.getbasetemp()
@@ -132,8 +133,9 @@ def test_run_action_smoke(untouched_repo):
     assert bounded_bg["left_running"] == 0 and bounded_bg["ok"] and "killed them" in bounded_bg["summary"], bounded_bg
 
 
-# The smokes that train: latency, log flood and false alarms measure the engine and run their --smoke on the
-# toy trainer (seconds each); chaos, relaunch, spare contention and overhead measure litgpt itself and train it.
+# The smokes that train: latency, log flood, false alarms, chaos and overhead run their --smoke on the toy
+# trainer (the engine's recovery, judgement and cost are the subject); relaunch and spare contention time
+# litgpt's own relaunch and train it.
 # RUNBOOK_BENCHMARK_SMOKE=0 leaves them out of a quick local run, and the end-of-run skip list says so.
 TRAINING_SMOKE = pytest.mark.skipif(os.environ.get("RUNBOOK_BENCHMARK_SMOKE") == "0",
                                     reason="training benchmark smoke left out: RUNBOOK_BENCHMARK_SMOKE=0")
@@ -143,12 +145,14 @@ TRAINING_SMOKE = pytest.mark.skipif(os.environ.get("RUNBOOK_BENCHMARK_SMOKE") ==
 
 
 @TRAINING_SMOKE
-def test_chaos_smoke(untouched_repo, tmp_path, litgpt_data):
-    """The reference completes; runbook completes with the same steps and tokens after the schedule's
-    incidents, each recovered; the naive loop starts at a micro-batch that fits (the OOM does not apply to
-    it), meets the SIGTERM and stops at the hang it never notices; the assisted loop's human kills the hung
-    trainer and it goes on to the corrupt checkpoint; the table says where each stopped."""
-    done = run_benchmark("bench_chaos_repeat.py", tmp_path / "chaos", env=litgpt_data)   # one run of bench_chaos.py --smoke
+def test_chaos_smoke(untouched_repo, tmp_path):
+    """--smoke runs the schedule on the toy trainer (the engine's recovery of each fault is the subject). The
+    reference completes; runbook completes with the same steps and tokens after the schedule's incidents,
+    each recovered; the naive loop starts at a micro-batch that fits (the OOM does not apply to it), meets
+    the SIGTERM and stops at the hang it never notices; the assisted loop's human kills the hung trainer and
+    it goes on to the corrupt checkpoint; the table says where each stopped."""
+    done = run_benchmark("bench_chaos_repeat.py", tmp_path / "chaos")   # one run of bench_chaos.py --smoke
+    assert json.loads((tmp_path / "chaos" / "run-1" / "memory.json").read_text())["trainer"] == "toy"
     outcomes = {o["name"][:4].rstrip(" "): o for o in json.loads((tmp_path / "chaos" / "run-1" / "results.json").read_text())}
     reference, runbook, naive, helped = outcomes["(a)"], outcomes["(b)"], outcomes["(c)"], outcomes["(c')"]
     assert reference["completed"] and reference["steps"] == 12, reference
@@ -193,29 +197,42 @@ def test_latency_smoke(untouched_repo, tmp_path):
 
 @TRAINING_SMOKE
 def test_relaunch_and_spare_contention_smoke(untouched_repo, tmp_path, litgpt_data):
-    """bench_relaunch trains the run; bench_spare_contention reuses it (--smoke on the same --root)."""
+    """bench_relaunch trains a 4-step litgpt run and times a cold and a warm relaunch from its step 2;
+    bench_spare_contention reuses the run (--smoke on the same --root) for a warm relaunch alone and one beside
+    a spare's imports at nice +10."""
     done = run_benchmark("bench_relaunch.py", tmp_path / "relaunch", env=litgpt_data)
     samples = json.loads((tmp_path / "relaunch" / "results.json").read_text())
     assert len(samples["cold"]) == len(samples["warm"]) == 1
     assert all("first optimizer step done" in s for s in samples["cold"] + samples["warm"])
+    assert "warm: relaunch begins" in samples["warm"][0] and "warm: relaunch begins" not in samples["cold"][0]
     assert "relaunch -> first new optimizer step (progress = the first optimizer step done" in done.stdout
-    assert "cold median" in done.stdout and "worst" in done.stdout
-    run_benchmark("bench_spare_contention.py", tmp_path / "relaunch", env=litgpt_data)
+    cold_s, warm_s = (samples[mode][0]["first optimizer step done"] for mode in ("cold", "warm"))
+    assert f"cold median {cold_s:.2f} s, worst {cold_s:.2f} s; warm spare median {warm_s:.2f} s" in done.stdout
+    contended = run_benchmark("bench_spare_contention.py", tmp_path / "relaunch", env=litgpt_data)
     contention = json.loads((tmp_path / "relaunch" / "results.json").read_text())
-    assert set(contention) == {"alone", "beside a spare's imports at nice +10", "beside a spare's imports at nice 0"}
+    assert set(contention) == {"alone", "beside a spare's imports at nice +10"}
     assert all(len(v) == 1 and v[0] > 0 for v in contention.values())
+    alone, beside = contention["alone"][0], contention["beside a spare's imports at nice +10"][0]
+    assert f"| alone | {alone:.2f} | 1.00x |" in contended.stdout, contended.stdout
+    assert f"| beside a spare's imports at nice +10 | {beside:.2f} | {beside / alone:.2f}x |" in contended.stdout
 
 
 @TRAINING_SMOKE
-def test_overhead_smoke(untouched_repo, tmp_path, litgpt_data):
-    done = run_benchmark("bench_overhead.py", tmp_path / "overhead", env=litgpt_data)
+def test_overhead_smoke(untouched_repo, tmp_path):
+    """--smoke runs on the toy trainer (the harness is the subject: the pair, the line clock, the CPU read from
+    unreaped processes, the watcher paused in blocks): both sides train every step, the watched side's
+    watcher CPU is read, one alternating run, the report."""
+    done = run_benchmark("bench_overhead.py", tmp_path / "overhead")
     results = json.loads((tmp_path / "overhead" / "results.json").read_text())
+    assert results["trainer"] == "toy", results
     [pair] = results["pairs"]
     assert pair["bare"]["steps"] == pair["watched"]["steps"] == 16, pair
     assert pair["bare"]["tokens_per_s"] > 0 and pair["watched"]["tokens_per_s"] > 0
     assert pair["watched"]["watcher_cpu_s"] is not None
     assert len(results["alternating"]) == 1
     assert "Separate runs: median watched/bare throughput ratio" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 1 (bare first) |")).split(" | ")
+    assert abs(float(row[3]) - pair["watched"]["tokens_per_s"] / pair["bare"]["tokens_per_s"]) <= 0.0005, row
 
 
 @TRAINING_SMOKE
