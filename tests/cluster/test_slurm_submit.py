@@ -1,5 +1,7 @@
 """`runbook slurm submit` under a real SLURM (tests/slurm_cluster.py starts a one-host cluster): two jobs at
 once, each stopped once in its first allocation, each finishing in a later one with the budget's exact counts.
+The jobs run the toy trainer (tests/toy_trainer/): the subject is runbook's SLURM notice, save and requeue, not
+litgpt (its notice save is tests/litgpt/'s; several ranks in a job, tests/cluster/test_slurm_ranks.py).
 
 - job A: `scancel --signal=TERM --full` after its first checkpoint. The SIGTERM reaches every process of
   the batch step: the watcher (the batch shell: the script execs `runbook watch`) and the trainer, which
@@ -14,8 +16,10 @@ once, each stopped once in its first allocation, each finishing in a later one w
   the test gives the pending job a longer limit so that its next allocation finishes (on a real cluster
   each allocation is long; a 1-minute one is only this test's).
 
-No second undisturbed run: the budget says the counts. Both: 20480 tokens / (16 x 64) = 20 optimizer steps
-of 4 micro-batches (iter_num 80); tokens = iter_num x 4 x 64.
+A's trainer is held the same way until its signal is sent, so that however fast the toy runs, the signal
+finds it mid-way. No second undisturbed run: the budget says the counts (20480 tokens / (16 x 64) = 20
+steps), and the toy's own steps replayed from scratch say the final weights, bit for bit (a notice save or a
+resume that mixed up a step's state across the requeue would change them).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ import pytest
 
 from engine.cluster.slurm_records import read_allocations
 from engine.observe.events import Progress
-from engine.trainers.litgpt.log_lines import parse_line
-from tests.conftest import REPO, RUNBOOK, make_project, make_toy_project
+from engine.trainers.run_config import load_config
+from tests.conftest import REPO, RUNBOOK, Project, make_toy_project
+from tests.toy_trainer.adapter import ToyAdapter
 from tests.slurm_cluster import start_cluster, stop_cluster
 
 
@@ -54,8 +59,8 @@ def slurm(tmp_path_factory):
     stop_cluster(cluster)
 
 
-def submit(cluster, project, *options: str) -> str:
-    done = subprocess.run([RUNBOOK, "slurm", "submit", str(project.config), *options], env=cluster.env,
+def submit(cluster, project, *options: str, env: dict | None = None) -> str:
+    done = subprocess.run([RUNBOOK, "slurm", "submit", str(project.config), *options], env=env or cluster.env,
                           cwd=project.root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stdout + done.stderr
     return done.stdout.strip()
@@ -70,46 +75,67 @@ def journal(project) -> list[dict]:
     return [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
 
 
+# The budget: 20 steps of the toy, a checkpoint every 5, half a second a step (so a step is in progress when a
+# notice comes, and the next allocation finishes in seconds).
+STEPS, SAVE_INTERVAL = 20, 5
+
+
+def toy_job_project(root: Path, **updates) -> Project:
+    return make_toy_project(root, step_seconds=0.5, save_interval=SAVE_INTERVAL, max_tokens=STEPS * 16 * 64, **updates)
+
+
+def toy_slurm_env(cluster) -> dict:
+    """The cluster's environment with this repository on PYTHONPATH: a job gets the submitter's environment
+    (sbatch --export=ALL), and its watcher imports the toy's adapter from here."""
+    return {**cluster.env, "PYTHONPATH": TOY_ENV["PYTHONPATH"]}
+
+
+def hold(project) -> None:
+    """SIGSTOP the trainer: it cannot finish before the notice comes, however fast this machine runs it (the
+    watcher SIGCONTs it with the notice it forwards)."""
+    os.kill(project.trainer_pid(), signal.SIGSTOP)
+
+
 @pytest.fixture(scope="module")
-def runs(slurm, tmp_path_factory, shared_data):
+def runs(slurm, tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm-runs")
-    cancelled = make_project(root / "cancelled", shared_data, max_tokens=20480, save_interval=5)
+    cancelled = toy_job_project(root / "cancelled")
     # B's hang timeout outlasts its 1-minute allocation: the test holds its trainer stopped (below)
-    timed_out = make_project(root / "timed-out", shared_data, max_tokens=20480, save_interval=5,
-                             slurm={"signal_lead_s": 15}, watch={"grace_period_s": 8.0, "hang_floor_s": 300.0,
-                                                                  "hang_timeout_s": 300.0})
-    # make_project seeds each run folder with the tokenized data cache (tests/conftest.py): two 1-CPU jobs
-    # building it at once took ~40 s each and turned the first launch's start-up into a `hang` incident.
+    timed_out = toy_job_project(root / "timed-out", slurm={"signal_lead_s": 15},
+                                watch={"grace_period_s": 8.0, "hang_floor_s": 300.0, "hang_timeout_s": 300.0})
+    env = toy_slurm_env(slurm)
     started = time.monotonic()
-    job_a = submit(slurm, cancelled)
-    job_b = submit(slurm, timed_out, "--time=1")
+    job_a = submit(slurm, cancelled, env=env)
+    job_b = submit(slurm, timed_out, "--time=1", env=env)
     # A second submit of A's run while A is pending or running: refused, nothing queued (asserted below)
-    second = subprocess.run([RUNBOOK, "slurm", "submit", str(cancelled.config)], env=slurm.env, cwd=cancelled.root,
+    second = subprocess.run([RUNBOOK, "slurm", "submit", str(cancelled.config)], env=env, cwd=cancelled.root,
                             capture_output=True, text=True, timeout=60)
     queued = slurm.run("squeue", "-h", "-o", "%i").stdout.split()
 
-    # Both jobs at once. A: signalled after its first checkpoint. B: its trainer is SIGSTOPped after its
-    # first checkpoint unless the notice came already, so that however fast this machine trains, the
-    # run is mid-way when SLURM's warning comes (the watcher SIGCONTs it with the notice); once that
-    # allocation requeued the job, the pending job gets a limit its next allocation can finish in.
+    # Both jobs at once. A: held at its first checkpoint, then signalled. B: its trainer is held at its first
+    # checkpoint unless the notice came already, so that the run is mid-way when SLURM's warning comes;
+    # once that allocation requeued the job, the pending job gets a limit its next allocation can finish in.
     signalled = held = extended = False
     deadline = time.monotonic() + 300
     while not (signalled and extended):
         assert time.monotonic() < deadline, ("A signalled" if signalled else "A's first checkpoint never came",
                                              "B extended" if extended else "B was never requeued",
                                              job_output(cancelled, job_a), job_output(timed_out, job_b))
-        if not signalled and (cancelled.step_dir(5) / "model_config.yaml").exists():
+        if not signalled and cancelled.saved(SAVE_INTERVAL):
+            hold(cancelled)
             done = slurm.run("scancel", "--signal=TERM", "--full", job_a)
             assert done.returncode == 0, done.stderr
             signalled = True
-        if not held and (timed_out.step_dir(5) / "model_config.yaml").exists():
+        if not held and timed_out.saved(SAVE_INTERVAL):
             held = True
             if not any(e["kind"] == "slurm_notice" for e in journal(timed_out)):
-                os.kill(timed_out.trainer_pid(), signal.SIGSTOP)
-        if not extended and slurm.job(int(job_b)).get("JobState") == "PENDING" and int(slurm.job(int(job_b))["Restarts"]):
-            done = slurm.run("scontrol", "update", f"JobId={job_b}", "TimeLimit=10")
-            assert done.returncode == 0, done.stderr
-            extended = True
+                hold(timed_out)
+        if not extended:
+            job = slurm.job(int(job_b))
+            if job.get("JobState") == "PENDING" and int(job["Restarts"]):
+                done = slurm.run("scontrol", "update", f"JobId={job_b}", "TimeLimit=10")
+                assert done.returncode == 0, done.stderr
+                extended = True
         time.sleep(0.3)
 
     jobs = {name: slurm.wait_job(int(job_id), FINISHED, timeout=400)
@@ -119,17 +145,28 @@ def runs(slurm, tmp_path_factory, shared_data):
             "seconds": time.monotonic() - started, "cluster_start_seconds": slurm.start_seconds}
 
 
-@pytest.mark.parametrize("name,cause,steps", [("cancelled", "signal", 20), ("timed-out", "time-limit", 20)])
-def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_counts(runs, name, cause, steps):
+def undisturbed_final_state(project) -> dict:
+    """The toy's own steps from scratch to the budget: what a run that lost no step and computed none twice
+    ends with, bit for bit."""
+    from tests.toy_trainer import trainer as toy
+
+    cfg = load_config(project.config).config
+    state = toy.initial_state(cfg.seed)
+    for _ in range(STEPS):
+        toy.train_step(state, cfg.lr)
+    return state
+
+
+@pytest.mark.parametrize("name,cause", [("cancelled", "signal"), ("timed-out", "time-limit")])
+def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_counts(runs, name, cause):
     project, job_id = runs[name]
     job = runs["jobs"][name]
     output = job_output(project, job_id)
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", (job, output)
     assert int(job["Restarts"]) >= 1, job
-    # the budget's counts, exactly: steps of 4 micro-batches of 4 x 64 tokens
-    progress = project.final_progress()
-    assert progress == {"step_count": steps, "iter_num": 4 * steps}, progress
-    assert progress["iter_num"] * 4 * 64 == steps * 16 * 64
+    # the budget's steps, exactly, and the undisturbed run's weights
+    assert project.final_progress() == {"step_count": STEPS}, (project.final_progress(), output)
+    assert project.final_state() == undisturbed_final_state(project), output
 
     # the watcher asked scontrol why, recorded it, and requeued its own job after the save
     entries = journal(project)
@@ -140,10 +177,10 @@ def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_count
     assert noticed and "exited 75" in noticed[0]["detail"], noticed   # the trainer saved on the notice
     launches = [e for e in entries if e["kind"] == "launch"]
     # The later allocation resumed from the notice's save, unless the notice came before the first launch
-    # trained a step (a 1-minute allocation warned at 45 s, on a machine slow enough that the trainer was
+    # trained a step (a 1-minute allocation warned at 15 s, on a machine slow enough that the trainer was
     # still starting up): then there was nothing to save, and the next allocation starts from scratch.
     first_log = Path(launches[0]["log"]).read_text(errors="replace") if launches else ""
-    trained = any(isinstance(parse_line(line), Progress) for line in first_log.splitlines())
+    trained = any(isinstance(ToyAdapter().parse_line(line), Progress) for line in first_log.splitlines())
     if trained:
         assert launches[-1].get("resume_from"), launches
 
@@ -157,14 +194,15 @@ def test_a_stopped_slurm_job_requeues_itself_and_finishes_with_the_budgets_count
     assert "allocation 0 on" in output and "allocation 1 on" in output, output
 
     # `runbook status` shows the job id and every allocation
-    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60)
+    status = subprocess.run([RUNBOOK, "status", str(project.config)], capture_output=True, text=True, timeout=60,
+                            env=TOY_ENV)
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"slurm     job {job_id}" in status.stdout, status.stdout
     for a in allocations:
         assert f"job {job_id} restart {a.restart} on {a.node}:" in status.stdout, status.stdout
     assert f"requeued after a {cause} notice" in status.stdout
     as_json = json.loads(subprocess.run([RUNBOOK, "status", "--json", str(project.config)], capture_output=True,
-                                        text=True, timeout=60).stdout)
+                                        text=True, timeout=60, env=TOY_ENV).stdout)
     assert as_json["slurm"]["job_id"] == job_id and len(as_json["slurm"]["allocations"]) == len(allocations)
     print(f"{name}: {runs['seconds']:.0f} s for both jobs; cluster started in {runs['cluster_start_seconds']:.1f} s")
 
@@ -296,7 +334,6 @@ def test_bad_slurm_settings_are_refused_with_the_key():
 def test_an_allocation_that_never_recorded_its_end_is_closed_by_the_next_one(tmp_path):
     """A node failure sends the watcher nothing: its allocation record has no end. The next allocation's
     watcher closes it, saying so (and what sacct says where the cluster keeps accounting; here it does not)."""
-    from engine.trainers.run_config import load_config
     from engine.records.journal import Journal
     from engine.cluster.slurm_records import Allocation, write_allocation
     from engine.cluster.slurm_watch import SlurmAllocation
