@@ -9,10 +9,11 @@ signal it; oom_above_micro_batch makes a larger micro-batch fail at start as an 
 names a file each launch appends its environment to (one JSON line); save_seconds makes each save
 write its file in pieces over that long; validate_interval and validate_seconds make it validate (litgpt's
 `Validating ...`, then that long computing in silence, then ``toy val step N val_loss L``) after every
-validate_interval-th step. max_weight is the largest weight its number format holds (65504: half
-precision): a weight beyond it is inf, so a run at a too-high lr goes non-finite within a dozen steps, as a
-real one does. RUNBOOK_TOY_HOLD_AT_STEP=N (set by tests/failing_litgpt/wrapper.py) makes it stop after
-logging step N, until it is killed.
+validate_interval-th step; slow_from_scratch_only: true makes a resumed launch save and validate at once
+(a test about the first launch's slow save or validation need not wait through the relaunch's). max_weight
+is the largest weight its number format holds (65504: half precision): a weight beyond it is inf, so a run
+at a too-high lr goes non-finite within a dozen steps, as a real one does. RUNBOOK_TOY_HOLD_AT_STEP=N (set
+by tests/failing_litgpt/wrapper.py) makes it stop after logging step N, until it is killed.
 
 A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every trainer that takes
 notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
@@ -123,6 +124,8 @@ def main(config_path: str) -> int:
         print(f"toy: resuming from {cfg['resume']}", flush=True)
     else:
         state = initial_state(cfg["seed"])
+    if cfg.get("resume") and cfg.get("slow_from_scratch_only"):
+        cfg.update(save_seconds=0.0, validate_seconds=0.0)
     hold_at = int(os.environ["RUNBOOK_TOY_HOLD_AT_STEP"]) if os.environ.get("RUNBOOK_TOY_HOLD_AT_STEP") else None
     take_notices(cfg.get("notice_save", True))
     while state["step"] < cfg["steps"]:
