@@ -82,6 +82,13 @@ def trainer_kind() -> str:
     return common.TOY_KIND if TRAINER == "toy" else "litgpt"
 
 
+def checkpoint_layout():
+    """The trainer's checkpoint layout (folder names: litgpt's step-NNNNNNNN, the toy's ckpt-NNNNNN)."""
+    from engine.trainers import adapter_for
+
+    return adapter_for(trainer_kind()).layout
+
+
 def checkpoint_saved(out_dir: Path, step: int) -> bool:
     """The checkpoint at `step` is completely written (the toy writes its checksum file last)."""
     if TRAINER == "toy":
@@ -181,8 +188,7 @@ class Injector(threading.Thread):
             except (RuntimeError, TimeoutError, ProcessLookupError, FileNotFoundError) as err:
                 self.error = f"{label}: not injected ({err})"
                 return
-            layout = StepRun(*self.args, step=step).layout
-            steps = sorted(s for p in out_dir.glob("*") if (s := layout.step_of(p.name)) is not None)
+            steps = sorted(s for p in out_dir.glob("*") if (s := checkpoint_layout().step_of(p.name)) is not None)
             if inject is faults._corrupt_then_kill:  # it damaged the newest and the one before it
                 steps = [s for s in steps if s != step][:-1]
             self.injected.append((label, at))

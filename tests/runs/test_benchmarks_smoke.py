@@ -163,6 +163,8 @@ def test_chaos_smoke(untouched_repo, tmp_path):
     assert runbook["oom"] == "applied" and naive["oom"].startswith("does not apply"), (runbook["oom"], naive["oom"])
     assert not naive["completed"] and naive["injected"][:2] == ["SIGTERM", "SIGSTOP hang"], naive
     assert "hang (never detected)" in naive["incidents"] and not any("OOM" in i for i in naive["incidents"]), naive["incidents"]
+    # its relaunch after the SIGTERM resumed (resume: auto) from the step the notice saved
+    assert naive["incidents"][0].startswith("restart after") and naive["steps_lost"][0] == 0, naive
     assert helped["human_actions"] >= 1 and helped["injected"][:2] == ["SIGTERM", "SIGSTOP hang"], helped
     assert "| (b) runbook watch | yes | 12 |" in done.stdout
     assert "| contender | OOM at start | faults met | stopped at | what happened |" in done.stdout
