@@ -15,7 +15,7 @@ from pathlib import Path
 from engine.trainers.run_config import load_config
 from engine.trainers.litgpt.launch import trainer_config
 from engine.core.yaml_source import round_trip_yaml
-from tests.conftest import RUNBOOK, stop_process, wait_for, weights_digest
+from tests.conftest import RUNBOOK, make_project, stop_process, wait_for, weights_digest
 
 # Shaped like config_hub/pretrain/pythia-14m.yaml (comments as litgpt writes them), pointed at local data.
 PYTHIA = """\
@@ -120,9 +120,12 @@ def _init(root: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def _shrink(config: Path) -> None:
+    """The tiny model (TINY), and no litgpt parse of the config before each watch: ~5 s of imports a watch that
+    tests/litgpt/test_preflight.py proves (`runbook check` always runs it)."""
     yaml = round_trip_yaml()
     tree = yaml.load(config.read_text())
     tree["trainer"]["extra"] = TINY
+    tree["trainer"]["preflight_parse"] = False
     with open(config, "w") as fh:
         yaml.dump(tree, fh)
 
@@ -237,19 +240,16 @@ data:
 """
 
 
-def _optimized_data(root: Path) -> None:
-    """What a LitData user has: folders of litdata chunks, made once by their own preprocessing."""
-    import sys
-
-    staging = root / "optimized-build"
-    made = subprocess.run([sys.executable, "-m", "engine.trainers.litgpt.preprocess", "--cache", str(staging),
-                           "--train", str(root / "corpus" / "train"), "--val", str(root / "corpus" / "val"),
-                           "--tokenizer", str(root / "tokenizer"), "--block-size", "64", "--", "true"],
-                          capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stdout + made.stderr
+def _optimized_data(root: Path, shared_data: Path) -> None:
+    """What a LitData user has: folders of litdata chunks, made once by their own preprocessing. Here the chunks
+    litgpt's TextFiles preparation made of the shared corpus (tokenizer, block size 64): the data cache the
+    session builds once for the default project (tests/conftest.py, seed_data_cache), copied; not one more
+    litdata optimize (two spawned interpreters and the tokenizing: tens of seconds)."""
+    seeded = make_project(root.parent / "default-project", shared_data)
+    [cache] = (seeded.run_dir / "data").iterdir()
     (root / "optimized").mkdir()
     for split in ("train", "val"):   # TextFiles nests its chunks as <split>/<split>
-        (staging / split / split).rename(root / "optimized" / split)
+        shutil.copytree(cache / split / split, root / "optimized" / split)
 
 
 def _litdata_yaml() -> str:
@@ -266,7 +266,7 @@ def test_a_litdata_run_is_checked_supervised_through_a_preemption_and_replayed(t
     from engine.trainers import adapter_for
 
     root = _user_project(tmp_path / "user", shared_data, _litdata_yaml())
-    _optimized_data(root)
+    _optimized_data(root, shared_data)
     assert _init(root).returncode == 0
     config = root / "configs" / "run_config.yaml"
     _shrink(config)
