@@ -19,11 +19,11 @@ from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project, ru
 VALIDATE_INTERVAL, VALIDATE_SECONDS, HANG_FLOOR_S = 20, 6.0, 2.0   # the floor is above activity's 1 s sampling
 
 
-def validating_project(root):
+def validating_project(root, **extra):
     project = make_toy_project(root)
     project.set(save_interval=10,
                 trainer={"extra": {"step_seconds": 0.03, "validate_interval": VALIDATE_INTERVAL,
-                                   "validate_seconds": VALIDATE_SECONDS}},
+                                   "validate_seconds": VALIDATE_SECONDS, **extra}},
                 watch={"hang_floor_s": HANG_FLOOR_S, "hang_safety_factor": 2.0, "hang_timeout_s": 60.0})
     return project
 
@@ -38,7 +38,7 @@ def test_a_first_validation_longer_than_the_learnt_timeout_is_not_a_hang(tmp_pat
 
 
 def test_a_trainer_frozen_in_its_first_validation_is_a_hang_named_so_and_the_run_resumes(tmp_path):
-    project = validating_project(tmp_path / "project")
+    project = validating_project(tmp_path / "project", slow_from_scratch_only=True)   # the relaunch validates at once
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         logs = project.run_dir / "logs"

@@ -18,10 +18,10 @@ from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project, ru
 SAVE_INTERVAL, SAVE_SECONDS, HANG_FLOOR_S = 20, 4.0, 3.0
 
 
-def slow_saving_project(root):
+def slow_saving_project(root, **extra):
     project = make_toy_project(root)
     project.set(save_interval=SAVE_INTERVAL,
-                trainer={"extra": {"step_seconds": 0.03, "save_seconds": SAVE_SECONDS}},
+                trainer={"extra": {"step_seconds": 0.03, "save_seconds": SAVE_SECONDS, **extra}},
                 watch={"hang_floor_s": HANG_FLOOR_S, "hang_timeout_s": 60.0})
     return project
 
@@ -36,7 +36,7 @@ def test_saves_longer_than_the_hang_timeout_that_keep_writing_are_not_hangs(tmp_
 
 
 def test_a_save_that_stops_is_a_hang_named_as_a_save_and_the_run_resumes(tmp_path):
-    project = slow_saving_project(tmp_path / "project")
+    project = slow_saving_project(tmp_path / "project", slow_from_scratch_only=True)   # the relaunch saves at once
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         log = project.run_dir / "logs"
