@@ -1,11 +1,17 @@
 """Several ranks supervised rank by rank: the pure rank model, then real 2-rank litgpt training (DDP over
-gloo on the CPU) broken from outside one rank at a time, each fault recovered by its playbook with
-step/token parity against the undisturbed 2-rank run."""
+gloo on the CPU) broken from outside one rank at a time, each fault recovered by its playbook to the budget's
+exact step and micro-batch counts (an undisturbed 2-rank run's: no second run is trained to say them; the
+undisturbed one, with no incident, is tests/cluster/test_slurm_ranks.py's).
+
+One of the faults is a notice to one rank (engine/trainers/litgpt/notice_save.py): a notice that reaches rank 1
+alone (SIGUSR1, the scheduler's early notice) is agreed by both ranks at the next optimizer-step boundary (an
+all_reduce of the flag), the step is saved once, both ranks exit 75, and the preemption playbook resumes."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -14,7 +20,9 @@ import psutil
 import pytest
 
 from engine.process.ranks import RankExit, RankHeartbeat, RankWatch, exit_path, heartbeat_path, ranks_status, read_folder, write_record
-from tests.conftest import make_project, require_capability, stop_process, wait_for
+from engine.trainers.litgpt.notice_save import NOTICE_EXIT_CODE
+from engine.trainers.litgpt.resume import read_progress
+from tests.conftest import SHORT_RUN, make_project, require_capability, stop_process, wait_for
 
 NOW = 1000.0
 
@@ -96,6 +104,11 @@ def test_leftovers_are_only_processes_whose_start_time_matches(tmp_path):
 # --- real 2-rank litgpt training -------------------------------------------------------------------
 
 TWO_RANKS = {"trainer": {"devices": 2}}
+# SHORT_RUN's 40 960 tokens: 40 optimizer steps, each 2 ranks x 2 micro-batches x 4 sequences x 64 tokens;
+# scheduled saves every 10 steps (the notice's step, 12 or 13, is none of them)
+STEPS, SAVE_INTERVAL = 40, SHORT_RUN["save_interval"]
+BUDGET = {"step_count": STEPS, "iter_num": 2 * STEPS}
+PROGRESS_STEP = re.compile(r"^Epoch \d+ \| iter (\d+) step (\d+) \|", re.M)
 
 
 def launch_ranks(project, launch: int) -> Path:
@@ -107,29 +120,19 @@ def heartbeat(project, launch: int, rank: int) -> RankHeartbeat | None:
     return beats.get(rank)
 
 
-@pytest.fixture(scope="module")
-def two_rank_reference(tmp_path_factory, shared_data) -> dict:
-    project = make_project(tmp_path_factory.mktemp("ranks-reference") / "project", shared_data, **TWO_RANKS)
-    watcher = project.watch()
-    try:
-        assert watcher.wait(timeout=300) == 0, project.watch_output()
-    finally:
-        stop_process(watcher)
-    return {"project": project, "progress": project.final_progress()}
-
-
-def test_two_ranks_train_with_ddp_over_gloo_and_each_rank_beats(two_rank_reference):
-    project = two_rank_reference["project"]
-    log = next((project.run_dir / "logs").glob("trainer-*.log")).read_text()
+def test_two_ranks_train_with_ddp_over_gloo_and_each_rank_beats(faulted_two_ranks):
+    """Read on the faulted run: every launch is a real 2-rank DDP group, and its last one trains to the end."""
+    project = faulted_two_ranks["project"]
+    assert faulted_two_ranks["rc"] == 0, project.watch_output()
+    log = (project.run_dir / "logs" / "trainer-001.log").read_text()
     assert "distributed_backend=gloo" in log and "GLOBAL_RANK: 1, MEMBER: 2/2" in log
-    beats, _ = read_folder(launch_ranks(project, 1))
+    last = max(int(p.name.split("-")[1]) for p in (project.run_dir / "launches").glob("launch-*"))
+    beats, _ = read_folder(launch_ranks(project, last))
     assert sorted(beats) == [0, 1] and {b.world_size for b in beats.values()} == {2}
-    assert beats[0].pid != beats[1].pid and beats[0].step == beats[1].step == 40
+    assert beats[0].pid != beats[1].pid and beats[0].step == beats[1].step == STEPS
     assert all(b.work_seconds and b.work_seconds > 0 for b in beats.values())
-    progress = two_rank_reference["progress"]
-    # 40 960 tokens: 2 ranks x 80 micro-batches x 4 sequences x 64 tokens, 40 optimizer steps
-    assert progress["step_count"] == 40 and progress["iter_num"] == 80
-    assert project.incidents() == []
+    # tokens: iter_num counts one rank's micro-batches; 2 ranks x 4 sequences x 64 tokens each
+    assert project.final_progress() == BUDGET and BUDGET["iter_num"] * 2 * 4 * 64 == SHORT_RUN["max_tokens"]
 
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")   # cgroup v1's cpu controller (where the kernel offers it writable)
@@ -173,9 +176,9 @@ def _past(project, launch: int, rank: int, step: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def faulted_two_ranks(tmp_path_factory, shared_data, two_rank_reference) -> dict:
-    """One run, three faults on rank 1, one per launch: SIGKILL after checkpoint 10, SIGSTOP in the
-    relaunch, a CPU quota of 0.05 cores in the next one."""
+def faulted_two_ranks(tmp_path_factory, shared_data) -> dict:
+    """One run, four faults on rank 1, one per launch: SIGKILL after checkpoint 10, SIGSTOP in the
+    relaunch, a notice to rank 1 alone in the next one, a CPU quota of 0.05 cores in the one after."""
     project = make_project(tmp_path_factory.mktemp("ranks-faults") / "project", shared_data, **TWO_RANKS)
     # A hang floor shorter than the default (the timeout before the first progress line stays long:
     # start-up is not a hang), and a collective timeout so rank 0 never blocks for gloo's 30 minutes.
@@ -194,8 +197,19 @@ def faulted_two_ranks(tmp_path_factory, shared_data, two_rank_reference) -> dict
         os.kill(found["stopped_pid"], signal.SIGSTOP)
         found["stopped_at"] = time.time()
 
-        wait_for(lambda: _past(project, 3, 1, 13), 240, interval=0.02, what="rank 1 of launch 3 past step 13")
-        found["slowed_pid"] = heartbeat(project, 3, 1).pid
+        # Rank 1 is stopped past step 12, given the notice, and continued: the flag is its own until the
+        # next boundary's all_reduce, so rank 0 saves only if the agreement works.
+        wait_for(lambda: _past(project, 3, 1, 12), 240, interval=0.01, what="rank 1 of launch 3 past step 12")
+        found["noticed_pid"] = heartbeat(project, 3, 1).pid
+        os.kill(found["noticed_pid"], signal.SIGSTOP)
+        time.sleep(0.1)
+        found["noticed_at_step"] = heartbeat(project, 3, 1).step
+        os.kill(found["noticed_pid"], signal.SIGUSR1)
+        os.kill(found["noticed_pid"], signal.SIGCONT)
+
+        wait_for(lambda: _past(project, 4, 1, found["noticed_at_step"] + 2), 240, interval=0.02,
+                 what="rank 1 of launch 4 two steps past the notice")
+        found["slowed_pid"] = heartbeat(project, 4, 1).pid
         found["quota_skipped"] = CpuQuota.unavailable()
         if found["quota_skipped"] is None:
             with CpuQuota(found["slowed_pid"]):
@@ -205,28 +219,33 @@ def faulted_two_ranks(tmp_path_factory, shared_data, two_rank_reference) -> dict
         found["rc"] = watcher.wait(timeout=400)
     finally:
         stop_process(watcher)
+        if found.get("noticed_pid"):
+            try:
+                os.kill(found["noticed_pid"], signal.SIGCONT)   # never leave a stopped rank behind
+            except ProcessLookupError:
+                pass
     return found
 
 
-def test_a_killed_rank_is_one_incident_naming_it_and_the_group_resumes(faulted_two_ranks, two_rank_reference):
+def test_a_killed_rank_is_one_incident_naming_it_and_the_group_resumes(faulted_two_ranks):
     project = faulted_two_ranks["project"]
     assert faulted_two_ranks["rc"] == 0, project.watch_output()
     incidents = project.incidents()
     playbooks = [i["playbook"] for i in incidents]
-    if faulted_two_ranks["quota_skipped"]:   # no CPU quota was put on launch 3's rank 1: nothing slowed it
-        assert playbooks == ["rank-died", "rank-hang"], (faulted_two_ranks["quota_skipped"], playbooks)
-    else:                                    # the quota (CI's machine): the third launch's straggler is the third incident
-        assert playbooks == ["rank-died", "rank-hang", "rank-straggler"], playbooks
+    if faulted_two_ranks["quota_skipped"]:   # no CPU quota was put on launch 4's rank 1: nothing slowed it
+        assert playbooks == ["rank-died", "rank-hang", "preemption"], (faulted_two_ranks["quota_skipped"], playbooks)
+    else:                                    # the quota (CI's machine): the fourth launch's straggler is the fourth incident
+        assert playbooks == ["rank-died", "rank-hang", "preemption", "rank-straggler"], playbooks
     died = incidents[0]
     ranks = died["snapshot"]["trainer"]["ranks"]
     assert ranks["world_size"] == 2 and ranks["first_failed"] == 1 and ranks["first_failed_signal"] == "SIGKILL"
     assert ranks["ranks"][1]["signal"] == "SIGKILL" and ranks["ranks"][1]["pid"] == faulted_two_ranks["killed_pid"]
     assert any(f"rank 1 (pid {faulted_two_ranks['killed_pid']}) died first (SIGKILL)" in n for n in died["notes"]), died["notes"]
     assert died["outcome"] == "recovered"
-    assert project.final_progress() == two_rank_reference["progress"]
+    assert project.final_progress() == BUDGET
 
 
-def test_a_stopped_rank_is_named_as_the_hang_and_the_whole_group_is_replaced(faulted_two_ranks, two_rank_reference):
+def test_a_stopped_rank_is_named_as_the_hang_and_the_whole_group_is_replaced(faulted_two_ranks):
     project = faulted_two_ranks["project"]
     assert faulted_two_ranks["rc"] == 0, project.watch_output()
     hang = next(i for i in project.incidents() if i["playbook"] == "rank-hang")
@@ -239,11 +258,11 @@ def test_a_stopped_rank_is_named_as_the_hang_and_the_whole_group_is_replaced(fau
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     journal = (project.run_dir / "journal.jsonl").read_text()
     assert '"TORCH_DISTRIBUTED_DEBUG": "DETAIL"' in journal
-    assert project.final_progress() == two_rank_reference["progress"]
+    assert project.final_progress() == BUDGET
 
 
 
-def test_a_rank_held_to_a_cpu_quota_is_named_as_the_straggler(faulted_two_ranks, two_rank_reference):
+def test_a_rank_held_to_a_cpu_quota_is_named_as_the_straggler(faulted_two_ranks):
     if faulted_two_ranks["quota_skipped"]:
         require_capability(faulted_two_ranks["quota_skipped"])   # a skip here, a failure where CI runs (root)
     project, pid = faulted_two_ranks["project"], faulted_two_ranks["slowed_pid"]
@@ -256,4 +275,42 @@ def test_a_rank_held_to_a_cpu_quota_is_named_as_the_straggler(faulted_two_ranks,
     diagnosis = straggling["diagnosis"]
     assert diagnosis["cause"] == "slow_rank" and f"rank 1 (pid {pid})" in diagnosis["verdict"], diagnosis
     assert straggling["outcome"] == "recovered"
-    assert project.final_progress() == two_rank_reference["progress"]
+    assert project.final_progress() == BUDGET
+
+
+def test_a_notice_to_one_rank_is_agreed_saved_once_and_every_rank_exits_75(faulted_two_ranks):
+    project, stopped_at = faulted_two_ranks["project"], faulted_two_ranks["noticed_at_step"]
+    assert faulted_two_ranks["rc"] == 0, project.watch_output()
+    assert stopped_at % SAVE_INTERVAL < SAVE_INTERVAL - 1, "the run outran the test: the notice met a scheduled save"
+    launch3 = project.run_dir / "launches" / "launch-003"
+    status = json.loads((launch3 / "exit-status.json").read_text())
+    assert status["exit_code"] == NOTICE_EXIT_CODE, status   # rank 0, which never got a signal itself
+    _, exits = read_folder(launch3 / "ranks")
+    assert exits[1].exit_code == NOTICE_EXIT_CODE, exits     # rank 1 saved with it, then exited 75
+
+    log3 = (project.run_dir / "logs" / "trainer-003.log").read_text()
+    saved = [int(s) for s in re.findall(r"runbook: notice save of step (\d+) complete", log3)]
+    assert len(saved) == 1, log3[-3000:]                      # one save, announced once (rank 0)
+    step = saved[0]
+    assert step in (stopped_at, stopped_at + 1), (step, stopped_at)
+    assert "runbook: SIGUSR1 received" in log3
+    # Both ranks stopped at the same step boundary: the saved state is that step, and each rank's last
+    # heartbeat (written in the step's last micro-batch, before the step count moved on) is at its iter_num.
+    assert read_progress(project.step_dir(step) / "lit_model.pth") == {"step_count": step, "iter_num": 2 * step}
+    beats, _ = read_folder(launch3 / "ranks")
+    assert beats[0].iter_num == beats[1].iter_num == 2 * step, (beats[0], beats[1])
+    assert max(int(s) for _, s in PROGRESS_STEP.findall(log3)) == step
+    assert not list(project.out_dir.rglob("notice-save-*")) and not list(project.out_dir.rglob("*.staging"))
+
+
+def test_the_group_resumes_from_the_notice_save_to_the_budget_with_no_step_lost(faulted_two_ranks):
+    project = faulted_two_ranks["project"]
+    assert faulted_two_ranks["rc"] == 0, project.watch_output()
+    notice = next(i for i in project.incidents() if i["playbook"] == "preemption")
+    step = notice["resumed_step"]
+    assert notice["outcome"] == "recovered" and notice["steps_lost"] == 0, notice
+    log4 = (project.run_dir / "logs" / "trainer-004.log").read_text()
+    assert f"Resuming training from {project.step_dir(step) / 'lit_model.pth'}" in log4
+    resumed = [(int(i), int(s)) for i, s in PROGRESS_STEP.findall(log4)]
+    assert resumed[0] == (2 * step + 2, step + 1), resumed[:3]   # the next step, nothing computed twice
+    assert project.final_progress() == BUDGET                     # as an undisturbed run
