@@ -8,7 +8,8 @@
     python benchmarks/bench_chaos.py --naive-at-oom  # the naive loops start at micro-batch 256 like runbook (they meet
                                                   # only the OOM: the comparison before issue 27)
     python benchmarks/bench_chaos.py --smoke      # the test suite's: --quick without (b'), the disk and the NaN segment,
-                                                  # on the toy trainer, patience 5 s; <root>/results.json holds the outcomes
+                                                  # on the toy trainer, patience 5 s, 300 s per contender at most;
+                                                  # <root>/results.json holds the outcomes
     python benchmarks/bench_chaos.py --trainer toy   # the toy trainer (tests/toy_trainer/) instead of litgpt; never
                                                   # written to the docs
 
@@ -131,14 +132,16 @@ def main() -> int:
                         help="the trainer's address-space limit (default: the midpoint of the footprints measured at "
                              f"micro-batch {GOOD_MB} and {OOM_MB} in this run)")
     common.trainer_flag(parser)
-    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10 (5 on the toy), on the toy trainer "
-                              "unless --trainer litgpt")
+    common.docs_flags(parser, "--quick --no-warm --no-disk --no-nan --patience 10 (on the toy: 5, --timeout 300), on the toy "
+                              "trainer unless --trainer litgpt")
     args = parser.parse_args()
     harness.TRAINER = common.chosen_trainer(args)
     if args.smoke:
         args.quick, args.no_warm, args.no_disk, args.no_nan = True, True, True, True
-        # the toy resumes in a fraction of a second: 5 s without progress after the SIGSTOP is a hang
+        # the toy resumes in a fraction of a second: 5 s without progress after the SIGSTOP is a hang; a toy
+        # contender takes well under a minute even on loaded cores, so one still running after 5 min is stuck
         args.patience = min(args.patience, 5.0 if harness.TRAINER == "toy" else 10.0)
+        args.timeout = min(args.timeout, 300.0) if harness.TRAINER == "toy" else args.timeout
     if harness.TRAINER == "toy" and args.device == "cuda":
         parser.error("--trainer toy runs on the CPU only")
     harness.DEVICE = args.device
