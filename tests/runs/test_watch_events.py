@@ -92,9 +92,11 @@ def test_status_exit_code_tells_running_stopped_unsupervised_and_completed_apart
 
         watcher = project.watch(env={"PYTHONPATH": str(REPO)})
         first_pid = project.trainer_pid()
-        # The second launch journaled (its pid file is written a moment before the journal's entry).
-        wait_for(lambda: project.trainer_pid() != first_pid and progress_logged(project)
-                 and '"launch": 2' in (project.run_dir / "journal.jsonl").read_text(), 30, what="a second launch")
+        # The second launch journaled as running (its pid file and its launch entry come a moment before the
+        # transition; a watcher killed in between leaves "stopped" as the last state journaled).
+        wait_for(lambda: project.trainer_pid() != first_pid
+                 and f'"reason": "launch 2 (pid {project.trainer_pid()})' in (project.run_dir / "journal.jsonl").read_text(),
+                 30, what="the second launch running")
         with held(second := project.trainer_pid()):
             watcher.kill()   # the watcher dies; its trainer lives on unsupervised
             watcher.wait(timeout=30)
