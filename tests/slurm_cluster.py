@@ -7,7 +7,7 @@ How it starts (measured in ../shared/FINDINGS.md, "Measured here: a single-host 
 3. slurmctld and slurmd with a slurm.conf of this cluster's own (SLURM_CONF): this host as controller
    and its only node, no cgroups or systemd (proctrack/linuxproc, task/none), state, spool, logs and
    pid files in a temp folder, and ports of its own so that it never meets another cluster here.
-   `AuthInfo=cred_expire=10` makes a requeued job start again after ~20 s, not ~2 min; `KillWait=5`
+   `AuthInfo=cred_expire=5` makes a requeued job start again after ~10 s, not ~2 min; `KillWait=5`
    sends SIGKILL 5 s after the SIGTERM of a cancel or requeue (default 30 s).
 4. Ready when `sinfo` shows the node idle. Stopped by cancelling the jobs left (`scontrol shutdown`
    alone leaves their processes running), `scontrol shutdown`, then SIGTERM to slurmd.
@@ -34,7 +34,7 @@ SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
