@@ -39,17 +39,10 @@ def test_the_tokenizer_hash_follows_its_files(tmp_path):
     assert data_cache.tokenizer_hash(tmp_path) != first
 
 
-def _small_corpus(folder: Path, shared_data: Path) -> Path:
-    """One train shard and the val shard of the shared corpus, copied: tokenizing the whole corpus costs many
-    seconds more per build and proves nothing more about the cache."""
-    shutil.copytree(shared_data / "stdlib", folder, ignore=shutil.ignore_patterns("shard-00[123].txt"))
-    return folder
-
-
-def _preprocess(corpus: Path, shared_data: Path, cache: Path, **popen):
+def _preprocess(shared_data, cache, **popen):
     return subprocess.Popen(
         [sys.executable, "-m", "engine.trainers.litgpt.preprocess", "--cache", str(cache),
-         "--train", str(corpus / "train"), "--val", str(corpus / "val"),
+         "--train", str(shared_data / "stdlib" / "train"), "--val", str(shared_data / "stdlib" / "val"),
          "--tokenizer", str(shared_data / "tokenizer"), "--block-size", "64", "--", "echo", "exec-ok"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
@@ -73,16 +66,15 @@ def test_a_scratch_run_links_the_complete_caches_only_and_keeps_what_it_has(tmp_
 def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoes_it(tmp_path, shared_data):
     cache = tmp_path / "run" / "data" / "k"
     staging = data_cache.staging_dir(cache)
-    corpus = _small_corpus(tmp_path / "corpus", shared_data)
     # Killed at the last moment a kill can hurt (a whole cache in staging, not yet renamed), wherever
     # the machine's speed puts it: the process SIGKILLs itself there (engine/core/crash_points.py).
-    proc = _preprocess(corpus, shared_data, cache, env={**os.environ, "RUNBOOK_CRASH_AT": "data-cache-staged"})
+    proc = _preprocess(shared_data, cache, env={**os.environ, "RUNBOOK_CRASH_AT": "data-cache-staged"})
     proc.wait(timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stdout.read()
     assert data_cache.is_complete(staging)                       # it was complete, but never renamed...
     assert not cache.exists() and not data_cache.is_complete(cache)   # ...so nothing a launch trusts
 
-    again = _preprocess(corpus, shared_data, cache)
+    again = _preprocess(shared_data, cache)
     out, _ = again.communicate(timeout=300)
     assert again.returncode == 0, out
     assert data_cache.is_complete(cache) and not staging.exists()
@@ -90,16 +82,17 @@ def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoe
     # resource tracker (litdata's workers) may still print a shutdown warning after it.
     assert "data cache built" in out and "exec-ok" in out.splitlines(), out
 
-    third = _preprocess(corpus, shared_data, cache)
+    third = _preprocess(shared_data, cache)
     out, _ = third.communicate(timeout=300)
     assert third.returncode == 0 and "data cache reused" in out, out
 
 
 def _own_small_corpus(project, shared_data):
-    """The project's own small corpus (not the shared link): this test changes the text (and preprocesses it twice)."""
+    """One train shard and the val shard, copied: this test changes the text (and preprocesses it twice)."""
     corpus = project.root / "data" / "stdlib"
     corpus.unlink()
-    return _small_corpus(corpus, shared_data)
+    shutil.copytree(shared_data / "stdlib", corpus, ignore=shutil.ignore_patterns("shard-00[123].txt"))
+    return corpus
 
 
 def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, shared_data):

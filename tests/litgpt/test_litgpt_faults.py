@@ -139,9 +139,8 @@ def test_truncated_and_bit_flipped_checkpoints_are_quarantined_and_the_newest_go
 def test_corrupt_data_lines_are_escalated_with_a_scan_and_fixed_data_trains(litgpt_project, shared_data, tmp_path):
     project = litgpt_project
     data = tmp_path / "data"
-    # One train shard (made bad here) and the val shard: the whole corpus would only tokenize longer.
-    shutil.copytree(shared_data / "stdlib", data, ignore=shutil.ignore_patterns("shard-00[123].txt"))
-    shard = data / "train" / "shard-000.txt"
+    shutil.copytree(shared_data / "stdlib", data)
+    shard = data / "train" / "shard-001.txt"
     lines = shard.read_bytes().split(b"\n")
     lines[10] = b"bad \xff\xfe bytes"          # invalid UTF-8: litgpt's TextFiles cannot read the file
     lines[20] = b"control \x01 char"
@@ -154,7 +153,7 @@ def test_corrupt_data_lines_are_escalated_with_a_scan_and_fixed_data_trains(litg
     assert incident["outcome"] == "escalated"
     assert "bad line" in incident["data_scan"]["summary"]
     found = {(f["file"].split("/")[-1], f["line"], f["kind"]) for f in incident["data_scan"]["findings"]}
-    assert ("shard-000.txt", 11, "invalid_utf8") in found and ("shard-000.txt", 21, "control_char") in found
+    assert ("shard-001.txt", 11, "invalid_utf8") in found and ("shard-001.txt", 21, "control_char") in found
 
     fixed = subprocess.run([RUNBOOK, "scan-data", "--config", str(project.config), "--fix"],
                            capture_output=True, text=True, timeout=120)
