@@ -14,6 +14,7 @@ engine is mocked:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -34,10 +35,35 @@ RUNBOOK = str(Path(sys.executable).parent / "runbook")
 SHORT_RUN = {"max_tokens": 40960, "save_interval": 10, "keep_last_k": 10}
 
 
+def session_shared_folder(tmp_path_factory) -> Path:
+    """The folder every xdist worker of this session sees (the workers' temporary folders' parent), or this
+    process's own temporary folder without xdist: what is built there is built once per session."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def session_lock(folder: Path, name: str):
+    """An exclusive lock shared by the session's workers (released when the file closes, also on failure)."""
+    import fcntl
+
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("shared-data")
-    ensure_default_assets(root / "stdlib", root / "tokenizer")
+    """The default corpus and tokenizer, made once per session for both xdist workers (read-only to tests:
+    one that changes data copies it first), with the tokenized data caches seed_data_cache adds to it."""
+    shared = session_shared_folder(tmp_path_factory)
+    root = shared / "shared-data"
+    with session_lock(shared, "shared-data"):
+        if not (shared / "shared-data.done").exists():
+            if root.exists():
+                shutil.rmtree(root)   # a half-made corpus of a failed attempt
+            ensure_default_assets(root / "stdlib", root / "tokenizer")
+            (shared / "shared-data.done").write_text("ok\n")
     return root
 
 
@@ -270,9 +296,10 @@ def seed_data_cache(project: Project, shared_data: Path) -> None:
     if cache is None or cache.exists():
         return
     built = shared_data / "data-caches" / cache.name
-    if not data_cache.is_complete(built):
-        subprocess.run([*data_cache.preprocess_argv(sys.executable, built, train, val, tokenizer, block_size)[:-1]],
-                       check=True, capture_output=True, timeout=600)
+    with session_lock(shared_data.parent, f"data-cache-{cache.name}"):   # both workers want the same cache
+        if not data_cache.is_complete(built):
+            subprocess.run([*data_cache.preprocess_argv(sys.executable, built, train, val, tokenizer, block_size)[:-1]],
+                           check=True, capture_output=True, timeout=600)
     shutil.copytree(built, cache, symlinks=True)
 
 
@@ -301,12 +328,9 @@ def litgpt_reference_run(tmp_path_factory, shared_data) -> dict:
     """An undisturbed litgpt run of the short configuration: what every recovered litgpt run must end up
     equal to. Trained once per session: the first xdist worker to ask trains it under a lock in the
     session's shared temporary folder, the other reads the same folder (a minute of two cores saved)."""
-    import fcntl
-
-    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else tmp_path_factory.getbasetemp()
+    shared = session_shared_folder(tmp_path_factory)
     root = shared / "litgpt-reference"
-    with open(shared / "litgpt-reference.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes, also if training fails
+    with session_lock(shared, "litgpt-reference"):
         project = Project(root / "project")
         if not (root / "done").exists():
             if root.exists():
