@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import record_evidence
+from tests.conftest import make_project, record_evidence, session_lock, session_shared_folder
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 1800   # a loaded CI machine runs these several times slower than idle cores
@@ -57,13 +58,20 @@ def untouched_repo(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def litgpt_data(tmp_path_factory) -> dict:
-    """The environment that lets the litgpt smokes (relaunch, spare contention) tokenize the corpus once per
-    session: the first publishes litgpt's data cache there (benchmarks/common.py share_data), the others copy
-    it (seed_data). Under xdist the folder is the session's, shared by the workers."""
-    base = tmp_path_factory.getbasetemp()
-    base = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    return {"RUNBOOK_BENCH_DATA_CACHE": str(base / "benchmark-litgpt-data")}
+def litgpt_data(tmp_path_factory, shared_data) -> dict:
+    """The environment that lets the litgpt smokes (relaunch, spare contention) skip tokenizing the corpus: the
+    folder holds the suite's own tokenized cache of the default corpus (tests/conftest.py seed_data_cache, made
+    once per session), which the benchmarks copy (benchmarks/common.py seed_data). The cache's key covers the
+    text, tokenizer and block size, so a benchmark whose data differ finds no cache of its key there and
+    tokenizes as in a fresh clone. Under xdist the folder is the session's, shared by the workers."""
+    shared = session_shared_folder(tmp_path_factory)
+    folder = shared / "benchmark-litgpt-data"
+    with session_lock(shared, "benchmark-litgpt-data"):
+        if not folder.exists():
+            seeded = make_project(tmp_path_factory.mktemp("benchmark-data") / "project", shared_data)
+            shutil.copytree(seeded.run_dir / "data", folder.with_name(f"{folder.name}.tmp"), symlinks=True)
+            folder.with_name(f"{folder.name}.tmp").rename(folder)   # whole or absent, if the copy fails
+    return {"RUNBOOK_BENCH_DATA_CACHE": str(folder)}
 
 
 def run_benchmark(script: str, root: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
