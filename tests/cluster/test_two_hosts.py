@@ -234,7 +234,10 @@ def test_a_powered_off_host_is_a_dead_node_naming_the_host_and_slurm_requeues_th
     assert (node["host"], node["lost"]) == ("h2", True) and node["seconds_since_record"] >= 4.0, node
     detected = died["detected_at"] - faulted["killed_at"]
     assert detected < 4.0 + 3.0, detected   # STALE_S, a tick, and the watcher's own pace on a loaded machine
-    assert died["resumed_step"] == 4
+    # the newest checkpoint (every 2 steps) of the launch h2 died in: rank 1 was at killed_step when read, and
+    # the ranks may finish (and save) one more step before the power-off lands, on a fast or a loaded machine
+    killed, resumed = faulted["killed_step"], died["resumed_step"]
+    assert resumed % TWO_NODES["save_interval"] == 0 and killed - 2 < resumed <= killed + 1, (killed, resumed)
     run_log = (faulted["project"].root / "docs" / "run-log.md").read_text()
     assert "node-died (recovered)" in run_log and "node 1 on host h2 died: the host is lost" in run_log
     assert faulted["nodes_after_kill"]["h2"].startswith("down"), faulted["nodes_after_kill"]
