@@ -27,6 +27,9 @@ from engine.observe.events import Progress
 from tests.conftest import REPO, RUNBOOK, make_toy_project, stop_process, wait_for
 from tests.toy_trainer.adapter import ToyAdapter
 
+# Real `runbook watch` runs of the toy trainer (tens of seconds in all): the slow tier, with the other scenarios.
+pytestmark = pytest.mark.slow
+
 KIND = "python:tests.failing_litgpt.adapter:FailingToyAdapter"
 FAIL_AFTER = 12                 # a checkpoint every 10 steps: step 10 is there to resume from
 # Paced so that the test's SIGTERM, sent once step 2 is logged, lands seconds before the failure at step 12.
