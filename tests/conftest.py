@@ -351,6 +351,19 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
+HELD_TRAINERS: list = []   # psutil.Process of each trainer a test held (SIGSTOP); see _no_trainer_left_held
+
+
+@pytest.fixture(autouse=True)
+def _no_trainer_left_held():
+    """Whatever a test's outcome, no trainer it held stays behind it, stopped (a failed test left one)."""
+    yield
+    while HELD_TRAINERS:
+        process = HELD_TRAINERS.pop()
+        if process.is_running():   # the same process (psutil compares its start time), never a reused pid
+            process.kill()
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

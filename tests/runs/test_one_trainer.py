@@ -21,7 +21,7 @@ import pytest
 
 from engine.records.journal import Journal
 from engine.core.run_folder import RunFolder
-from tests.conftest import REPO, RUNBOOK, TOY_STEPS, stop_process, wait_for
+from tests.conftest import HELD_TRAINERS, REPO, RUNBOOK, TOY_STEPS, stop_process, wait_for
 
 pytestmark = pytest.mark.slow
 ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and any command reading the config) imports tests.toy_trainer
@@ -43,19 +43,6 @@ def launches(project) -> list[dict]:
     return [e for e in journal_entries(project) if e["kind"] == "launch"]
 
 
-HELD: list[psutil.Process] = []   # the trainers a test held (SIGSTOP)
-
-
-@pytest.fixture(autouse=True)
-def _no_trainer_left_held():
-    """Whatever a test's outcome, no trainer it held stays behind it, stopped (a failed test left one)."""
-    yield
-    while HELD:
-        process = HELD.pop()
-        if process.is_running():   # the same process (psutil compares its start time), never a reused pid
-            process.kill()
-
-
 def leave_the_trainer_alive_unsupervised(project) -> int:
     """Run until its first sealed checkpoint, hold the trainer (SIGSTOP) so it is still mid-run when the next watcher starts,
     kill its watcher (SIGKILL: a crash) and return the trainer's pid. (An escalation no longer leaves its
@@ -67,7 +54,7 @@ def leave_the_trainer_alive_unsupervised(project) -> int:
         wait_for(lambda: any(e.get("kind") == "verified" for e in journal_entries(project))
                  and bool(launches(project)), 120, interval=0.05, what="a sealed checkpoint")
         pid = launches(project)[-1]["pid"]
-        HELD.append(psutil.Process(pid))
+        HELD_TRAINERS.append(psutil.Process(pid))
         os.kill(pid, signal.SIGSTOP)
         assert not (project.out_dir / "final").exists(), "the toy finished first: slow its pace"
         watcher.kill()

@@ -21,7 +21,7 @@ import pytest
 
 from engine.observe.events import Progress
 from engine.process.trainer_process import TrainerProcess, read_exit_status
-from tests.conftest import REPO, stop_process, wait_for
+from tests.conftest import HELD_TRAINERS, REPO, stop_process, wait_for
 from tests.runs.test_dynamics_faults import without_loss_spike
 from tests.toy_trainer.adapter import ToyAdapter
 
@@ -53,19 +53,6 @@ def progress_lines(project) -> int:
     return sum(count_progress(log) for log in trainer_logs(project))
 
 
-HELD: list[psutil.Process] = []   # the trainers a test held (SIGSTOP)
-
-
-@pytest.fixture(autouse=True)
-def _no_trainer_left_held():
-    """Whatever a test's outcome, no trainer it held stays behind it, stopped (a failed test left one)."""
-    yield
-    while HELD:
-        process = HELD.pop()
-        if process.is_running():   # the same process (psutil compares its start time), never a reused pid
-            process.kill()
-
-
 def restart_watcher_around_a_held_trainer(project, after_progress_lines: int) -> tuple:
     """Start a watcher, hold the trainer once it has printed that many progress lines, SIGKILL the
     watcher and start a new one; return (new watcher, trainer pid) once it has re-attached."""
@@ -74,7 +61,7 @@ def restart_watcher_around_a_held_trainer(project, after_progress_lines: int) ->
         wait_for(lambda: (project.run_dir / "trainer.pid").exists() and progress_lines(project) >= after_progress_lines,
                  120, what=f"{after_progress_lines} progress lines")
         trainer_pid = project.trainer_pid()
-        HELD.append(psutil.Process(trainer_pid))
+        HELD_TRAINERS.append(psutil.Process(trainer_pid))
         os.kill(trainer_pid, signal.SIGSTOP)
         held = psutil.Process(trainer_pid)   # NoSuchProcess: it ended before it was held (slow its pace)
         wait_for(lambda: held.status() == psutil.STATUS_STOPPED, 10, interval=0.02, what="the trainer held")
@@ -117,7 +104,7 @@ def replace_watcher_around_the_held_trainer(project, watcher) -> tuple:
     once it has re-attached."""
     attached = sum("re-attached to trainer pid" in e.get("reason", "") for e in journal(project))
     trainer_pid = project.trainer_pid()
-    HELD.append(psutil.Process(trainer_pid))
+    HELD_TRAINERS.append(psutil.Process(trainer_pid))
     os.kill(trainer_pid, signal.SIGSTOP)
     watcher.send_signal(signal.SIGKILL)
     watcher.wait(timeout=30)
