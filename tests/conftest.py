@@ -546,3 +546,53 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("=", "counts reported by the tests (docs quote these lines)")
         for line in EVIDENCE:
             terminalreporter.write_line(line)
+
+
+# =====================================================================================================
+# A real full disk: a small tmpfs (root only; require_capability otherwise) and a filler for its free blocks.
+# =====================================================================================================
+import errno  # noqa: E402
+
+
+def can_mount_tmpfs(where: Path) -> str | None:
+    """None where a tmpfs can be mounted at `where` (made if missing), else why not."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"mount refused: {done.stderr.strip()}"
+    subprocess.run(["umount", str(where)], check=True)
+    return None
+
+
+@pytest.fixture
+def tmpfs():
+    """mount(where, size): a tmpfs of that size at `where`, unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(where: Path, size: str) -> Path:
+        reason = can_mount_tmpfs(where)
+        if reason:
+            require_capability(reason)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)])
+
+
+def fill(folder: Path) -> Path:
+    """A filler file that takes every free block of the folder's tmpfs."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as error:
+        assert error.errno == errno.ENOSPC, error
+    finally:
+        os.close(fd)
+    return filler

@@ -57,6 +57,10 @@ class CheckpointLedger:
         self.read_only = read_only        # dry-run: verify against manifests, never seal, move or link
         self.verified: set[int] = set()
         self.corrupt: dict[int, str] = {}
+        # Verified while the disk had no room for the manifest: step -> the digests of that read, written
+        # as its manifest by a later refresh once there is room (no second read of a big checkpoint).
+        self.unsealed: dict[int, dict] = {}
+        self._last_owed = False           # `last` could not be moved to the newest verified (a full disk)
         self._sizes: dict[Path, int] = {}
 
     # --- what is there ---------------------------------------------------------------------------
@@ -102,6 +106,8 @@ class CheckpointLedger:
         # of that step must be read and verified, not passed as verified unread.
         self.forget((self.verified | set(self.corrupt)) - {c.step for c in existing})
         for c in existing:
+            if c.step in self.unsealed and not self.read_only:
+                self._try_seal(c)
             if c.step in self.verified and not force:
                 continue
             if saving_from_step is not None and c.step >= saving_from_step and not force:
@@ -114,14 +120,13 @@ class CheckpointLedger:
             # A sealed checkpoint is checked against its manifest, not re-sealed: rewriting it would
             # cost a write per file and could seal over damage the manifest is there to catch.
             recheck = self.read_only or ckpts.has_manifest(c)
-            try:
-                result = ckpts.verify_checkpoint(c) if recheck else ckpts.seal_checkpoint(c)
-            except OSError as error:
-                if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                # A full disk has no room for the manifest: the checkpoint stays unsealed (so not verified)
-                # and is sealed by a later refresh, once disk-full/disk-low freed room; the watcher lives on.
-                continue
+            if recheck:
+                result = ckpts.verify_checkpoint(c)
+            else:
+                result, digests = ckpts.verify_for_sealing(c)
+                if result.ok:
+                    self.unsealed[c.step] = digests
+                    self._try_seal(c)
             read["rechecked" if recheck else "sealed"].append(c.step)
             if result.ok:
                 self.verified.add(c.step)
@@ -137,15 +142,29 @@ class CheckpointLedger:
             for c in self.checkpoints():
                 if c.step in self.corrupt:
                     self.quarantine(c, f"failed verification: {self.corrupt[c.step]}")
-        if newly_verified and not self.read_only:
+        if (newly_verified or self._last_owed) and not self.read_only:
             self.relink_last()
         return bad
+
+    def _try_seal(self, c: ckpts.Checkpoint) -> None:
+        """Write the manifest of a checkpoint verified by its content. A full disk (ENOSPC/EDQUOT) has no room
+        for it: the checkpoint counts as verified all the same, so a prune may free the older ones and a resume
+        starts from it rather than looping on an older one while unsealable saves fill the disk, and the manifest
+        is written by a later refresh, once there is room; the watcher lives on."""
+        try:
+            ckpts.write_seal(c, self.unsealed[c.step])
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            return
+        del self.unsealed[c.step]
 
     def forget(self, steps: set[int]) -> None:
         """Deleted steps: a later save of the same step must be verified anew, not passed unread."""
         self.verified.difference_update(steps)
         for step in steps:
             self.corrupt.pop(step, None)
+            self.unsealed.pop(step, None)
 
     def resume_file_corrupt(self, resume_file: Path) -> tuple[bool, str | None] | None:
         """Verified afresh, whatever was sealed before (a file damaged after its save is caught by its
@@ -178,7 +197,16 @@ class CheckpointLedger:
         newest = self.newest_verified()
         link = self.out_dir / ckpts.LAST_LINK_NAME
         if newest is not None:
-            ckpts.update_last_link(self.out_dir, newest)
+            try:
+                ckpts.update_last_link(self.out_dir, newest)
+            except OSError as error:
+                if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # A full disk has no room for the new link: `last` keeps naming an older verified checkpoint
+                # (the prune keeps it) until a later refresh, once there is room.
+                self._last_owed = True
+                return
+            self._last_owed = False
         elif link.is_symlink():
             link.unlink()
 
@@ -222,6 +250,12 @@ class CheckpointLedger:
         existing = self.checkpoints()
         newest = ckpts.newest_verified(existing, self.verified)
         protected = ({newest.step} if newest else set()) | {c.step for c in existing if c.step not in self.verified}
+        # What apply_prune refuses to delete (its own checks, read from the disk) is kept, not planned and refused:
+        # the newest sealed checkpoint and `last`'s, older than the newest verified one while a full disk has no
+        # room for its manifest or for the new link.
+        sealed = [c.step for c in existing if ckpts.has_manifest(c)]
+        last = ckpts.last_link_target(self.out_dir)
+        protected |= set(sealed[-1:]) | {c.step for c in existing if last is not None and c.path.resolve() == last.resolve()}
         owned = partial_saves.owned_checkpoints(self.out_dir, announced, self.layout)
         doomed = ckpts.plan_prune(owned, keep_last_k, best_step, protected)
         if doomed:

@@ -206,12 +206,23 @@ def write_manifest(ckpt: Checkpoint) -> Path:
     return _write_manifest_entries(ckpt, files)
 
 
+def verify_for_sealing(ckpt: Checkpoint, require_side_files=None) -> tuple[Verification, dict]:
+    """verify_checkpoint, plus the digests write_seal records: a caller that may find no room for the
+    manifest (a full disk) keeps them and seals later without reading the checkpoint again."""
+    return _verify(ckpt, require_side_files, want_digests=True)
+
+
+def write_seal(ckpt: Checkpoint, digests: dict) -> Path:
+    """The manifest of a checkpoint verify_for_sealing passed, from the digests of that read."""
+    return _write_manifest_entries(ckpt, digests)
+
+
 def seal_checkpoint(ckpt: Checkpoint, require_side_files=None) -> Verification:
     """Verify, and only if that passes write the manifest from the hashes of the same read. An
     existing manifest is checked first and rewritten only if it still holds."""
-    result, digests = _verify(ckpt, require_side_files, want_digests=True)
+    result, digests = verify_for_sealing(ckpt, require_side_files)
     if result.ok:
-        _write_manifest_entries(ckpt, digests)
+        write_seal(ckpt, digests)
     return result
 
 

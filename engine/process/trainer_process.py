@@ -238,8 +238,9 @@ class TrainerProcess:
     def stop(self, grace_s: float) -> str:
         """SIGCONT (a stopped process cannot act on a signal), the quit signal (SIGTERM, or SIGUSR2 where
         SIGTERM is a notice: a stop without a save), then SIGKILL after the grace period."""
-        if not self.alive:
-            return "trainer was not running"
+        if not self.alive:   # it ended on its own first (a crash a moment before the stop): say how, for the record
+            code = self.poll()
+            return "trainer was not running" + (f" (it had exited {code})" if code is not None else "")
         self.send(signal.SIGCONT)
         self.send(signal.Signals[self.quit_signal])
         if self.wait_exit(grace_s):

@@ -18,8 +18,7 @@ import pytest
 from engine.trainers.litgpt.launch import cuda_available
 from engine.trainers.litgpt.preflight import checkpoint_estimate, device_problems, tokenizer_problems
 from runbook.exit_codes import ExitCode
-from tests.conftest import RUNBOOK, require_capability
-from tests.runs.test_process_faults import _can_mount_tmpfs
+from tests.conftest import RUNBOOK, can_mount_tmpfs, require_capability
 
 
 def check(project, *args: str) -> subprocess.CompletedProcess:
@@ -145,7 +144,7 @@ def test_device_rules():
 
 def test_an_out_dir_too_small_for_a_few_checkpoints_is_refused(litgpt_project):
     project = litgpt_project
-    reason = _can_mount_tmpfs(project.out_dir)
+    reason = can_mount_tmpfs(project.out_dir)
     if reason:
         require_capability(reason)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(project.out_dir)], check=True)

@@ -22,41 +22,9 @@ import pytest
 from engine.trainers.run_config import load_config
 from engine.records.journal import Journal
 from engine.core.write_trouble import WriteTrouble
-from tests.conftest import REPO, RUNBOOK, require_capability, stop_process, wait_for
-from tests.runs.test_process_faults import _can_mount_tmpfs
+from tests.conftest import REPO, RUNBOOK, fill, stop_process, wait_for
 from tests.runs.test_toy_trainer import STEPS, make_toy_project
 from tests.toy_trainer import trainer as toy
-
-
-@pytest.fixture
-def tmpfs():
-    mounted: list[Path] = []
-
-    def mount(where: Path, size: str) -> Path:
-        reason = _can_mount_tmpfs(where)
-        if reason:
-            require_capability(reason)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)])
-
-
-def fill(folder: Path) -> Path:
-    """A filler file that takes every free block of the folder's tmpfs."""
-    filler = folder / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError as error:
-        assert error.errno == errno.ENOSPC, error
-    finally:
-        os.close(fd)
-    return filler
 
 
 def test_the_journal_holds_entries_on_a_full_disk_and_appends_them_in_order_without_a_torn_line(tmpfs, tmp_path):

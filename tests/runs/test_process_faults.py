@@ -17,7 +17,7 @@ import pytest
 
 from engine.checkpoints.store import list_checkpoints
 from engine.records.journal import Journal
-from tests.conftest import REPO, require_capability, run_watch, stop_process, wait_for
+from tests.conftest import REPO, can_mount_tmpfs, require_capability, run_watch, stop_process, wait_for
 from tests.toy_trainer.adapter import ToyLayout
 
 
@@ -72,17 +72,6 @@ def best_val_step(project) -> int:
     return best[0]
 
 
-def _can_mount_tmpfs(where: Path) -> str | None:
-    if os.geteuid() != 0:
-        return "mounting a tmpfs needs root"
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True)
-    if done.returncode != 0:
-        return f"mount refused: {done.stderr.strip()}"
-    subprocess.run(["umount", str(where)], check=True)
-    return None
-
-
 # The toy's files are a few hundred bytes: on a tmpfs each takes one 4 KiB page. A step checkpoint is 3 pages
 # (state.json, state.sha256, runbook's manifest), final/ 2, runbook-owner.json 1. 40 steps saved every 5 are 8
 # checkpoints + final = 27 pages; 16 pages (64 KiB) hold the owner file and 5 checkpoints, so the run cannot
@@ -94,7 +83,7 @@ TMPFS_SIZE, STEPS, SAVE_INTERVAL = "64k", 40, 5
 @pytest.mark.parametrize("retention", ["as each save is sealed", "off: the disk-low playbook alone"])
 def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_newest(project, retention):
     mount_point = project.out_dir
-    reason = _can_mount_tmpfs(mount_point)
+    reason = can_mount_tmpfs(mount_point)
     if reason:
         require_capability(reason)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount_point)], check=True)

@@ -37,6 +37,8 @@ def test_a_just_ended_trainer_is_exit_pending_without_waiting_then_dead_with_its
         os.kill(launcher_pid, signal.SIGCONT)
         wait_for(lambda: not process.alive, 30, interval=0.01, what="the launcher to record the exit")
         assert process.poll() == 3 and not process.exit_pending
+        # A stop that comes a moment too late (a playbook that fired before the crash) records how it ended.
+        assert process.stop(grace_s=1.0) == "trainer was not running (it had exited 3)"
     finally:
         # the launcher may be gone already: it exits once it has recorded the exit, and being our child it is
         # reaped when the test reads the exit (seen once in a full run: ProcessLookupError here, after a pass)
@@ -54,6 +56,7 @@ def test_a_launcher_that_never_writes_is_waited_for_at_most_the_bound(tmp_path, 
     try:
         wait_for(lambda: not process.alive, 30, interval=0.01, what="the bound to pass")
         assert not process.exit_pending and process.poll() is None   # dead, its exit unknown: said so, not waited on
+        assert process.stop(grace_s=1.0) == "trainer was not running"
     finally:
         # the launcher may be gone already: it exits once it has recorded the exit, and being our child it is
         # reaped when the test reads the exit (seen once in a full run: ProcessLookupError here, after a pass)
