@@ -10,7 +10,7 @@ import copy
 import datetime as dt
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
@@ -43,12 +43,14 @@ def load_yaml(path: Path) -> Any:
     """
     text = read_text_file(path)
     key = (str(path), text)
-    if key in _PARSED:   # the same text parsed before (and checked): a copy, since callers may change theirs
-        return copy.deepcopy(_PARSED[key])
+    known = _PARSED.get(key)
+    if known is not None:   # the same text parsed before (and checked): a new tree, since callers may change theirs
+        events, tree = known
+        return _compose_and_construct(round_trip_yaml(), events) if events is not None else copy.deepcopy(tree)
     yaml = round_trip_yaml()
     try:
-        _check_depth(yaml, text, path)
-        tree = yaml.load(text)
+        events = _ruamel_events(_checked_events(yaml, text, path))
+        tree = _compose_and_construct(yaml, events) if events is not None else yaml.load(text)
     except MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{shown(path)}:{mark.line + 1}:{mark.column + 1}" if mark else shown(path)
@@ -62,18 +64,19 @@ def load_yaml(path: Path) -> Any:
     _check_expansion(tree, path)
     if len(_PARSED) >= _PARSED_MAX:
         _PARSED.clear()
-    _PARSED[key] = copy.deepcopy(tree)
+    _PARSED[key] = (events, None) if events is not None else (None, copy.deepcopy(tree))
     return tree
 
 
-# (path, text) -> its parsed tree. Parsing with positions costs ~50x a deep copy of the result, and a
-# process reads the same run config several times (load, reload after each write-back, every command
-# of a test or harness run in one process); a changed file has another text, hence another key.
-_PARSED: dict[tuple[str, str], Any] = {}
+# (path, text) -> its events (composed again on each use: cheaper than a deep copy of the tree, which a first
+# load would pay too), or its tree where ruamel's own parser read it (parsing costs ~50x a deep copy). A
+# process reads the same run config several times (load, reload after each write-back, every command of a
+# test or harness run in one process); a changed file has another text, hence another key.
+_PARSED: dict[tuple[str, str], tuple[list | None, Any]] = {}
 _PARSED_MAX = 64
 
 
-def _structure_events(yaml: YAML, text: str):
+def _structure_events(yaml: YAML, text: str) -> Iterable:
     """The document's parser events. libyaml's C parser (PyYAML's CSafeLoader) gives the same structure
     ~40x faster than ruamel's pure-Python one (22 playbooks: 0.02 s against 1 s, at every watcher start);
     where it is missing, or refuses the text, ruamel's own parser decides, as the load itself will."""
@@ -83,12 +86,84 @@ def _structure_events(yaml: YAML, text: str):
             return list(pyyaml.parse(text, Loader=pyyaml.CSafeLoader))
     except Exception:  # noqa: BLE001 - any refusal of the fast parser: the slow one names the error with file:line
         pass
-    return yaml.parse(text)
+    return yaml.parse(text)   # lazily: a nesting too deep stops it at the limit, not at the end of the text
 
 
-def _check_depth(yaml: YAML, text: str, path: Path) -> None:
+def _ruamel_events(events: list) -> list | None:
+    """libyaml's events (PyYAML's classes) as ruamel's, for ruamel's own composer and round-trip constructor:
+    the same tree, with every key's and item's line and column, at a fraction of the cost (parsing is ~85% of
+    ruamel's load; every watcher start reads 24 playbooks). Comments are not kept: nothing reads them from
+    load_yaml's tree (a write-back reads the file again, write_yaml_places). None where ruamel's own parser
+    must decide: events that are ruamel's already (libyaml missing or refusing the text), a %YAML or %TAG
+    directive (ruamel reads YAML 1.2 by default, libyaml only knows 1.1's directives), an explicit tag."""
+    from ruamel.yaml import events as ruamel_events
+
+    if not events or type(events[0]).__module__ != "yaml.events":
+        return None
+    out: list = []
+    for event in events:
+        name = type(event).__name__
+        kind = getattr(ruamel_events, name)
+        if getattr(event, "tag", None) not in (None, "!") or getattr(event, "version", None) or getattr(event, "tags", None):
+            return None
+        marks = {"start_mark": event.start_mark, "end_mark": event.end_mark}
+        if name == "ScalarEvent":
+            out.append(kind(event.anchor, event.tag, event.implicit, event.value, style=event.style, **marks))
+        elif name in ("SequenceStartEvent", "MappingStartEvent"):
+            out.append(kind(event.anchor, event.tag, event.implicit, flow_style=event.flow_style, **marks))
+        elif name == "AliasEvent":
+            out.append(kind(event.anchor, **marks))
+        elif name in ("DocumentStartEvent", "DocumentEndEvent"):
+            out.append(kind(explicit=event.explicit, **marks))
+        else:
+            out.append(kind(**marks))
+    return out
+
+
+class _ReplayedEvents:
+    """ruamel's parser interface over a list of events already parsed."""
+
+    def __init__(self, events: list):
+        self._events = events
+        self._next = 0
+
+    def check_event(self, *choices) -> bool:
+        if self._next >= len(self._events):
+            return False
+        return not choices or isinstance(self._events[self._next], choices)
+
+    def peek_event(self):
+        return self._events[self._next]
+
+    def get_event(self):
+        event = self._events[self._next]
+        self._next += 1
+        return event
+
+    def dispose(self) -> None:
+        self._events = []
+
+
+def _compose_and_construct(yaml: YAML, events: list) -> Any:
+    """What yaml.load(text) returns, from the text's events (ruamel's composer, resolver and constructor)."""
+    from ruamel.yaml.main import DocInfo, version
+
+    yaml.doc_infos.append(DocInfo(requested_version=version(yaml.version)))
+    yaml.tags = {}
+    replay = _ReplayedEvents(events)
+    setattr(yaml, "_parser", replay)   # where YAML.parser keeps the parser it made: ours is used instead
+    try:
+        return yaml.constructor.get_single_data()
+    finally:
+        replay.dispose()
+
+
+def _checked_events(yaml: YAML, text: str, path: Path) -> list:
+    """The text's events, its nesting checked before anything recursive runs on them."""
+    events = []
     depth = 0
     for event in _structure_events(yaml, text):
+        events.append(event)
         name = type(event).__name__
         if name in ("MappingStartEvent", "SequenceStartEvent"):
             depth += 1
@@ -97,13 +172,14 @@ def _check_depth(yaml: YAML, text: str, path: Path) -> None:
                 raise SourceError([f"{shown(path)}:{mark.line + 1}:{mark.column + 1}: nested more than {MAX_DEPTH} levels deep"])
         elif name in ("MappingEndEvent", "SequenceEndEvent"):
             depth -= 1
+    return events
 
 
 def _check_expansion(tree: Any, path: Path) -> None:
     """Count the values of the document as pydantic would see them, each shared node once per use."""
     sizes: dict[int, int] = {}
 
-    def size(node: Any) -> int:  # depth is bounded by _check_depth, so recursion is safe here
+    def size(node: Any) -> int:  # depth is bounded by _checked_events, so recursion is safe here
         if not isinstance(node, (dict, list)):
             return 1
         known = sizes.get(id(node))
