@@ -43,12 +43,12 @@ def repo_state() -> dict:
 
 @pytest.fixture
 def untouched_repo(monkeypatch):
-    from benchmarks import bench_datascan, bench_matching, common
+    from benchmarks import bench_datascan, bench_matching, bench_yaml_load, common
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a benchmark wrote docs/benchmarks.md without --write")
 
-    for module in (common, bench_datascan, bench_matching):
+    for module in (common, bench_datascan, bench_matching, bench_yaml_load):
         monkeypatch.setattr(module, "write_section", refuse)
     before = repo_state()
     yield
@@ -105,6 +105,14 @@ def test_datascan_smoke(untouched_repo, capsys):
     assert bench_datascan.main(["--smoke"]) == 0     # both scans found exactly the planted lines (asserted inside)
     out = capsys.readouterr().out
     assert "| seed per-line loop |" in out and "| runbook scan-data |" in out and "same findings:" in out
+
+
+def test_yaml_load_smoke(untouched_repo, capsys):
+    from benchmarks import bench_yaml_load
+
+    assert bench_yaml_load.main(["--smoke"]) == 0      # the same trees both ways (asserted inside)
+    out = capsys.readouterr().out
+    assert "| load_yaml (libyaml events) | 2 |" in out and "| ruamel round-trip load | 2 |" in out and "x faster" in out
 
 
 def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):
