@@ -43,12 +43,12 @@ def repo_state() -> dict:
 
 @pytest.fixture
 def untouched_repo(monkeypatch):
-    from benchmarks import bench_datascan, bench_matching, bench_yaml_load, common
+    from benchmarks import bench_datascan, bench_litgpt_import, bench_matching, bench_yaml_load, common
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a benchmark wrote docs/benchmarks.md without --write")
 
-    for module in (common, bench_datascan, bench_matching, bench_yaml_load):
+    for module in (common, bench_datascan, bench_litgpt_import, bench_matching, bench_yaml_load):
         monkeypatch.setattr(module, "write_section", refuse)
     before = repo_state()
     yield
@@ -113,6 +113,15 @@ def test_yaml_load_smoke(untouched_repo, capsys):
     assert bench_yaml_load.main(["--smoke"]) == 0      # the same trees both ways (asserted inside)
     out = capsys.readouterr().out
     assert "| load_yaml (libyaml events) | 2 |" in out and "| ruamel round-trip load | 2 |" in out and "x faster" in out
+
+
+def test_litgpt_import_smoke(untouched_repo, capsys):
+    from benchmarks import bench_litgpt_import
+
+    assert bench_litgpt_import.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "| runbook's entry (lean_imports) | 1 |" in out and out.count("| no |") == 1, out   # transformers skipped
+    assert "| plain `import litgpt.pretrain` | 1 |" in out and "CPU s of every litgpt trainer start" in out
 
 
 def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):

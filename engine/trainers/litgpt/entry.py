@@ -12,7 +12,7 @@ spawned workers import this module again and must not re-run the setup (EADDRINU
 The order of start-up, each step at one named place:
 1. notice_save.install_handlers(): the notice signals (RUNBOOK_NOTICE_SIGNALS) are caught from the
    first milliseconds; a notice before the training loop runs ends the process at once (no step to lose).
-2. import litgpt.pretrain (torch, lightning: most of a start's seconds).
+2. import litgpt.pretrain (torch, lightning: most of a start's seconds), without transformers (lean_imports.py).
 3. prepare_ranks(): the multi-rank hook (engine/trainers/litgpt/ranks.py, issue 15): it may replace
    litgpt's strategy choice or write per-rank heartbeats before litgpt constructs its Fabric.
 4. notice_save.attach(pretrain): the save-on-notice guard at litgpt's optimizer-step boundary.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.trainers.litgpt import notice_save
+from engine.trainers.litgpt import lean_imports, notice_save
 
 
 def prepare_ranks() -> None:
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "pretrain":
         print("usage: python -m engine.trainers.litgpt.entry pretrain --config FILE [litgpt options]", file=sys.stderr)
         return 2
-    import litgpt.pretrain as pretrain
+    pretrain = lean_imports.import_pretrain()   # without the transformers torchmetrics would import for nothing
 
     prepare_ranks()
     notice_save.attach(pretrain)

@@ -238,7 +238,7 @@ def spare_spec(loaded) -> LaunchSpec | None:
 
 ENTRY_MODULE = "engine.trainers.litgpt.entry"
 # What a warm spare (trainer.warm_spare, engine/process/warm_spare.py) imports ahead: most of a start's seconds.
-WARM_IMPORTS = ("torch", "lightning", "litgpt.pretrain", "jsonargparse", "litgpt.data", "litdata",
+WARM_IMPORTS = ("engine.trainers.litgpt.lean_imports", "torch", "lightning", "litgpt.pretrain", "jsonargparse", "litgpt.data", "litdata",
                 "engine.trainers.litgpt.notice_save")
 
 

@@ -1,0 +1,86 @@
+"""A litgpt trainer's imports: `import litgpt.pretrain` as runbook's entry does it (engine/trainers/litgpt/lean_imports.py:
+torchmetrics told transformers is absent) side by side with the plain import, with transformers installed.
+
+    python benchmarks/bench_litgpt_import.py            # 7 alternating samples of each, prints the figures
+    python benchmarks/bench_litgpt_import.py --write    # the same, and updates docs/benchmarks.md
+    python benchmarks/bench_litgpt_import.py --smoke    # 1 sample each, nothing written (the test suite's)
+
+Each sample is a fresh interpreter (imports cannot be undone); its CPU time (user + system, from getrusage of
+the finished child) and wall time are taken around the whole process. The two ways alternate sample by sample,
+so a change in the machine's load hits both; the ratio is of the medians. Every start of a litgpt trainer
+(launch, resume, each rank, the preflight parse) pays this import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import command_line, docs_flags, load_average, machine, should_write, table, write_section  # noqa: E402
+
+SECTION = "A litgpt trainer's imports"
+WAYS = {
+    "runbook's entry (lean_imports)": "import engine.trainers.litgpt.lean_imports\nimport litgpt.pretrain",
+    "plain `import litgpt.pretrain`": "import litgpt.pretrain",
+}
+CHECK = "\nimport sys\nprint('transformers' in sys.modules)"
+
+
+def sample(code: str) -> tuple[float, float, bool]:
+    """(CPU s, wall s, transformers imported) of one fresh interpreter running `code`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code + CHECK], capture_output=True, text=True, cwd=ROOT, check=True)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, done.stdout.strip().splitlines()[-1] == "True"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=7)
+    docs_flags(parser, "1 sample each")
+    args = parser.parse_args(argv)
+    samples = 1 if args.smoke else args.samples
+    load_at_start = load_average()
+    results: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in WAYS}
+    for _ in range(samples):
+        for name, code in WAYS.items():
+            results[name].append(sample(code))
+    rows, medians = [], {}
+    for name, values in results.items():
+        cpu = [v[0] for v in values]
+        wall = [v[1] for v in values]
+        medians[name] = statistics.median(cpu)
+        rows.append([name, len(values), f"{statistics.median(cpu):.2f}", f"{min(cpu):.2f}", f"{max(cpu):.2f}",
+                     f"{statistics.median(wall):.2f}", "yes" if all(v[2] for v in values) else
+                     "no" if not any(v[2] for v in values) else "sometimes"])
+    lean, plain = medians["runbook's entry (lean_imports)"], medians["plain `import litgpt.pretrain`"]
+    body = "\n".join([
+        f"Command: `{command_line()}`",
+        "",
+        f"Machine: {machine(load_at_start)}",
+        "",
+        table(["way", "samples", "median CPU s", "min CPU s", "max CPU s", "median wall s", "transformers imported"], rows),
+        "",
+        f"runbook's entry saves {plain - lean:.2f} CPU s of every litgpt trainer start ({plain / lean:.2f}x, ratio of "
+        "the medians). Checked in tests/litgpt/test_lean_imports.py: transformers is not imported, and the "
+        "one metric litgpt uses (RunningMean) gives the same values.",
+    ])
+    print(body)
+    if should_write(args):
+        write_section(SECTION, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
