@@ -78,8 +78,10 @@ def test_a_real_litgpt_run_with_loader_workers_under_a_long_out_dir_trains(tmp_p
     threads polled (tests/runs/test_startup_hang.py: such ticking is no sign of life)."""
     project = make_project(tmp_path / "project", shared_data, max_tokens=8192, save_interval=8)
     deep = project.root / ("d" * 60) / ("e" * 60) / "out"
+    # hang_floor_s 60: the deadlock this is about lasts until startup_timeout_s; a final save that a loaded 2-core CI
+    # machine starved of CPU for 10 s (no output or I/O: CI saw it once) is the machine's, not this test's subject.
     project.set(out_dir=str(deep), trainer={"num_workers": 2},
-                watch={"startup_timeout_s": 200})
+                watch={"startup_timeout_s": 200, "hang_floor_s": 60})
     project.out_dir = deep
     watcher = project.watch()
     try:
