@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import command_line, docs_flags, load_average, machine, should_write, table, write_section  # noqa: E402
+from benchmarks.common import docs_flags, load_average, publish, table  # noqa: E402
 
 SECTION = "A litgpt trainer's imports"
 WAYS = {
@@ -65,20 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.median(wall):.2f}", "yes" if all(v[2] for v in values) else
                      "no" if not any(v[2] for v in values) else "sometimes"])
     lean, plain = medians["runbook's entry (lean_imports)"], medians["plain `import litgpt.pretrain`"]
-    body = "\n".join([
-        f"Command: `{command_line()}`",
-        "",
-        f"Machine: {machine(load_at_start)}",
-        "",
-        table(["way", "samples", "median CPU s", "min CPU s", "max CPU s", "median wall s", "transformers imported"], rows),
-        "",
-        f"runbook's entry saves {plain - lean:.2f} CPU s of every litgpt trainer start ({plain / lean:.2f}x, ratio of "
-        "the medians). Checked in tests/litgpt/test_lean_imports.py: transformers is not imported, and the "
-        "one metric litgpt uses (RunningMean) gives the same values.",
-    ])
-    print(body)
-    if should_write(args):
-        write_section(SECTION, body)
+    publish(args, SECTION, load_at_start,
+            table(["way", "samples", "median CPU s", "min CPU s", "max CPU s", "median wall s", "transformers imported"], rows),
+            f"runbook's entry saves {plain - lean:.2f} CPU s of every litgpt trainer start ({plain / lean:.2f}x, ratio of "
+            "the medians). Checked in tests/litgpt/test_lean_imports.py: transformers is not imported, and the "
+            "one metric litgpt uses (RunningMean) gives the same values.")
     return 0
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import command_line, docs_flags, load_average, machine, should_write, table, write_section  # noqa: E402
+from benchmarks.common import docs_flags, load_average, publish, table  # noqa: E402
 from engine.core import yaml_source  # noqa: E402
 from engine.core.bounded_read import read_text_file  # noqa: E402
 
@@ -64,22 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     ratio = medians["ruamel round-trip load"] / medians["load_yaml (libyaml events)"]
     rows = [[name, len(values), f"{medians[name]:.3f}", f"{min(values):.3f}", f"{max(values):.3f}"]
             for name, values in times.items()]
-    body = "\n".join([
-        f"Command: `{command_line()}`",
-        "",
-        f"Machine: {machine(load_at_start)}",
-        "",
-        f"Every one of the {len(paths)} shipped playbooks read once per sample (CPU seconds per sample):",
-        "",
-        table(["way", "samples", "median s", "min s", "max s"], rows),
-        "",
-        f"load_yaml is {ratio:.1f}x faster (ratio of the medians), with the same trees: checked here on every "
-        "shipped playbook, and in tests/unit/test_yaml_fast_path.py on every YAML file of the repository "
-        "(values, types, and every key's and item's line and column).",
-    ])
-    print(body)
-    if should_write(args):
-        write_section(SECTION, body)
+    publish(args, SECTION, load_at_start,
+            f"Every one of the {len(paths)} shipped playbooks read once per sample (CPU seconds per sample):",
+            table(["way", "samples", "median s", "min s", "max s"], rows),
+            f"load_yaml is {ratio:.1f}x faster (ratio of the medians), with the same trees: checked here on every "
+            "shipped playbook, and in tests/unit/test_yaml_fast_path.py on every YAML file of the repository "
+            "(values, types, and every key's and item's line and column).")
     return 0
 
 

@@ -107,6 +107,16 @@ def write_section(title: str, body: str, doc: Path = DOCS, first: bool = False) 
     atomic_write_text(doc, text)
 
 
+def publish(args, section: str, load_at_start: str, *paragraphs: str) -> str:
+    """A report: the command that made it and the machine, then the paragraphs; printed, and written as
+    `section` of docs/benchmarks.md when should_write(args)."""
+    body = "\n\n".join([f"Command: `{command_line()}`", f"Machine: {machine(load_at_start)}", *paragraphs])
+    print(body)
+    if should_write(args):
+        write_section(section, body)
+    return body
+
+
 def table(headers: list[str], rows: list[list], right: set[int] | None = None) -> str:
     """A Markdown table; columns in `right` are right-aligned."""
     right = right if right is not None else set(range(1, len(headers)))

@@ -255,7 +255,8 @@ class CheckpointLedger:
         # room for its manifest or for the new link.
         sealed = [c.step for c in existing if ckpts.has_manifest(c)]
         last = ckpts.last_link_target(self.out_dir)
-        protected |= set(sealed[-1:]) | {c.step for c in existing if last is not None and c.path.resolve() == last.resolve()}
+        last_folder = last.resolve() if last is not None else None
+        protected |= set(sealed[-1:]) | {c.step for c in existing if c.path.resolve() == last_folder}
         owned = partial_saves.owned_checkpoints(self.out_dir, announced, self.layout)
         doomed = ckpts.plan_prune(owned, keep_last_k, best_step, protected)
         if doomed:
