@@ -134,6 +134,24 @@ def test_checkpoint_verify_smoke(untouched_repo, tmp_path, capsys):
     assert "Goal (issue 7) not measured" in out        # --smoke leaves the page cache alone: warm figures only
 
 
+def test_suite_cpu_smoke(untouched_repo, tmp_path):
+    """The suite profiler's clock sees the CPU of a grandchild whose parent exited at once (the watcher ->
+    launcher -> trainer case getrusage misses) and calls a test that sleeps idle, not busy."""
+    from tests.conftest import require_capability
+
+    done = run_benchmark("bench_suite_cpu.py", tmp_path / "suite-cpu")
+    results = json.loads((tmp_path / "suite-cpu" / "results.json").read_text())
+    rows = {r["id"].split("::")[-1]: r for r in results["rows"]}
+    assert set(rows) == {"test_spins_in_a_grandchild", "test_waits"} and "2 passed" in results["outcome"], results
+    if rows["test_waits"]["clock"] != "cgroup cpuacct":
+        require_capability("the suite profiler's clock needs a writable cgroup v1 cpuacct controller (root)")
+    assert rows["test_spins_in_a_grandchild"]["cpu_s"] >= 0.9, rows   # its 1 CPU s, though never reaped by us
+    waits = rows["test_waits"]
+    assert waits["wall_s"] >= 1.0 and waits["cpu_s"] < 0.5, waits
+    assert "| test_smoke_cpu.py | 2 |" in done.stdout and "cannot take less than" in done.stdout, done.stdout
+    assert not Path(waits["group"]).exists(), f"the profiler left its cgroup {waits['group']}"
+
+
 def test_mutation_smoke(untouched_repo, tmp_path):
     # A process of its own: the benchmark forks a child per mutant and works in a copy of the repository.
     done = run_benchmark("bench_mutation.py", tmp_path / "mutation")
