@@ -16,14 +16,16 @@ The order of start-up, each step at one named place:
 3. prepare_ranks(): the multi-rank hook (engine/trainers/litgpt/ranks.py, issue 15): it may replace
    litgpt's strategy choice or write per-rank heartbeats before litgpt constructs its Fabric.
 4. notice_save.attach(pretrain): the save-on-notice guard at litgpt's optimizer-step boundary.
-5. litgpt's CLI (as litgpt.__main__.main sets it up, for its pretrain command) with the argv above.
+5. hyperparameters.parse_once(pretrain): each checkpoint's hyperparameters.yaml from one parse of the argv,
+   not litgpt's re-parse at every save (hyperparameters.py says why that is the same file).
+6. litgpt's CLI (as litgpt.__main__.main sets it up, for its pretrain command) with the argv above.
 """
 
 from __future__ import annotations
 
 import sys
 
-from engine.trainers.litgpt import lean_imports, notice_save
+from engine.trainers.litgpt import hyperparameters, lean_imports, notice_save
 
 
 def prepare_ranks() -> None:
@@ -47,6 +49,7 @@ def main(argv: list[str]) -> int:
 
     prepare_ranks()
     notice_save.attach(pretrain)
+    hyperparameters.parse_once(pretrain)
     run_litgpt_cli(pretrain)   # reads sys.argv[1:]: `pretrain --config FILE ...`
     return 0
 
