@@ -118,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "benchmarks.suite_cpu_plugin", *pytest_args],
                           cwd=cwd, env=env, capture_output=True, text=True)
     wall_s = time.monotonic() - started
+    (root / "pytest-output.txt").write_text(done.stdout + done.stderr)   # a failure's traceback, kept
+    for line in done.stdout.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            print(line)
     last = [line for line in done.stdout.splitlines() if re.search(r"\b(passed|failed|error)", line)]
     outcome = (last[-1].strip("= ") if last else f"pytest exited {done.returncode}")
     rows = rows_of(records)
