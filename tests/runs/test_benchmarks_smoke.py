@@ -307,3 +307,16 @@ def test_false_alarms_smoke(untouched_repo, tmp_path):
     assert all(i["why"] for i in run["incidents"]), run["incidents"]
     assert results["busy"] >= 1 and "busy loop" in results["contention"], results
     assert "spurious incidents:" in done.stdout and "| run | wall s | completed |" in done.stdout
+
+
+@TRAINING_SMOKE
+def test_litgpt_saves_smoke(untouched_repo, tmp_path, litgpt_data):
+    """bench_litgpt_saves trains a 4-step litgpt run (a checkpoint every 2: 3 saves) once each way; both ways'
+    hyperparameters.yaml files are byte-equal (checked inside), and the report is of the samples taken."""
+    done = run_benchmark("bench_litgpt_saves.py", tmp_path / "saves", env=litgpt_data)
+    results = json.loads((tmp_path / "saves" / "results.json").read_text())
+    assert results["saves"] == 3, results
+    once, reparse = (results[way] for way in ("parsed once (runbook's entry)", "litgpt's re-parse at every save"))
+    assert len(once) == len(reparse) == 1 and once[0][0] > 0 and reparse[0][0] > 0
+    assert f"| parsed once (runbook's entry) | 1 | {once[0][0]:.2f} |" in done.stdout, done.stdout
+    assert f"A 3-save run costs {reparse[0][0] - once[0][0]:.2f} CPU s less parsed once" in done.stdout, done.stdout
