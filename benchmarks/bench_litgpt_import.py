@@ -1,5 +1,5 @@
 """A litgpt trainer's imports: `import litgpt.pretrain` as runbook's entry does it (engine/trainers/litgpt/lean_imports.py:
-torchmetrics told transformers is absent) side by side with the plain import, with transformers installed.
+torchmetrics told transformers and matplotlib are absent) side by side with the plain import, with both installed.
 
     python benchmarks/bench_litgpt_import.py            # 7 alternating samples of each, prints the figures
     python benchmarks/bench_litgpt_import.py --write    # the same, and updates docs/benchmarks.md
@@ -31,18 +31,23 @@ WAYS = {
     "runbook's entry (lean_imports)": "import engine.trainers.litgpt.lean_imports\nimport litgpt.pretrain",
     "plain `import litgpt.pretrain`": "import litgpt.pretrain",
 }
-CHECK = "\nimport sys\nprint('transformers' in sys.modules)"
+CHECK = "\nimport sys\nprint('transformers' in sys.modules, 'matplotlib' in sys.modules)"
 
 
-def sample(code: str) -> tuple[float, float, bool]:
-    """(CPU s, wall s, transformers imported) of one fresh interpreter running `code`."""
+def sample(code: str) -> tuple[float, float, bool, bool]:
+    """(CPU s, wall s, transformers imported, matplotlib imported) of one fresh interpreter running `code`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code + CHECK], capture_output=True, text=True, cwd=ROOT, check=True)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, wall, done.stdout.strip().splitlines()[-1] == "True"
+    transformers, matplotlib = done.stdout.strip().splitlines()[-1].split()
+    return cpu, wall, transformers == "True", matplotlib == "True"
+
+
+def imported(flags: list[bool]) -> str:
+    return "yes" if all(flags) else "no" if not any(flags) else "sometimes"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     samples = 1 if args.smoke else args.samples
     load_at_start = load_average()
-    results: dict[str, list[tuple[float, float, bool]]] = {name: [] for name in WAYS}
+    results: dict[str, list[tuple[float, float, bool, bool]]] = {name: [] for name in WAYS}
     for _ in range(samples):
         for name, code in WAYS.items():
             results[name].append(sample(code))
@@ -62,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         wall = [v[1] for v in values]
         medians[name] = statistics.median(cpu)
         rows.append([name, len(values), f"{statistics.median(cpu):.2f}", f"{min(cpu):.2f}", f"{max(cpu):.2f}",
-                     f"{statistics.median(wall):.2f}", "yes" if all(v[2] for v in values) else
-                     "no" if not any(v[2] for v in values) else "sometimes"])
+                     f"{statistics.median(wall):.2f}", *(imported([v[i] for v in values]) for i in (2, 3))])
     lean, plain = medians["runbook's entry (lean_imports)"], medians["plain `import litgpt.pretrain`"]
     publish(args, SECTION, load_at_start,
-            table(["way", "samples", "median CPU s", "min CPU s", "max CPU s", "median wall s", "transformers imported"], rows),
+            table(["way", "samples", "median CPU s", "min CPU s", "max CPU s", "median wall s", "transformers imported",
+                   "matplotlib imported"], rows),
             f"runbook's entry saves {plain - lean:.2f} CPU s of every litgpt trainer start ({plain / lean:.2f}x, ratio of "
-            "the medians). Checked in tests/litgpt/test_lean_imports.py: transformers is not imported, and the "
+            "the medians). Checked in tests/litgpt/test_lean_imports.py: neither transformers nor matplotlib is imported, and the "
             "one metric litgpt uses (RunningMean) gives the same values.")
     return 0
 

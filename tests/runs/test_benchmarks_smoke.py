@@ -120,7 +120,8 @@ def test_litgpt_import_smoke(untouched_repo, capsys):
 
     assert bench_litgpt_import.main(["--smoke"]) == 0
     out = capsys.readouterr().out
-    assert "| runbook's entry (lean_imports) | 1 |" in out and out.count("| no |") == 1, out   # transformers skipped
+    assert "| runbook's entry (lean_imports) | 1 |" in out and out.count("| no | no |") == 1, out   # both skipped
+    assert out.count("| yes | yes |") == 1, out                                          # the plain import has both
     assert "| plain `import litgpt.pretrain` | 1 |" in out and "CPU s of every litgpt trainer start" in out
 
 
