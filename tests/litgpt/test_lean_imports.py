@@ -54,3 +54,12 @@ def test_a_warm_spare_imports_the_lean_way_first():
     assert WARM_IMPORTS[0] == "engine.trainers.litgpt.lean_imports"
     lean = probe("import engine.trainers.litgpt.lean_imports")   # importing it is what installs it
     assert not lean["transformers"] and not lean["matplotlib"]
+
+
+def test_the_preflight_parse_imports_the_lean_way_first():
+    """`runbook check` and each launch's preflight parse run litgpt's CLI in a fresh interpreter (preflight.PROBE):
+    its first statement installs the same finder, so the parse pays neither import."""
+    from engine.trainers.litgpt.preflight import PROBE
+
+    statements = [line for line in PROBE.splitlines() if line.strip()]
+    assert statements[0] == "import engine.trainers.litgpt.lean_imports", statements[:3]

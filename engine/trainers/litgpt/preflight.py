@@ -25,7 +25,10 @@ PARSE_TIMEOUT_S = 180   # importing litgpt takes ~4 s alone, much longer on a ma
 TEXT_FILES = "litgpt.data.TextFiles"
 # Run in a fresh interpreter: litgpt's CLI parses the config exactly as `litgpt pretrain` would, and
 # --print_config makes it stop there; then the model is built on the meta device to count parameters.
+# litgpt's own CLI on the config, imported as the trainer imports it (lean_imports: without the transformers and
+# matplotlib torchmetrics would import for nothing; ~1.5 CPU s of each parse). The parse itself is litgpt's.
 PROBE = r"""
+import engine.trainers.litgpt.lean_imports
 import contextlib, io, json, sys
 sys.argv = ["litgpt", "pretrain", "--config", sys.argv[1], "--print_config"]
 printed = io.StringIO()
