@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import cores, docs_flags, load_average, publish, table  # noqa: E402
 
 SECTION = "Where the test suite's time goes"
-README_ARGS = ["-q", "-n", "2", "--dist", "loadgroup"]   # README.md's test command
+README_ARGS = ["-q", "-n", "3", "--dist", "loadgroup"]   # README.md's test command
 TOP = 15
 
 SMOKE_TESTS = '''

@@ -27,6 +27,7 @@ import pytest
 
 from runbook.default_data import ensure_default_assets
 from engine.core.yaml_source import round_trip_yaml, update_yaml_values
+from tests.waiting_worker import WAITS_GROUP
 
 REPO = Path(__file__).resolve().parent.parent
 RUNBOOK = str(Path(sys.executable).parent / "runbook")
@@ -401,11 +402,11 @@ def _uses_slow_fixture(item) -> bool:
                for name, chain in defs.items() if name in SLOW_FIXTURES)
 
 
-# On two workers (pytest-xdist: `-n 2 --dist loadgroup`; the full suite in CI still runs in one process). A file with
-# module fixtures (a reference run, a finished run) is one unit of work, so they are built once; every
-# file that starts a SLURM cluster (tests/slurm_cluster.py, tests/two_hosts.py) shares one worker,
-# because the clusters share munge, the package install and the machine's namespaces; any other test
-# goes to whichever worker is free.
+# On pytest-xdist workers (README: `-n 3 --dist loadgroup`: two for the CPU, the third for the tests marked `waits`,
+# tests/waiting_worker.py). A file with module fixtures (a reference run, a finished run) is one unit of work, so
+# they are built once; every file that starts a SLURM cluster (tests/slurm_cluster.py, tests/two_hosts.py) shares
+# one worker, because the clusters share munge, the package install and the machine's namespaces; the `waits` tests
+# share the waiting worker; any other test goes to whichever CPU worker is free.
 SLURM_FIXTURE_MODULES = {"tests.slurm_cluster", "tests.two_hosts"}
 
 
@@ -419,6 +420,7 @@ def _starts_slurm(item) -> bool:
 # test that sets trainer.env's OMP_NUM_THREADS still gets its own value.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 SHARED_SCOPES = {"module", "package", "class"}
+
 
 
 def _shares_fixtures(item) -> bool:
@@ -449,13 +451,32 @@ def pytest_collection_modifyitems(config, items):
         group = relative.parts[0]
         if group in SLOW_GROUPS or _uses_slow_fixture(item):
             item.add_marker(pytest.mark.slow)
+        waits = item.get_closest_marker("waits") is not None
         if _starts_slurm(item):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif _shares_fixtures(item) and item.get_closest_marker("xdist_group") is None:   # a test's own group wins
             item.add_marker(pytest.mark.xdist_group(relative.as_posix()))
+        elif waits:
+            item.add_marker(pytest.mark.xdist_group(WAITS_GROUP))
+        if waits and _group_of(item) != WAITS_GROUP:
+            raise pytest.UsageError(f"{item.nodeid} is marked waits, but its group is {_group_of(item)!r} (a module "
+                                    "fixture or a SLURM cluster keeps it with its file): it cannot run on the waiting worker")
     result = yield
     _check_groups_reach_the_scheduler(config, items)
     return result
+
+
+def _group_of(item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return None if marker is None else (marker.args[0] if marker.args else marker.kwargs.get("name"))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)   # before xdist's own; optional: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """loadgroup with a worker of its own for the tests marked `waits` (tests/waiting_worker.py)."""
+    from tests.waiting_worker import make_scheduler
+
+    return make_scheduler(config, log)
 
 
 def _check_groups_reach_the_scheduler(config, items) -> None:

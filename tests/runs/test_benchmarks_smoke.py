@@ -159,6 +159,7 @@ def test_mutation_smoke(untouched_repo, tmp_path):
     assert "| exit_codes | 6 |" in done.stdout and "6 mutants in" in done.stdout, done.stdout
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_run_action_smoke(untouched_repo):
     """Both contenders meet both commands: the bounded action's peak stays small while the seed's grows with
     the flood, and it neither waits for nor leaves behind the backgrounded sleep the seed leaves running."""
@@ -188,6 +189,7 @@ TRAINING_SMOKE = pytest.mark.skipif(os.environ.get("RUNBOOK_BENCHMARK_SMOKE") ==
 # --- subprocesses: real runs under `runbook watch` (litgpt, or the toy trainer where the engine is the subject) ---
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 @TRAINING_SMOKE
 def test_chaos_smoke(untouched_repo, tmp_path):
     """--smoke runs the schedule on the toy trainer (the engine's recovery of each fault is the subject). The
@@ -281,6 +283,7 @@ def test_overhead_smoke(untouched_repo, tmp_path):
     assert abs(float(row[3]) - pair["watched"]["tokens_per_s"] / pair["bare"]["tokens_per_s"]) <= 0.0005, row
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 @TRAINING_SMOKE
 def test_log_flood_smoke(untouched_repo, tmp_path):
     """--smoke floods the log of a toy-trainer run (the watcher is the subject): the watcher survives each

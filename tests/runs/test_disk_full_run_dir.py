@@ -57,6 +57,7 @@ def test_the_journal_holds_entries_on_a_full_disk_and_appends_them_in_order_with
     assert warnings[-1] == "the journal written again: appended the 2 entries held in memory"
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_preemption_while_run_dir_and_the_run_log_are_full_is_recorded_completely_once_space_returns(tmpfs, tmp_path):
     project = make_toy_project(tmp_path / "project", step_seconds=0.1, notice_save=False)   # dies of the SIGTERM
     project.set(upkeep={"heartbeat_interval_s": 0.5})   # heartbeats fall while the disk is full: one warning

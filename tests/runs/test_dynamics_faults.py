@@ -13,6 +13,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from engine.checkpoints.store import list_checkpoints
 from engine.trainers.run_config import load_config
 from tests.conftest import REPO, TOY_STEPS, run_watch, stop_process, wait_for
@@ -138,6 +140,7 @@ def test_loss_spike_rolls_back_lowers_lr_and_ends_as_trained_as_the_normal_run(p
     assert loss <= undisturbed_final_loss(project, reference_run), (loss, undisturbed_final_loss(project, reference_run))
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_closes_it(project, tmp_path):
     # The test's copy of the playbooks is tuned for a shared 2-core machine whose other jobs may slow the
     # run before, during or after the throttle (a full-suite run does): no cooldown and more attempts, so

@@ -66,6 +66,7 @@ def assert_stopped_by_the_escalation(project, journal: list[dict]) -> int:
 
 # A trainer that takes notices is escalated before its first checkpoint (step 5): only its notice save lets
 # the rerun resume. One that takes none is escalated after it, and is stopped unsaved (SIGTERM kills it).
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 @pytest.mark.parametrize("notice_save,escalate_at", [(True, 3), (False, 7)], ids=["notice-save", "no-notice"])
 def test_an_escalation_stops_the_trainer_and_the_rerun_resumes_with_one_trainer(project, reference_run, notice_save,
                                                                                  escalate_at):

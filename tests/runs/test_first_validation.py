@@ -13,6 +13,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from tests.conftest import REPO, stop_process, wait_for
 from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project, run_toy
 
@@ -37,6 +39,7 @@ def test_a_first_validation_longer_than_the_learnt_timeout_is_not_a_hang(tmp_pat
     assert seconds > 2 * VALIDATE_SECONDS, seconds
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_trainer_frozen_in_its_first_validation_is_a_hang_named_so_and_the_run_resumes(tmp_path):
     project = validating_project(tmp_path / "project", slow_from_scratch_only=True)   # the relaunch validates at once
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})

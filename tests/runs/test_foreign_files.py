@@ -24,6 +24,7 @@ FOREIGN = {
 }
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_kill_9_mid_run_is_recovered_and_files_runbook_did_not_write_are_left_alone(project):
     # No "killed" in this test's name: it would be in out_dir's path, and the oom playbook's log pattern
     # `Killed` (ignore_case) would match the path in the trainer's save announcements.

@@ -65,6 +65,7 @@ def leave_the_trainer_alive_unsupervised(project) -> int:
     return pid
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_rerun_after_the_watcher_died_reattaches_to_the_live_trainer(project, reference_run):
     pid = leave_the_trainer_alive_unsupervised(project)
     status = runbook("status", str(project.config))
@@ -185,6 +186,7 @@ def test_watch_never_signals_an_unrelated_process_behind_a_forged_record(project
     assert all(e["pid"] != proc.pid for e in launches(project)[1:])
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_launch_the_journal_never_recorded_is_taken_back_not_doubled(project, reference_run):
     """The watcher is SIGKILLed right after it started the trainer, before the journal's launch line
     (crash point `trainer-launched`): `status` still finds the live trainer through its launcher's

@@ -33,6 +33,7 @@ def toy_extra(project, **extra) -> None:
     project.set(trainer={"extra": {"step_seconds": 0.03, "notice_save": True, **extra}})
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_sigstop_hang_is_detected_within_timeout_and_resumed_with_nccl_debug(project, reference_run):
     # 0.1 s a step: the run is still training when the test stops it after checkpoint 10 (3 s to spare).
     env_file = project.root / "launch-env.jsonl"
@@ -80,6 +81,7 @@ def best_val_step(project) -> int:
 TMPFS_SIZE, STEPS, SAVE_INTERVAL = "64k", 40, 5
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 @pytest.mark.parametrize("retention", ["as each save is sealed", "off: the disk-low playbook alone"])
 def test_disk_full_is_prevented_by_pruning_and_the_run_finishes_with_best_plus_newest(project, retention):
     mount_point = project.out_dir

@@ -117,6 +117,7 @@ def replace_watcher_around_the_held_trainer(project, watcher) -> tuple:
 
 # A SIGTERM is a notice to the toy, as to litgpt under runbook: it saves the step it is in and exits 75.
 # One run, two re-attaches: each signal is recovered by its own playbook, and the run ends at the undisturbed state.
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_signal_to_a_reattached_trainer_is_recovered_by_its_own_playbook(project, reference_run):
     pace(project, 0.2)   # 40 steps: 8 s; each hold comes well before the end (step 12, then 8 steps after a resume)
     expected = [(signal.SIGKILL, "killed", -9), (signal.SIGTERM, "preemption", 75)]
@@ -235,6 +236,7 @@ def test_a_nan_crash_of_a_reattached_trainer_is_rolled_back(project, tmp_path):
     assert project.final_state()["step"] == 180
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_trainer_gone_with_its_launcher_is_an_unknown_exit_that_is_verified_and_resumed(project, reference_run):
     """Where the exit truly cannot be known (trainer and launcher SIGKILLed together while no watcher
     ran), the failure is a crash of unknown cause: verified and resumed, not escalated."""

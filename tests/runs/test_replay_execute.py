@@ -16,6 +16,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, RUNBOOK, stop_process, wait_for
 
 ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and the replay's in-process watch) imports tests.toy_trainer
@@ -30,6 +32,7 @@ def digest(*roots) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_execute_performs_the_recovery_again_in_a_new_run_folder(project, reference_run):
     project.set(trainer={"extra": {"step_seconds": 0.2, "notice_save": True}})   # 20 steps (4 s) after checkpoint 20
     watcher = project.watch(env=ENV)

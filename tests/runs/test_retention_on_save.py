@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from tests.conftest import REPO, TOY_STEPS
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_checkpoints_beyond_keep_last_k_are_deleted_as_the_run_saves_them(project):
     # A save every step, 0.2 s apart: the watcher observes every 0.2 s, so a few saves may land between two
     # of its looks; without the per-save retention all 40 would pile up.

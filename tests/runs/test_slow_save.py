@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from tests.conftest import REPO, stop_process, wait_for
 from tests.runs.test_toy_trainer import STEPS, final_state, make_toy_project, run_toy
 
@@ -26,6 +28,7 @@ def slow_saving_project(root, **extra):
     return project
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_saves_longer_than_the_hang_timeout_that_keep_writing_are_not_hangs(tmp_path):
     project = slow_saving_project(tmp_path / "project")
     seconds = run_toy(project, timeout=120)
@@ -35,6 +38,7 @@ def test_saves_longer_than_the_hang_timeout_that_keep_writing_are_not_hangs(tmp_
     assert seconds > 3 * SAVE_SECONDS, seconds
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_save_that_stops_is_a_hang_named_as_a_save_and_the_run_resumes(tmp_path):
     project = slow_saving_project(tmp_path / "project", slow_from_scratch_only=True)   # the relaunch saves at once
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})

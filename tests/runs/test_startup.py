@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+import pytest
+
 from tests.conftest import REPO, make_toy_project, stop_process, wait_for
 from tests.toy_trainer.adapter import ToyAdapter
 
@@ -63,6 +65,7 @@ def _stop_tree(pid: int) -> list[psutil.Process]:
     return tree
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_start_up_frozen_by_sigstop_is_a_hang_within_the_timeout_and_recovers(tmp_path, reference_run):
     project = make_toy_project(tmp_path / "project")
     project.set(trainer={"kind": "python:tests.runs.test_startup:SlowStartAdapter"},

@@ -13,6 +13,8 @@ import subprocess
 
 import psutil
 
+import pytest
+
 from tests.conftest import REPO, RUNBOOK, stop_process, wait_for
 
 ENV = {"PYTHONPATH": str(REPO)}   # the watcher (and any command reading the config) imports tests.toy_trainer
@@ -36,6 +38,7 @@ def newest_saved(project) -> int:
     return max((s for s in steps if project.saved(s)), default=0)
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_second_watcher_refuses_sigterm_stops_cleanly_and_a_new_watcher_resumes(project, reference_run):
     pace(project, 0.25)   # 40 steps: 10 s; the second watcher and the stop happen in the 35 steps after checkpoint 5
     first = project.watch(env=ENV)
@@ -82,6 +85,7 @@ def test_a_finished_run_is_not_trained_again(reference_run):
 
 # One run, two watcher crashes: mid-run (the new watcher re-attaches, no second launch), then in the middle of
 # a recovery (the next watcher finishes that same incident).
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_a_killed_watcher_is_restarted_reattaches_and_finishes_an_interrupted_recovery(project, reference_run, tmp_path):
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()

@@ -64,6 +64,7 @@ def table_rows(text: str) -> dict[str, str]:
     return {cells[0]: cells[-1] for cells in rows if cells[0] != "checkpoint"}
 
 
+@pytest.mark.waits   # mostly waits on real timeouts: runs on the waiting worker (tests/waiting_worker.py)
 def test_drill_preemption_recovers_on_a_scratch_copy_and_leaves_the_run_alone(project):
     # 0.2 s a step: the drill's SIGTERM after the second checkpoint (step 20 of 40) finds the trainer mid-run.
     project.set(trainer={"extra": {"step_seconds": 0.2, "notice_save": True}})
