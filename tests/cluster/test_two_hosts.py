@@ -155,8 +155,11 @@ def faulted(hosts, tmp_path_factory, shared_data):
     beat = read_folder(ranks_dir(project, 1))[0][1]
     assert hosts.on("h2", "kill", "-STOP", str(beat.pid)).returncode == 0
     found["stopped_at"], found["stopped_step"], found["stopped_pid"] = time.time(), beat.step, beat.pid
-    # (a) host h2 powered off in the next launch
-    reach(2, 5, "rank 1 of launch 2 at step 5")
+    # (a) host h2 powered off in the next launch, two steps into it: the rank-hang's resume is from step 2, or from 4
+    # when rank 0 completed that save; killed at its first step, h2 may not have renewed a record of this launch yet,
+    # and a host that never said its rank was there is not a lost one (host_records.lost_hosts)
+    reach(2, 0, "rank 1 of launch 2 started")
+    reach(2, max(5, rank_step(project, 2, 1) + 2), "rank 1 of launch 2 two steps in")
     found["killed_step"] = rank_step(project, 2, 1)
     hosts.kill_host("h2")
     found["killed_at"] = time.time()
@@ -188,6 +191,19 @@ def incidents(project) -> list[dict]:
     return [i for i in project.incidents() if i["playbook"] not in NOISE]
 
 
+def injected(found: list[dict]) -> list[dict]:
+    """The incidents of the injected faults: without a recovered collective-timeout of a launch that never trained,
+    after h2 came back (its first rendezvous with the host just booted again can lose the peer: torchrun's TCPStore
+    and srun's sockets time out, seen once in a fresh clone), which runbook recovers as it should; said as evidence."""
+    died = next((n for n, i in enumerate(found) if i["playbook"] == "node-died"), len(found))
+    extra = [i for i in found[died + 1:] if i["playbook"] == "collective-timeout" and i["outcome"] == "recovered"
+             and i["step_at_failure"] is None]
+    for incident in extra:
+        record_evidence(f"two hosts: {incident['id']} collective-timeout of a launch that never trained after h2 was "
+                        f"booted again, recovered (resumed at step {incident['resumed_step']})")
+    return [i for i in found if i not in extra]
+
+
 def test_the_faulted_run_recovers_every_fault_to_the_budgets_counts(faulted):
     project, job = faulted["project"], faulted["job"]
     output = job_output(project, faulted["job_id"])
@@ -195,7 +211,7 @@ def test_the_faulted_run_recovers_every_fault_to_the_budgets_counts(faulted):
     assert int(job["Restarts"]) == 2, job
     progress = project.final_progress()
     assert (progress["step_count"], progress["iter_num"]) == (STEPS, ITERS), (progress, output)
-    found = incidents(project)
+    found = injected(incidents(project))
     assert [i["playbook"] for i in found] == ["rank-hang", "node-died"], output
     assert all(i["outcome"] == "recovered" for i in found), output
     # the last launch, undisturbed: one rank per host, the other host's rank known only by its records
@@ -223,10 +239,12 @@ def test_a_stopped_rank_on_the_other_host_is_a_rank_hang_naming_host_and_rank(fa
     assert f"rank 1 on host h2 (pid {faulted['stopped_pid']}, stopped: process state T" in note(hang), note(hang)
     rank = hang["snapshot"]["trainer"]["ranks"]["ranks"][1]
     assert (rank["host"], rank["stopped"]) == ("h2", True) and rank["seconds_since_record"] < 2, rank
-    # The group's last step is rank 1's heartbeat step, or the one after when rank 1 was stopped after its share of
-    # that step's all-reduce (rank 0 then finished the step and announced its save, which never completes).
+    # The group's last step is rank 1's heartbeat step (3), or the one after when rank 1 was stopped after its share
+    # of that step's all-reduce: rank 0 then finished step 4 and announced its save. The resume is from the newest
+    # verified checkpoint: step 2, or step 4 when rank 0's save of it completed before the barrier that waits on rank 1.
     assert hang["step_at_failure"] in (faulted["stopped_step"], faulted["stopped_step"] + 1), hang
-    assert hang["resumed_step"] == 2 and hang["steps_lost"] == hang["step_at_failure"] - 2, hang["steps_lost"]
+    assert hang["resumed_step"] in (2, 4) and hang["resumed_step"] <= hang["step_at_failure"], hang
+    assert hang["steps_lost"] == hang["step_at_failure"] - hang["resumed_step"], hang
     faulted["times"]["c"] = (hang["detected_at"] - faulted["stopped_at"], hang["recovery_seconds"])
 
 
