@@ -30,15 +30,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import common  # noqa: E402
+from engine.trainers.litgpt.launch import ENTRY_MODULE as ENTRY  # noqa: E402
 
 SECTION = "litgpt's checkpoint saves"
 SMOKE_STEPS, SMOKE_SAVE_INTERVAL = 4, 2
 TOKENS_PER_STEP = 16 * 64   # the scratch run's global batch x block size
 LITGPT_REPARSE = ("import sys, runpy\nfrom engine.trainers.litgpt import hyperparameters\n"
                   "hyperparameters.parse_once = lambda pretrain: None\n"
-                  "sys.argv = ['engine.trainers.litgpt.entry', *sys.argv[1:]]\n"
-                  "runpy.run_module('engine.trainers.litgpt.entry', run_name='__main__', alter_sys=True)")
-ENTRY = "engine.trainers.litgpt.entry"
+                  f"sys.argv = [{ENTRY!r}, *sys.argv[1:]]\n"
+                  f"runpy.run_module({ENTRY!r}, run_name='__main__', alter_sys=True)")
 WAYS = ("parsed once (runbook's entry)", "litgpt's re-parse at every save")
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from runbook.default_data import ensure_default_assets
 from engine.core.yaml_source import round_trip_yaml, update_yaml_values
-from tests.waiting_worker import WAITS_GROUP
+from tests.waiting_worker import WAITS_GROUP, make_scheduler
 
 REPO = Path(__file__).resolve().parent.parent
 RUNBOOK = str(Path(sys.executable).parent / "runbook")
@@ -422,7 +422,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 SHARED_SCOPES = {"module", "package", "class"}
 
 
-
 def _shares_fixtures(item) -> bool:
     defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
     return any(getattr(d, "scope", "function") in SHARED_SCOPES for chain in defs.values() for d in chain)
@@ -474,8 +473,6 @@ def _group_of(item) -> str | None:
 @pytest.hookimpl(tryfirst=True, optionalhook=True)   # before xdist's own; optional: absent under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
     """loadgroup with a worker of its own for the tests marked `waits` (tests/waiting_worker.py)."""
-    from tests.waiting_worker import make_scheduler
-
     return make_scheduler(config, log)
 
 

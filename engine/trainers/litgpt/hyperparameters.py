@@ -20,8 +20,9 @@ from typing import Callable
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """name -> (mtime, size) of the folder's files: what a call wrote is what changed."""
     try:
-        return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir() if p.is_file()}
+        return {p.name: (st.st_mtime_ns, st.st_size) for p in folder.iterdir() if p.is_file() and (st := p.stat())}
     except OSError:
         return {}
 

@@ -24,9 +24,9 @@ from engine.trainers.litgpt import user_config
 PARSE_TIMEOUT_S = 180   # importing litgpt takes ~4 s alone, much longer on a machine busy training
 TEXT_FILES = "litgpt.data.TextFiles"
 # Run in a fresh interpreter: litgpt's CLI parses the config exactly as `litgpt pretrain` would, and
-# --print_config makes it stop there; then the model is built on the meta device to count parameters.
-# litgpt's own CLI on the config, imported as the trainer imports it (lean_imports: without the transformers and
-# matplotlib torchmetrics would import for nothing; ~1.5 CPU s of each parse). The parse itself is litgpt's.
+# --print_config makes it stop there; then the model is built on the meta device to count parameters. litgpt is
+# imported as the trainer imports it (lean_imports: without the transformers and matplotlib torchmetrics would
+# import for nothing; ~1.5 CPU s of each parse).
 PROBE = r"""
 import engine.trainers.litgpt.lean_imports
 import contextlib, io, json, sys
