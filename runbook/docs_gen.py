@@ -51,6 +51,9 @@ STATE_NOTES = {
     "trainer.signal": "e.g. `SIGTERM`",
     "trainer.stopped": "process state T (SIGSTOP)",
     "trainer.exit_pending": "gone a moment ago, its launcher still writing the exit (at most 2 s); the watch loop decides nothing on such an observation",
+    "trainer.awaiting_first_failure": "a rank is gone with no known cause, or only lost peers are reported, while the "
+                                      "launcher lives: the watch loop waits (at most `watch.first_failure_wait_s`) for "
+                                      "the launcher's report, so that the rank that failed first decides",
     "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
                      "compile), then `training`; `saving` from a save's announcement to the next progress line; "
                      "`validating` from the run's first validation's announcement to the next progress line",
@@ -62,11 +65,21 @@ STATE_NOTES = {
     "trainer.ranks.world_size": "ranks of a multi-rank trainer (1: one process, the lists are empty)",
     "trainer.ranks.ranks": "each rank: rank, node, pid, alive, stopped, exit_code, signal, step, iter_num, phase, "
                            "seconds_since_heartbeat, work_seconds, host, seconds_since_record (a rank on another "
-                           "host: age of its host's record, the only word of it the watcher has)",
+                           "host: age of its host's record, the only word of it the watcher has), error, where, "
+                           "peer_loss (its own error, where in the user's code, and whether that error is a lost peer), "
+                           "exit_from_launcher (its exit known only from the launcher's report)",
     "trainer.ranks.exited": "ranks whose process is gone",
     "trainer.ranks.failed": "ranks that ended with a non-zero code or a signal",
     "trainer.ranks.first_failed": "the rank that failed first (the others followed it)",
     "trainer.ranks.first_failed_signal": "the signal that ended that rank (e.g. `SIGKILL`), if one did",
+    "trainer.ranks.first_failed_exit_code": "that rank's exit code (negative: a signal), from its own record or its launcher's report",
+    "trainer.ranks.first_failed_error": "that rank's own error: the exception it recorded (runbook's trainer side), or "
+                                        "its launcher's report of it",
+    "trainer.ranks.first_failed_where": "file:line in the user's own code where that exception was raised (null: library "
+                                        "code, or not known): a restart cannot fix it",
+    "trainer.ranks.first_failed_peer_loss": "every failure is a collective's lost peer: the collective itself failed",
+    "trainer.ranks.under_launcher": "every rank is a worker of a launcher (torchrun, accelerate, deepspeed, srun), rank 0 "
+                                    "included: the trainer process is the launcher",
     "trainer.ranks.stopped": "ranks in process state T",
     "trainer.ranks.stalled": "the ranks the others wait for: stopped, or behind them for long",
     "trainer.ranks.straggler": "a rank whose own work per micro-batch is over 1.5 x the other ranks' median and 50 ms over it",

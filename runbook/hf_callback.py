@@ -12,23 +12,16 @@ where runbook asks for one (RUNBOOK_RANKS_DIR).
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
-import psutil
 from transformers import TrainerCallback
 
-from engine.process.ranks import RANKS_DIR_ENV, RankHeartbeat, heartbeat_path, write_record
-from runbook import sdk
+from runbook import sdk   # standard library only: the user's folder may hold an engine.py of its own
 
 
 class RunbookCallback(TrainerCallback):
     def __init__(self):
         sdk.watch_notice()
-        self.ranks_dir = os.environ.get(RANKS_DIR_ENV)
-        self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        self.started = psutil.Process().create_time()
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._lr_set = False
@@ -69,14 +62,7 @@ class RunbookCallback(TrainerCallback):
             sdk.saving(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
     def _beat(self, state, phase: str) -> None:
-        if not self.ranks_dir:
-            return
-        try:
-            write_record(heartbeat_path(Path(self.ranks_dir), self.rank), RankHeartbeat(
-                rank=self.rank, world_size=self.world, pid=os.getpid(), started=self.started, step=state.global_step,
-                iter_num=state.global_step, phase=phase, time=time.time(), host=os.uname().nodename))
-        except OSError:
-            pass   # a full disk must not stop training; the watcher then sees an old heartbeat
+        sdk.RANK.heartbeat(state.global_step, phase)   # every rank's, where runbook asks (RUNBOOK_RANKS_DIR)
 
     @staticmethod
     def finish(trainer) -> int:

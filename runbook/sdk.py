@@ -1,5 +1,20 @@
 """runbook's contract for your own training script (trainer kind `script`, docs/trainers.md): print
-what runbook reads, and save + exit 75 on a preemption notice. Import-light on purpose (no torch)."""
+what runbook reads, save + exit 75 on a preemption notice, and tell runbook which rank this is.
+
+    from runbook import sdk
+    sdk.watch_notice()                          # at start: the notice signals (SIGTERM by default)
+    sdk.resumed(path)                           # after loading a checkpoint
+    sdk.progress(step, loss)                    # after every optimizer step, on every rank
+    sdk.saving(folder)                          # before the first byte of <out_dir>/step-<6 digits>/state.pt
+    if sdk.notice(): save(); sys.exit(sdk.NOTICE_EXIT)
+
+The lines it prints (rank 0 only: under torchrun, accelerate, deepspeed or srun every rank calls it,
+one speaks) are `runbook: step N loss X took T ms`, `runbook: saving PATH`, `runbook: resumed PATH`.
+Every rank writes its heartbeat (at import and each progress()) and its exit (an uncaught exception with
+its message and, when raised in your own code, its file:line) where runbook asks (RUNBOOK_RANKS_DIR):
+that is how runbook names the rank that failed first. Standard library only (no torch, nothing of the
+engine): it runs inside your process, whose folder may hold an `engine.py` of its own.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +23,38 @@ import signal
 import time
 from typing import Any
 
+from runbook.rank_records import RankRecorder
+
 NOTICE_EXIT = 75                       # "saved on the notice": the preemption playbook resumes with 0 steps lost
 _state: dict[str, Any] = {"noticed": None, "last": time.monotonic()}   # the signal number; monotonic time
+RANK = RankRecorder()
+RANK.heartbeat(None)
+RANK.install_exit_hooks(lambda: NOTICE_EXIT if notice() else 0)
+
+
+def is_rank_zero() -> bool:
+    return RANK.me.rank == 0
 
 
 def progress(step: int, loss: float) -> None:
-    """Call after every optimizer step: `step` counts optimizer steps from the run's start, resumes included."""
+    """Call after every optimizer step, on every rank: `step` counts optimizer steps from the run's start,
+    resumes included. Rank 0 prints the line; every rank renews its heartbeat."""
     now = time.monotonic()
     took, _state["last"] = (now - _state["last"]) * 1000, now
-    print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms", flush=True)
+    RANK.heartbeat(int(step))
+    if is_rank_zero():
+        print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms", flush=True)
 
 
 def saving(path) -> None:
     """Call BEFORE the first byte of a checkpoint is written: runbook prunes only folders announced so."""
-    print(f"runbook: saving {os.path.abspath(path)}", flush=True)
+    if is_rank_zero():
+        print(f"runbook: saving {os.path.abspath(path)}", flush=True)
 
 
 def resumed(path) -> None:
-    print(f"runbook: resumed {os.path.abspath(path)}", flush=True)
+    if is_rank_zero():
+        print(f"runbook: resumed {os.path.abspath(path)}", flush=True)
 
 
 def watch_notice() -> None:

@@ -99,8 +99,8 @@ def reports_from_ranks(ranks) -> list[SignalReport]:
     """PURE. The ranks' own recorded exits (RankStatus: exit_code, signal), those that ended."""
     out = []
     for rank in ranks:
-        if rank.exit_code is None and rank.signal is None:
-            continue
+        if (rank.exit_code is None and rank.signal is None) or getattr(rank, "exit_from_launcher", False):
+            continue   # an exit known only from the launcher's summary is reports_from_log's, counted once
         out.append(SignalReport(f"rank {rank.rank}", normalise(rank.exit_code, rank.signal)[1]))
     return out
 

@@ -156,6 +156,13 @@ class WatchSettings(Strict):
     hang_floor_s: float = Field(10.0, gt=0, description="the hang timeout is never shorter than this")
     hang_safety_factor: float = Field(5.0, ge=1, description="hang timeout = factor x the longest gap between progress lines seen")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM -> SIGKILL wait when stopping the trainer")
+    diagnostics_healthy_steps: int = Field(20, ge=1, description="diagnostic variables a remedy set (set_env "
+                                           "diagnostic: NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) are lifted once the launch "
+                                           "carrying them has trained this many steps")
+    first_failure_wait_s: float = Field(30.0, ge=0, le=3600, description="with several ranks under a live launcher: "
+                                        "after a rank is gone with no known cause, or a survivor reports a lost peer, "
+                                        "the longest to wait for the launcher's own report (torchrun's Root Cause) "
+                                        "before deciding; the rank that failed first decides")
     max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
     quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
     cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,

@@ -7,9 +7,9 @@ it and `replay`/`explain` can re-evaluate it later without a running trainer.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from engine.core.evidence import Evidence
 
@@ -49,6 +49,10 @@ class RankStatus(Frozen):
     work_seconds: float | None = None   # median of the rank's own work per micro-batch (no collective wait)
     host: str | None = None             # across hosts: the host it runs on (its heartbeat's)
     seconds_since_record: float | None = None   # a rank on another host: age of its host's record (host_records.py)
+    error: str | None = None            # its own error: the exception it recorded, or its launcher's report of it
+    where: str | None = None            # file:line in the user's own code where that exception was raised
+    peer_loss: bool = False             # that error is a collective's lost peer: it followed another rank's failure
+    exit_from_launcher: bool = False    # its exit is known only from its launcher's report (the log says it too)
 
 
 class NodeStatus(Frozen):
@@ -76,6 +80,12 @@ class RanksStatus(Frozen):
     failed: list[int] = Field(default_factory=list)      # ended with a non-zero code or a signal
     first_failed: int | None = None     # the rank that failed first: the cause, the others followed it
     first_failed_signal: str | None = None   # the signal that ended it, if one did
+    first_failed_exit_code: int | None = None
+    first_failed_error: str | None = None    # its own error (an exception, or its launcher's report), if known
+    first_failed_where: str | None = None    # file:line in the user's code where it raised (a restart cannot fix it)
+    first_failed_peer_loss: bool = False     # every failure is a lost peer: the collective itself failed
+    under_launcher: bool = False        # every rank is a worker of a launcher (torchrun, accelerate, deepspeed, srun),
+                                        # rank 0 included: the trainer process is the launcher
     stopped: list[int] = Field(default_factory=list)     # in state T (SIGSTOP, a freezer, a debugger)
     stalled: list[int] = Field(default_factory=list)     # the ranks the others wait for (stopped, or behind)
     straggler: int | None = None        # a rank whose work per micro-batch is over k x the other ranks' median
@@ -83,6 +93,28 @@ class RanksStatus(Frozen):
     nodes: list[NodeStatus] = Field(default_factory=list)   # empty on one node
     dead_nodes: list[int] = Field(default_factory=list)     # agents killed by a fault signal (SIGKILL, ...), ranks with them
     noticed_nodes: list[int] = Field(default_factory=list)  # agents told to stop from outside (a SIGTERM to one node's launcher)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_fields_are_not_input(cls, data: Any) -> Any:
+        """A stored snapshot (an incident's) holds first_failed_cause as written; it is derived again, never taken."""
+        if isinstance(data, dict) and "first_failed_cause" in data:
+            data = {k: v for k, v in data.items() if k != "first_failed_cause"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def first_failed_cause(self) -> Literal["error", "peer-loss", "early-exit", "signal", "exit-code"] | None:
+        """What the first failed rank's own evidence says: an exception of its own ("error"), a collective's lost
+        peer ("peer-loss": the collective itself failed), an exit 0 while its peers trained ("early-exit"), a
+        signal, or only an exit code."""
+        if self.first_failed is None:
+            return None
+        if self.first_failed_error:
+            return "peer-loss" if self.first_failed_peer_loss else "error"
+        if self.first_failed_exit_code == 0:
+            return "early-exit"
+        return "signal" if self.first_failed_signal else "exit-code"
 
 
 class TrainerStatus(Frozen):
@@ -97,6 +129,10 @@ class TrainerStatus(Frozen):
     # moment ago while its launcher (torchrun's agents) still runs (at most 10 s): alive until that is
     # recorded; the watch loop decides nothing on such an observation (no hang, no exit yet).
     exit_pending: bool = False
+    # A rank is gone with no known cause, or a survivor reported a lost peer, while the launcher lives: the
+    # launcher's own report (torchrun's Root Cause) follows when it tears the group down. The watch loop waits
+    # for it (bounded by watch.first_failure_wait_s) so that the rank that failed first decides.
+    awaiting_first_failure: bool = False
     ranks: RanksStatus = Field(default_factory=RanksStatus)
     # "startup" until this launch's first progress line (preprocessing, imports, model build, checkpoint
     # load, compile), then "training"; "saving" from a save's announcement to the next progress line;
@@ -174,7 +210,7 @@ def stall(state: StateSnapshot, seconds: float | None = None) -> tuple[str, floa
     progress gaps: stuck when they have shown no sign of life (output, CPU time, I/O) for the hang timeout,
     or when they have lasted longer than startup_timeout_s or save_timeout_s (a validation too: it is
     the same stretch between two progress lines) even though they show life."""
-    if not state.trainer.alive or state.trainer.exit_pending:
+    if not state.trainer.alive or state.trainer.exit_pending or state.trainer.awaiting_first_failure:
         return None
     limit = seconds or state.hang_timeout_s
     if state.trainer.phase == "training":

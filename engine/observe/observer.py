@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.observe.activity import StartupActivity
+from engine.observe.launcher_report import awaiting_first_failure, read_report, with_report
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
@@ -209,6 +210,7 @@ class Observer:
         self.launched_at = time.time()
         self.activity = StartupActivity(self.launched_at)   # start-up's signs of life (activity.py)
         self.evidence = evidence or EvidenceGatherer(out_dir)   # beyond the log text (evidence.py)
+        self.awaiting_since: float | None = None   # when this launch's group began failing (launcher_report.py)
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
@@ -216,6 +218,7 @@ class Observer:
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self.log = LogTail(log_path)
         self.launched_at = time.time()
+        self.awaiting_since = None
         self.activity.reset(self.launched_at)
         if replay_existing:
             for line in self.log.read():
@@ -255,6 +258,7 @@ class Observer:
     def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
                  new_lines: list[str], watch) -> StateSnapshot:
         self.observation += 1
+        trainer = self._first_failure(trainer, now, watch)
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
         if self.tracker.progress_since_launch == 0:
@@ -273,6 +277,18 @@ class Observer:
             tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
             evidence=self.evidence.gather(trainer, checkpoints),
         )
+
+    def _first_failure(self, trainer: TrainerStatus, now: float, watch) -> TrainerStatus:
+        """The launcher's report merged into the ranks (engine/observe/launcher_report.py), and whether to wait
+        for it: a group failing under a live launcher is decided by its first failed rank, once known, or
+        after watch.first_failure_wait_s."""
+        tail = list(self.tail)
+        ranks = with_report(trainer.ranks, read_report(tail), trainer.pid)
+        waiting = False
+        if trainer.alive and awaiting_first_failure(ranks, tail):
+            self.awaiting_since = self.awaiting_since or now
+            waiting = now - self.awaiting_since < watch.first_failure_wait_s
+        return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting})
 
     def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line

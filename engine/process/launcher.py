@@ -14,6 +14,12 @@ The status file also keeps the trainer's stop signals (`--notice-signal SIG`: it
 When STATUS.redirect exists at the end (a warm spare became a launch), the final status is written
 to the path it names as well.
 
+The launcher is its launch's subreaper (PR_SET_CHILD_SUBREAPER): whatever the trainer starts and leaves
+behind (torchrun's workers when torchrun itself is stopped or killed, a `setsid` child, a daemon) is
+reparented to it rather than to init. Once the trainer has ended, every such leftover is killed and reaped
+before the exit is recorded, so a launch is over only when all of it is: the next launch never trains
+beside a remnant of this one.
+
 Standard library only, run by path (`python .../launcher.py STATUS [--notice-signal SIG]
 [--quit-signal SIG] -- ARGV...`): it starts in milliseconds and needs nothing of runbook importable
 in the trainer's environment.
@@ -21,6 +27,7 @@ in the trainer's environment.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -87,6 +94,60 @@ def boot_id() -> str | None:
         return None
 
 
+PR_SET_CHILD_SUBREAPER = 36
+LEFTOVER_WAIT_S = 5.0   # SIGKILLed leftovers are reaped within this (a process in uninterruptible I/O may take longer)
+
+
+def become_subreaper() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (/proc/PID/stat's 4th field)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+            if int(text[text.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_leftovers(wait_s: float = LEFTOVER_WAIT_S) -> list[int]:
+    """SIGKILL and reap every process reparented to this launcher (the trainer has ended; these are what it left:
+    their own children come to us in turn as they die). Returns the pids ended."""
+    ended: list[int] = []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = children_of(os.getpid())
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if pid not in ended:
+                ended.append(pid)
+        while True:   # reap what has died; a leftover's own children are reparented here meanwhile
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        time.sleep(0.02)
+    return ended
+
+
 STOP_SIGNAL_OPTIONS = {"--notice-signal": "notice_signal", "--quit-signal": "quit_signal"}
 
 
@@ -119,6 +180,7 @@ def main(argv: list[str]) -> int:
 
     for sig in NOTED_SIGNALS:
         signal.signal(sig, note)
+    subreaper = become_subreaper()
     try:
         child = subprocess.Popen(command)   # inherits cwd, env, the log file as stdout/stderr, rlimits
     except OSError as err:
@@ -131,7 +193,12 @@ def main(argv: list[str]) -> int:
     status.update(trainer_pid=child.pid, trainer_start_ticks=start_ticks(child.pid), boot_id=boot_id())
     write_status(status_path, status)
     code = child.wait()   # PEP 475: a handled signal does not interrupt the wait
-    status.update(exit_code=code, signal=signal_name(code), ended=time.time())
+    ended = time.time()
+    leftovers = end_leftovers() if subreaper else []
+    if leftovers:
+        print(f"runbook launcher: the trainer ended (exit {code}) leaving {len(leftovers)} process(es) of its launch "
+              f"running; killed: {', '.join(map(str, leftovers))}", file=sys.stderr, flush=True)
+    status.update(exit_code=code, signal=signal_name(code), ended=ended, leftovers_killed=leftovers)
     write_status(status_path, status)
     try:   # a warm spare (engine/process/warm_spare.py) that became a launch: that launch's status file too
         with open(status_path + ".redirect", encoding="utf-8") as fh:

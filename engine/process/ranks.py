@@ -21,6 +21,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from engine.observe.diagnosis import RankSample, straggler
+from engine.observe.launcher_report import first_failure, is_peer_loss
 from engine.core.state import NodeStatus, RanksStatus, RankStatus
 from engine.process.host_records import allocation, is_remote, lost_hosts, read_host_records, record_ages, remote_state
 from engine.process.nodes import agent_alive, nodes_status, read_nodes
@@ -57,6 +58,8 @@ class RankExit(BaseModel):
     pid: int
     exit_code: int                      # Popen's convention: negative for a signal
     ended: float
+    error: str | None = None            # the exception it ended with (runbook/rank_records.py, the trainer side)
+    where: str | None = None            # file:line in the user's own code where that exception was raised
 
 
 def heartbeat_path(folder: Path, rank: int) -> Path:
@@ -120,9 +123,9 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
     for rank in range(world):
         beat = beats.get(rank)
         gone = beat is not None and states.get(rank) is None
-        code, ended = None, None
+        code, ended, error, where = None, None, None, None
         if rank in exits:
-            code, ended = exits[rank].exit_code, exits[rank].ended
+            code, ended, error, where = exits[rank].exit_code, exits[rank].ended, exits[rank].error, exits[rank].where
         elif rank == 0 and rank0_exit is not None:
             code, ended = rank0_exit
         ranks.append(RankStatus(
@@ -132,9 +135,10 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
             phase=beat.phase if beat else None,
             seconds_since_heartbeat=round(now - beat.time, 3) if beat else None,
             work_seconds=beat.work_seconds if beat else None, host=(beat.host or None) if beat else None,
-            seconds_since_record=(record_ages or {}).get(rank)))
+            seconds_since_record=(record_ages or {}).get(rank), error=error, where=where,
+            peer_loss=is_peer_loss(error)))
     failed = [r for r in ranks if r.exit_code not in (None, 0)]
-    first = min(failed, key=lambda r: (r.ended_at is None, r.ended_at or 0.0, r.rank)) if failed else None
+    first = first_failure(ranks, None)
     stopped = [r.rank for r in ranks if r.stopped]
     slow = straggler([RankSample(rank=r.rank, pid=r.pid, work_seconds=r.work_seconds) for r in ranks if r.alive])
     slow_s = slow[0].work_seconds if slow else None   # set: straggler() picks among the timed ranks only
@@ -143,6 +147,9 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
         exited=[r.rank for r in ranks if r.pid is not None and not r.alive],
         failed=[r.rank for r in failed], first_failed=first.rank if first else None,
         first_failed_signal=first.signal if first else None,
+        first_failed_exit_code=first.exit_code if first else None,
+        first_failed_error=first.error if first else None, first_failed_where=first.where if first else None,
+        first_failed_peer_loss=bool(first and first.peer_loss),
         stopped=stopped, stalled=sorted(set(stopped) | set(_behind(ranks))),
         straggler=slow[0].rank if slow else None,
         straggler_ratio=round(slow_s / slow[1], 2) if slow and slow_s is not None else None,

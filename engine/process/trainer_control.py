@@ -16,6 +16,7 @@ from engine.checkpoints.partial_saves import clear_trainer_tmp
 from engine.process.identity import SecondTrainerRefused, live_trainers_of
 from engine.process.ranks import RANKS_DIR_ENV, RankWatch, group_exit_pending
 from engine.core.state import TrainerStatus
+from engine.process.env_changes import on_gpu, without_known_crashes
 from engine.process.trainer_env import release_short_tmpdir, trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
 from engine.process.warm_spare import SparePool
@@ -33,7 +34,9 @@ class TrainerControl:
         self.data_hash = data_hash
         self.process: TrainerProcess | None = None
         self.launches = 0
-        self.extra_env: dict[str, str] = {}
+        self.extra_env: dict[str, str] = {}          # remedies' variables for every later launch (set_env)
+        self.diagnostic_env: dict[str, str] = {}     # ... only until a launch carrying them trains healthily
+        self.diagnostics_carried_by: int | None = None   # the launch that carries diagnostic_env
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.trouble = trouble or WriteTrouble()
         self.ranks = RankWatch(None)      # the ranks of the current launch (engine/process/ranks.py)
@@ -65,6 +68,12 @@ class TrainerControl:
         self._stop_leftover_ranks()
         spec = self._prepare(launch_dir, resume_file)
         spec.env.update(self.extra_env)
+        spec.env.update(self.diagnostic_env)
+        self.diagnostics_carried_by = self.launches if self.diagnostic_env else None
+        safe, notes = without_known_crashes(spec.env, on_gpu(self.loaded.config.trainer.device))
+        spec = replace(spec, env=safe)
+        for note in notes:   # the user's trainer.env, or an older journal's set_env
+            self.journal.append("env_lowered", launch=self.launches, note=note)
         self.ranks = RankWatch(launch_dir / "ranks")
         spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
         self.long_tmpdir = spec.env.get("TMPDIR")   # trainer_environment may hand it over as a short link
@@ -191,9 +200,29 @@ class TrainerControl:
         self.loaded = self.loaded.write_back(updates)
         self.journal.append("config_changed", updates=updates)
 
-    def set_env(self, variables: dict) -> None:
-        self.extra_env.update(variables)
-        self.journal.append("env", vars=variables)
+    def set_env(self, variables: dict, diagnostic: bool = False, incident: str | None = None) -> list[str]:
+        """Variables for later launches; a value known to crash here is replaced (and said). Diagnostic ones hold
+        until a launch carrying them trains watch.diagnostics_healthy_steps steps (lift_diagnostics)."""
+        safe, notes = without_known_crashes(dict(variables), on_gpu(self.loaded.config.trainer.device))
+        (self.diagnostic_env if diagnostic else self.extra_env).update(safe)
+        for name in safe:   # the newest setting of a name decides whether it is lifted
+            (self.extra_env if diagnostic else self.diagnostic_env).pop(name, None)
+        self.journal.append("env", vars=safe, diagnostic=diagnostic, incident=incident, notes=notes)
+        return notes
+
+    def diagnostics_due(self, healthy_steps: int, steps_this_launch: int) -> bool:
+        return bool(self.diagnostic_env) and self.diagnostics_carried_by == self.launches \
+            and steps_this_launch >= healthy_steps
+
+    def lift_diagnostics(self, reason: str) -> dict[str, str]:
+        lifted, self.diagnostic_env = self.diagnostic_env, {}
+        self.diagnostics_carried_by = None
+        self.journal.append("env_lifted", names=sorted(lifted), reason=reason)
+        return lifted
+
+    def env_in_force(self) -> dict[str, str]:
+        """What remedies add to the next launch's environment."""
+        return {**self.extra_env, **self.diagnostic_env}
 
 
 def process_started(pid: int) -> float | None:

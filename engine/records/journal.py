@@ -34,6 +34,7 @@ class JournalState:
     done_actions: list[int] = field(default_factory=list)
     history: AttemptHistory = field(default_factory=AttemptHistory)
     extra_env: dict[str, str] = field(default_factory=dict)
+    diagnostic_env: dict[str, str] = field(default_factory=dict)   # set_env's diagnostic variables not yet lifted
     incidents: list[str] = field(default_factory=list)
     unreported: list[str] = field(default_factory=list)   # closed, but not yet in the run log / notifier
     last_exit_code: int | None = None
@@ -191,5 +192,11 @@ def rebuild(entries: list[dict]) -> JournalState:
         elif kind == "trainer_exited":
             s.last_exit_code, s.last_exit_signal = e.get("exit_code"), e.get("signal")
         elif kind == "env":
-            s.extra_env.update(e["vars"])
+            kept, other = (s.diagnostic_env, s.extra_env) if e.get("diagnostic") else (s.extra_env, s.diagnostic_env)
+            kept.update(e["vars"])
+            for name in e["vars"]:
+                other.pop(name, None)
+        elif kind == "env_lifted":
+            for name in e.get("names") or []:
+                s.diagnostic_env.pop(name, None)
     return s

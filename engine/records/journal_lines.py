@@ -149,7 +149,9 @@ _FIELDS: dict[str, list[tuple[str, Callable[[Any], bool], str, bool]]] = {
     "env": [("vars", lambda v: isinstance(v, dict) and not any(env_problem(k, x) for k, x in v.items()),
              "a map of environment variables by POSIX rules (names [A-Za-z_][A-Za-z0-9_]*, no NUL in values); "
              "none of it is passed to the trainer. To clear this warning delete that line from the journal "
-             "(each line is checked on its own) and set the variables again with a correct set_env", False)],
+             "(each line is checked on its own) and set the variables again with a correct set_env", False),
+            ("diagnostic", lambda v: isinstance(v, bool), "true or false", True)],
+    "env_lifted": [("names", lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of names", False)],
 }
 
 

@@ -148,9 +148,11 @@ class EngineRuntime:
         self.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
         return "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
 
-    def set_env(self, variables: dict) -> str:
-        self._ctx.control.set_env(variables)
-        return "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
+    def set_env(self, variables: dict, diagnostic: bool = False) -> str:
+        notes = self._ctx.control.set_env(variables, diagnostic, self.incident.id)
+        text = "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
+        text += " (diagnostic: lifted once the next launch trains healthily)" if diagnostic else ""
+        return text + "".join(f"; {note}" for note in notes)
 
     def notify(self, text: str) -> None:
         self._ctx.notifier.incident_update(self.incident.id, text)

@@ -139,9 +139,12 @@ class Supervisor:
         self.backlog.catch_up()
         snapshot = self.observe(retain=True)
         self.incidents.check_progress(self.observer.tracker)
+        self._lift_diagnostics_when_healthy()
         trainer = snapshot.trainer
         if trainer.exit_pending:
             return   # it ended a moment ago and its exit is being recorded: decide on the exit, next tick
+        if trainer.awaiting_first_failure:
+            return   # a group failing under its launcher: its report names the first failed rank (bounded wait)
         if not trainer.alive and trainer.pid is not None and trainer.pid != self._exit_journaled:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
@@ -163,6 +166,15 @@ class Supervisor:
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
                 self.history = self.journal.replay().history
+
+    def _lift_diagnostics_when_healthy(self) -> None:
+        """A remedy's diagnostic variables (NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) served the launch after the
+        incident; once it trained healthily the later launches go without them."""
+        steps, healthy = self.observer.tracker.progress_since_launch, self.loaded.config.watch.diagnostics_healthy_steps
+        if self.control.diagnostics_due(healthy, steps):
+            why = f"launch {self.control.launches} trained {steps} steps healthily"
+            lifted = self.control.lift_diagnostics(why)
+            self.events("warning", text=f"diagnostics lifted for later launches ({why}): " + ", ".join(sorted(lifted)))
 
     def _last_catch_up(self) -> None:
         if self.dry_run:

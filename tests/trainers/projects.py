@@ -37,6 +37,14 @@ TRAINERS = {t.name: t for t in (
                          "--seed", "{seed}", "--block", "{block_size}"]}, "state.pt"),
 )}
 
+# A user's plain DDP script under torchrun (examples/ddp_script/train.py): 2 ranks over gloo, each its share of
+# the global batch; the multi-rank scenarios (tests/cluster/test_launcher_ranks.py) break it from outside.
+DDP_SCRIPT = Trainer("ddp-script", "script", {
+    "command": ["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                str(REPO / "examples" / "ddp_script" / "train.py"), "--out", "{out_dir}", "--train-dir", "{train_dir}",
+                "--steps", "{max_steps}", "--save-interval", "{save_interval}", "--micro-batch", "{micro_batch_size}",
+                "--batch", "{batch_size}", "--lr", "{lr}", "--seed", "{seed}", "--block", "{block_size}"]}, "state.pt")
+
 
 def corpus() -> str:
     """About 150 KB of real text (Python's own source), the same on every run."""

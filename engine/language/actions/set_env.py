@@ -8,6 +8,8 @@ from engine.language.actions.base import ActionDef, ActionResult, Params
 
 class SetEnvParams(Params):
     vars: dict[str, str] = Field(min_length=1, description="environment variables for every later launch")
+    diagnostic: bool = Field(False, description="only for diagnosis (NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG): lifted once "
+                             "the next launch has trained watch.diagnostics_healthy_steps steps")
 
     @field_validator("vars")
     @classmethod
@@ -16,14 +18,15 @@ class SetEnvParams(Params):
 
 
 def describe(p: SetEnvParams, state) -> str:
-    return "set " + ", ".join(f"{k}={v}" for k, v in p.vars.items()) + " for the next launches"
+    until = " until the next launch has trained healthily" if p.diagnostic else ""
+    return "set " + ", ".join(f"{k}={v}" for k, v in p.vars.items()) + " for the next launches" + until
 
 
 def apply(p: SetEnvParams, rt) -> ActionResult:
     problems = [problem for name, value in p.vars.items() if (problem := env_problem(name, value))]
     if problems:   # a templated value can only be checked once rendered; nothing is set or journaled
         return ActionResult(False, "set_env refused: " + "; ".join(problems))
-    return ActionResult(True, rt.set_env(dict(p.vars)))
+    return ActionResult(True, rt.set_env(dict(p.vars), p.diagnostic))
 
 
 ACTION = ActionDef(
