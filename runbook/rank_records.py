@@ -70,16 +70,19 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def user_frame(tb) -> str | None:
-    """'train.py:57' for the innermost frame of a traceback that is the user's own code (not the standard
-    library's, not an installed package's, not runbook's); None when the error was raised in library code."""
-    roots = _library_roots()
+    """'train.py:57' when the innermost frame of a traceback is the user's own code (not the standard library's,
+    not an installed package's, not runbook's); None when the error was raised inside library code (a CUDA
+    error, a collective's lost peer), which may be the machine's rather than the script's."""
+    frames = traceback.extract_tb(tb)
+    if not frames:
+        return None
+    innermost = frames[-1]
+    path = os.path.realpath(innermost.filename)
     here = os.path.dirname(os.path.realpath(__file__)) + os.sep
-    for frame in reversed(traceback.extract_tb(tb)):
-        path = os.path.realpath(frame.filename)
-        if frame.filename.startswith("<") or path.startswith(roots) or path.startswith(here):
-            continue
-        return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{frame.lineno}"
-    return None
+    if innermost.filename.startswith("<") or path.startswith(_library_roots()) or path.startswith(here):
+        return None
+    shown = os.path.relpath(path)
+    return f"{path if shown.startswith('..') else shown}:{innermost.lineno}"
 
 
 def error_line(exc: BaseException) -> str:
@@ -133,9 +136,10 @@ class RankRecorder:
         previous = sys.excepthook
 
         def on_exception(kind, value, tb):
+            previous(kind, value, tb)   # the traceback reaches the log before the record: the text decides too
             if not issubclass(kind, (SystemExit, KeyboardInterrupt)):
+                sys.stderr.flush()
                 self.exit(1, error_line(value), user_frame(tb))
-            previous(kind, value, tb)
 
         sys.excepthook = on_exception
         atexit.register(lambda: self.exit(exit_code_on_clean_exit()))

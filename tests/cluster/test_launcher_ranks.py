@@ -1,0 +1,144 @@
+"""Several ranks of a user's own script under a launcher (issue 43): a plain DDP script under torchrun
+(examples/ddp_script/train.py, 2 ranks over gloo, `kind: script`, runbook/sdk.py), each cell a real
+`runbook watch` broken from outside. The rank that failed first decides; the survivors' "Connection closed
+by peer" is only its echo; a code bug is escalated once, never looped; a remedy never kills the run; and
+when the watch ends no process of the launch is left.
+
+Each row's figures go to the terminal summary (record_evidence): the closing note's matrix is them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import REPO, record_evidence, stop_process, wait_for
+from tests.trainers.projects import DDP_SCRIPT, make_project
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("launcher-ranks")]
+STEPS, FAULT_STEP, TIMEOUT = 48, 10, 240.0
+EXAMPLE = str(REPO / "examples" / "ddp_script" / "train.py")
+
+
+def project_with(tmp_path, **env):
+    project = make_project(tmp_path / "project", DDP_SCRIPT, max_tokens=STEPS * 8 * 32)
+    project.set(trainer={"env": {"OMP_NUM_THREADS": "1", **env}}, watch={"poll_interval_s": 0.2, "hang_timeout_s": 60,
+                                                                          "grace_period_s": 10, "hang_floor_s": 10})
+    return project
+
+
+def rank_record(project, rank: int) -> dict | None:
+    for path in sorted(project.run_dir.glob(f"launches/*/ranks/rank-{rank}.json"), reverse=True):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def at_step(project, rank: int, step: int) -> int:
+    """The pid of `rank` once it has finished `step` (its own heartbeat, written by runbook.sdk)."""
+    wait_for(lambda: ((rank_record(project, rank) or {}).get("step") or 0) >= step, timeout=120,
+             what=f"rank {rank} at step {step}")
+    return rank_record(project, rank)["pid"]
+
+
+def leftovers() -> list[int]:
+    """Processes of the example still alive anywhere (a launch's remnant)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if EXAMPLE in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def watch(project, fault=None) -> tuple[int, float, list[dict]]:
+    started = time.monotonic()
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})
+    try:
+        if fault is not None:
+            fault(project)
+        code = watcher.wait(timeout=TIMEOUT)
+    finally:
+        stop_process(watcher)
+    return code, time.monotonic() - started, project.incidents()
+
+
+def report(cell: str, code: int, seconds: float, incidents: list[dict]) -> None:
+    for i in incidents:
+        record_evidence(f"launcher-ranks ddp-script x {cell}: {i['playbook']} -> {i['outcome']}, first failed rank "
+                        f"{i['snapshot']['trainer']['ranks'].get('first_failed')}, steps lost {i.get('steps_lost')}, "
+                        f"watch exit {code}, {seconds:.0f} s")
+    if not incidents:
+        record_evidence(f"launcher-ranks ddp-script x {cell}: no incident, watch exit {code}, {seconds:.0f} s")
+
+
+def launches(project) -> int:
+    return len(list(project.run_dir.glob("launches/launch-*")))
+
+
+def test_a_rank_sigkilled_mid_run_is_named_first_and_the_group_resumes_without_a_harmful_remedy(tmp_path):
+    project = project_with(tmp_path)
+    code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGKILL))
+    report("rank 1 SIGKILL", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    assert len(incidents) == 1, incidents
+    incident = incidents[0]
+    ranks = incident["snapshot"]["trainer"]["ranks"]
+    assert incident["playbook"] in ("rank-died", "killed") and incident["outcome"] == "recovered"
+    assert ranks["first_failed"] == 1 and ranks["first_failed_signal"] == "SIGKILL"
+    assert incident["playbook"] != "collective-timeout"
+    journal = (project.run_dir / "journal.jsonl").read_text()
+    assert '"kind": "env"' not in journal                       # no diagnostics set: nothing to crash the next launch
+    assert incident["steps_lost"] is not None and 0 <= incident["steps_lost"] <= 4 + 2   # save_interval + the race
+    assert (project.out_dir / "final" / "state.pt").is_file()
+    assert leftovers() == []
+
+
+def test_a_code_bug_in_rank_0_is_escalated_once_with_its_file_and_line_never_relaunched(tmp_path):
+    project = project_with(tmp_path, RUNBOOK_EXAMPLE_BUG_AT_STEP=str(FAULT_STEP), RUNBOOK_EXAMPLE_BUG_RANK="0")
+    code, seconds, incidents = watch(project)
+    report("code bug in rank 0", code, seconds, incidents)
+    assert code == 4, project.watch_output()                        # escalated
+    assert [i["playbook"] for i in incidents] == ["rank-error"] and incidents[0]["outcome"] == "escalated"
+    ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
+    assert ranks["first_failed"] == 0 and ranks["first_failed_error"] == f"RuntimeError: the user's own bug at step {FAULT_STEP}"
+    assert ranks["first_failed_where"].endswith("train.py:" + str(bug_line()))
+    assert launches(project) == 1                                 # no relaunch into the same bug
+    assert "rank 0 raised RuntimeError" in project.run_log.read_text()
+    assert leftovers() == []
+
+
+def test_a_rank_that_returns_early_is_named_and_escalated(tmp_path):
+    project = project_with(tmp_path, RUNBOOK_EXAMPLE_EXIT_AT_STEP=str(FAULT_STEP), RUNBOOK_EXAMPLE_EXIT_RANK="1")
+    code, seconds, incidents = watch(project)
+    report("rank 1 exits 0 early", code, seconds, incidents)
+    assert code == 4, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["rank-error"]
+    ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
+    assert ranks["first_failed"] == 1 and ranks["first_failed_cause"] == "early-exit"
+    assert launches(project) == 1
+    assert leftovers() == []
+
+
+def test_a_stopped_rank_is_a_rank_hang_and_stopping_the_launch_leaves_no_worker(tmp_path):
+    project = project_with(tmp_path)
+    code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGSTOP))
+    report("rank 1 SIGSTOP", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    assert incidents and incidents[0]["playbook"] in ("rank-hang", "hang", "collective-timeout"), incidents
+    assert incidents[0]["outcome"] == "recovered"
+    assert leftovers() == []
+
+
+def bug_line() -> int:
+    lines = (REPO / "examples" / "ddp_script" / "train.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if "the user's own bug" in line)

@@ -1,0 +1,80 @@
+"""The first failed rank decides (engine/observe/launcher_report.py): the launcher's report read from a real
+torchrun log, merged with the ranks' own records, and the wait while the launcher lives.
+
+torchrun_sigkill_rank1.log: torch 2.13's torchrun, 2 CPU ranks of examples/ddp_script/train.py, rank 1
+SIGKILLed from outside at step ~12 (2026-12-06, this machine; progress lines dropped): rank 0 prints gloo's
+"Connection reset by peer", torchrun SIGTERMs it and prints its ChildFailedError block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.core.state import RanksStatus, RankStatus
+from engine.observe.launcher_report import awaiting_first_failure, first_failure, read_report, with_report
+
+LOG = (Path(__file__).with_name("torchrun_sigkill_rank1.log")).read_text().splitlines()
+
+
+def test_torchruns_real_report_names_the_killed_rank_as_the_root_cause():
+    report = read_report(LOG)
+    assert report.root_cause == 1
+    assert report.failures[1].exit_code == -9
+    assert report.failures[0].exit_code == -15                 # the survivor, torn down by torchrun
+    assert "Connection reset by peer" in report.errors[0]      # [rank0]: RuntimeError: ... its own line
+
+
+def test_the_killed_rank_is_first_and_the_survivors_lost_peer_is_only_the_echo():
+    ranks = RanksStatus(world_size=2, ranks=[RankStatus(rank=0, pid=10, alive=False), RankStatus(rank=1, pid=11)])
+    merged = with_report(ranks, read_report(LOG), trainer_pid=9)
+    assert merged.first_failed == 1 and merged.first_failed_signal == "SIGKILL"
+    assert merged.first_failed_cause == "signal"
+    assert merged.under_launcher
+    assert next(r for r in merged.ranks if r.rank == 0).peer_loss
+
+
+def test_a_ranks_own_exception_comes_before_the_lost_peer_it_caused_whatever_the_launcher_saw_first():
+    ranks = [RankStatus(rank=0, exit_code=1, ended_at=100.0, error="RuntimeError: the user's own bug", where="train.py:9"),
+             RankStatus(rank=1, exit_code=1, ended_at=100.4, error="RuntimeError: Connection closed by peer [127.0.0.1]:1",
+                        peer_loss=True)]
+    assert first_failure(ranks, root_cause=1).rank == 0
+    # ... and when the launcher teared the survivor down with SIGTERM before it recorded anything
+    ranks[1] = RankStatus(rank=1, exit_code=-15, signal="SIGTERM")
+    assert first_failure(ranks, root_cause=None).rank == 0
+
+
+def test_a_rank_that_returned_before_its_peers_failed_is_the_first_failure():
+    ranks = [RankStatus(rank=0, exit_code=1, ended_at=200.0, error="RuntimeError: Connection closed by peer", peer_loss=True),
+             RankStatus(rank=1, exit_code=0, ended_at=150.0)]
+    status = with_report(RanksStatus(world_size=2, ranks=ranks), read_report([]))
+    assert status.first_failed == 1 and status.first_failed_cause == "early-exit"
+    # a rank that ended 0 after the others failed is no cause
+    ranks[1] = RankStatus(rank=1, exit_code=0, ended_at=250.0)
+    assert first_failure(ranks, None).rank == 0
+
+
+def test_only_lost_peers_is_a_collective_failure():
+    ranks = [RankStatus(rank=0, exit_code=1, ended_at=1.0, error="RuntimeError: Connection closed by peer", peer_loss=True),
+             RankStatus(rank=1, exit_code=1, ended_at=2.0, error="DistNetworkError: Broken pipe", peer_loss=True)]
+    status = with_report(RanksStatus(world_size=2, ranks=ranks), read_report([]))
+    assert status.first_failed == 0 and status.first_failed_cause == "peer-loss"
+
+
+def test_deepspeed_and_srun_reports():
+    ds = read_report(["[2024-01-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', "
+                      "'train.py', '--local_rank=3'] exits with return code = -9"])
+    assert ds.failures[3].exit_code == -9
+    srun = read_report(["srun: error: node12: task 1: Segmentation fault", "srun: error: node12: task 0: Exited with exit code 1"])
+    assert srun.failures[1].exit_code == -11 and srun.failures[0].exit_code == 1
+
+
+def test_the_watch_waits_while_a_rank_is_gone_unexplained_or_only_lost_peers_are_seen():
+    gone = RanksStatus(world_size=2, ranks=[RankStatus(rank=0, pid=10, alive=True), RankStatus(rank=1, pid=11, alive=False)])
+    assert awaiting_first_failure(gone, [])
+    healthy = RanksStatus(world_size=2, ranks=[RankStatus(rank=0, pid=10, alive=True), RankStatus(rank=1, pid=11, alive=True)])
+    assert not awaiting_first_failure(healthy, ["runbook: step 3 loss 4.0 took 10 ms"])
+    assert awaiting_first_failure(healthy, ["[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:5"])
+    own = with_report(RanksStatus(world_size=2, ranks=[
+        RankStatus(rank=0, pid=10, alive=True),
+        RankStatus(rank=1, pid=11, exit_code=1, ended_at=5.0, error="ValueError: bad", where="train.py:3")]), read_report([]))
+    assert not awaiting_first_failure(own, ["[rank0]: RuntimeError: Connection closed by peer"])   # the cause is known
