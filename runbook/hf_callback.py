@@ -14,9 +14,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from runbook import sdk   # standard library only: the user's folder may hold an engine.py of its own
+
+
+def _restore_cpu_with_index(storage, location: str):
+    """Several CPU ranks (DDP over gloo): the Trainer resumes its rng_state_<rank>.pth with map_location
+    "cpu:0", a location torch's own CPU deserializer does not take ("don't know how to restore data location
+    ... (tagged with cpu:0)": every resume of a 2-rank CPU run failed, measured with transformers 5.3)."""
+    return storage if location.startswith("cpu:") else None
+
+
+torch.serialization.register_package(97, lambda _storage: None, _restore_cpu_with_index)
 
 
 class RunbookCallback(TrainerCallback):

@@ -53,8 +53,13 @@ class TrainerControl:
 
     @property
     def tokens_per_iter(self) -> int:
-        """Tokens of one logged iteration, all ranks together (each of trainer.devices ranks takes a micro-batch)."""
+        """Tokens of one logged iteration, all ranks together: the adapter's word where it has one (a script's progress
+        line is an optimizer step: the global batch, whatever the ranks and accumulation), else litgpt's (one
+        micro-batch on each of trainer.devices x num_nodes ranks)."""
         cfg = self.loaded.config
+        per_line = getattr(self.adapter, "tokens_per_progress_line", None)
+        if per_line is not None:
+            return per_line(self.loaded)
         return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
 
     def launch(self, resume_file: Path | None) -> TrainerProcess:

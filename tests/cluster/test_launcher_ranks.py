@@ -142,3 +142,35 @@ def test_a_stopped_rank_is_a_rank_hang_and_stopping_the_launch_leaves_no_worker(
 def bug_line() -> int:
     lines = (REPO / "examples" / "ddp_script" / "train.py").read_text().splitlines()
     return next(i for i, line in enumerate(lines, start=1) if "the user's own bug" in line)
+
+
+def test_an_hf_trainer_script_on_two_devices_runs_under_torchrun_and_a_killed_rank_resumes(tmp_path):
+    """kind hf-trainer with trainer.devices 2 (no launcher given): torchrun starts 2 ranks of the user's
+    Trainer script, RunbookCallback writes each rank's heartbeat, a SIGKILLed rank 1 is named and resumed."""
+    from tests.trainers.projects import TRAINERS
+
+    project = make_project(tmp_path / "project", TRAINERS["hf-trainer"], max_tokens=STEPS * 8 * 32)
+    project.set(trainer={"devices": 2})
+    code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGKILL))
+    report_hf = [dict(i) for i in incidents]
+    for i in report_hf:
+        record_evidence(f"launcher-ranks hf-trainer x rank 1 SIGKILL: {i['playbook']} -> {i['outcome']}, first failed rank "
+                        f"{i['snapshot']['trainer']['ranks'].get('first_failed')}, steps lost {i.get('steps_lost')}, "
+                        f"watch exit {code}, {seconds:.0f} s")
+    assert code == 0, project.watch_output()
+    argv = json.loads(next(project.run_dir.glob("launches/launch-001/launch.json")).read_text())["argv"]
+    assert argv[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    # each of the 2 ranks takes micro-batch 4: accumulation 1 keeps the global batch of 8
+    assert argv[argv.index("--gradient_accumulation_steps") + 1] == "1"
+    assert len(incidents) == 1 and incidents[0]["outcome"] == "recovered", incidents
+    ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
+    assert ranks["first_failed"] == 1 and ranks["first_failed_signal"] == "SIGKILL"
+    assert leftovers() == [] and not any("hf_trainer/train.py" in " ".join(p.cmdline()) for p in psutil.process_iter()
+                                         if p.pid != os.getpid() and _alive(p))
+
+
+def _alive(proc) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

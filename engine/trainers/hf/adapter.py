@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.observe.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
-from engine.trainers.hf.launch import hf_argv
+from engine.trainers.hf.launch import hf_argv, launcher_of
 from engine.trainers.hf.layout import hf_layout
 from engine.trainers.hf.settings import HFTrainerSettings
 from engine.trainers.script import launch, lines, template, weights
@@ -35,11 +35,18 @@ class HFTrainerAdapter:
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         s = loaded.config.trainer
-        values = template.values_of(loaded, str(resume_from) if resume_from else None)
+        head = launcher_of(s.launcher, s.devices * s.num_nodes, "{python}")
+        values = template.values_of(loaded, str(resume_from) if resume_from else None, head)
         # HF resumes from the checkpoint's folder; runbook hands the folder's resume file (model.safetensors).
         folder = Path(resume_from).parent if resume_from else None
-        argv = hf_argv(loaded.resolve(s.script), values, [template.render(a, values) for a in s.args], folder)
+        argv = hf_argv(loaded.resolve(s.script), values, [template.render(a, values) for a in s.args], folder,
+                       [template.render(a, values) for a in head])
         return launch.launch_spec(loaded, launch_dir, resume_from, argv)
+
+    def tokens_per_progress_line(self, loaded) -> int:
+        """A progress line is one optimizer step: the global batch (batch_size sequences over every rank)."""
+        cfg = loaded.config
+        return cfg.batch_size * cfg.model.block_size
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))

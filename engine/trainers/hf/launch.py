@@ -5,9 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def hf_argv(script: Path, values: dict, args: list[str], resume_folder: Path | None) -> list[str]:
-    """`values`: engine/trainers/script/template.py's for this launch; `args` already rendered."""
-    argv = [values["python"], str(script),
+def launcher_of(launcher: list[str], devices: int, python: str) -> list[str]:
+    """PURE. The launcher part of the argv (unrendered): the user's, or torchrun when trainer.devices asks for
+    several ranks (an HF Trainer under torchrun is DDP on every rank), or plain python."""
+    if launcher:
+        return list(launcher)
+    if devices > 1:
+        return ["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{devices}"]
+    return ["{python}"]
+
+
+def hf_argv(script: Path, values: dict, args: list[str], resume_folder: Path | None,
+            launcher: list[str] | None = None) -> list[str]:
+    """`values`: engine/trainers/script/template.py's for this launch; `args` and `launcher` already rendered
+    (`launcher`: what starts the ranks, default plain python)."""
+    argv = [*(launcher or [values["python"]]), str(script),
             "--output_dir", str(values["out_dir"]),
             "--per_device_train_batch_size", str(values["micro_batch_size"]),
             # Same effective batch whatever the micro-batch: the oom playbook halves one, this doubles.

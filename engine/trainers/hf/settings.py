@@ -18,8 +18,20 @@ MANAGED = ("output_dir", "per_device_train_batch_size", "gradient_accumulation_s
 class HFTrainerSettings(TrainerSettings):
     script: Path = Field(Path("train.py"), description="your training script (relative to the project folder): it "
                          "parses TrainingArguments (HfArgumentParser) and adds runbook.hf_callback.RunbookCallback")
+    launcher: list[str] = Field(default_factory=list, description="what starts the script's ranks, each item a template "
+                                "(e.g. [\"{python}\", \"-m\", \"torch.distributed.run\", \"--standalone\", "
+                                "\"--nproc-per-node\", \"{devices}\"] or [\"accelerate\", \"launch\", "
+                                "\"--num_processes\", \"{devices}\"]); empty: `python`, or torchrun with "
+                                "trainer.devices ranks when devices > 1")
     args: list[str] = Field(default_factory=list, description="more arguments for the script, each a template "
                             "(the names of trainer.command for kind script)")
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, items: list[str]) -> list[str]:
+        for item in items:
+            template.check(item)
+        return items
 
     @field_validator("args")
     @classmethod

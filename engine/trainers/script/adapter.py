@@ -47,8 +47,13 @@ class ScriptAdapter:
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         s = self._bind(loaded)
-        values = template.values_of(loaded, str(resume_from) if resume_from else None)
+        values = template.values_of(loaded, str(resume_from) if resume_from else None, s.command)
         return launch.launch_spec(loaded, launch_dir, resume_from, launch.argv_of(s.command, s.resume_args, values))
+
+    def tokens_per_progress_line(self, loaded) -> int:
+        """A progress line is one optimizer step: the global batch (batch_size sequences over every rank)."""
+        cfg = loaded.config
+        return cfg.batch_size * cfg.model.block_size
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))

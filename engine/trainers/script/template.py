@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 import sys
 
+from engine.trainers.script.world import world_size
+
 NAMES = ("python", "out_dir", "resume", "micro_batch_size", "batch_size", "grad_accum", "lr", "max_steps",
-         "save_interval", "seed", "block_size", "train_dir", "val_dir", "device")
+         "save_interval", "seed", "block_size", "train_dir", "val_dir", "device", "devices", "num_nodes", "world_size")
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 
 
@@ -26,12 +28,16 @@ def render(text: str, values: dict) -> str:
     return _FIELD.sub(one, text)
 
 
-def values_of(loaded, resume: str | None) -> dict:
-    """The template's values for one launch of the run `loaded` describes."""
+def values_of(loaded, resume: str | None, launcher: list[str] | None = None) -> dict:
+    """The template's values for one launch of the run `loaded` describes. `launcher`: the argv's launcher part
+    (torchrun ...), whose flags say how many ranks share the global batch (engine/trainers/script/world.py)."""
     cfg = loaded.config
-    return {"python": sys.executable, "out_dir": loaded.out_dir, "resume": resume or "",
-            "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size,
-            "grad_accum": cfg.batch_size // cfg.micro_batch_size, "lr": repr(float(cfg.lr)),
+    devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
+    values = {"python": sys.executable, "devices": devices, "num_nodes": nodes}
+    world = world_size([render(item, values) for item in (launcher or [])], devices, nodes)
+    return {**values, "out_dir": loaded.out_dir, "resume": resume or "",
+            "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "world_size": world,
+            "grad_accum": max(1, cfg.batch_size // (cfg.micro_batch_size * world)), "lr": repr(float(cfg.lr)),
             "max_steps": cfg.max_tokens // (cfg.batch_size * cfg.model.block_size),
             "save_interval": cfg.save_interval, "seed": cfg.seed, "block_size": cfg.model.block_size,
             "train_dir": loaded.resolve(cfg.data.train_dir), "val_dir": loaded.resolve(cfg.data.val_dir),
