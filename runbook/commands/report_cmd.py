@@ -62,9 +62,10 @@ def launch_table(history) -> list[str]:
 
 
 def render_markdown(loaded, history, png_name: str) -> str:
-    from runbook.report import finite
+    from runbook.report import ABSURD_LOSS, absurd_losses, finite
 
     h = history
+    absurd = absurd_losses(h)
     state = h.journal.run_state.value
     outcomes: dict[str, int] = {}
     for r in h.incidents:
@@ -94,6 +95,8 @@ def render_markdown(loaded, history, png_name: str) -> str:
     now = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     lines = [f"# Run report: {loaded.path.name}", "", f"Generated {now} by `runbook report` from `{loaded.run_dir}`.", "",
              f"![train and val loss over optimizer steps, with incidents]({png_name})", "",
+             *([f"{absurd} absurd loss value(s) not drawn (|loss| > {ABSURD_LOSS:g}; an x at the top of the plot "
+                "marks each train step)", ""] if absurd else []),
              "## Summary", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in summary), "",
              "## Incidents", ""]
     if h.incidents:
