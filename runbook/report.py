@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from engine.checkpoints import store as ckpts
 from engine.core.durable import atomic_write
@@ -196,7 +197,7 @@ def finite(values) -> list[float]:
 ABSURD_LOSS = 1e15
 
 
-def drawable(value: float | None) -> bool:
+def drawable(value: float | None) -> TypeGuard[float]:
     return value is not None and math.isfinite(value) and abs(value) <= ABSURD_LOSS
 
 
