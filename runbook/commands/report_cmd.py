@@ -62,7 +62,7 @@ def launch_table(history) -> list[str]:
 
 
 def render_markdown(loaded, history, png_name: str) -> str:
-    from runbook.report import ABSURD_LOSS, absurd_losses, finite
+    from runbook.report import ABSURD_LOSS, absurd_losses, drawable
 
     h = history
     absurd = absurd_losses(h)
@@ -72,7 +72,7 @@ def render_markdown(loaded, history, png_name: str) -> str:
         outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
     lost_steps = sum(r.get("steps_lost") or 0 for r in h.incidents)
     lost_tokens = sum(r.get("tokens_lost") or 0 for r in h.incidents)
-    val = finite(v for launch in h.launches for v in launch.val_losses)
+    val = [v for launch in h.launches for v in launch.val_losses if drawable(v)]
     final_val = next((launch.final_val_loss for launch in reversed(h.launches) if launch.final_val_loss is not None), None)
     last_train = next((launch.losses[-1] for launch in reversed(h.launches) if launch.losses), None)
     kept = ", ".join(f"{c.step}{' (last)' if c.is_last else ''}{'' if c.sealed else ' (not sealed)'}"

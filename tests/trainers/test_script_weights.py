@@ -57,6 +57,10 @@ def test_a_weights_key_naming_no_key_of_the_state_says_so(tmp_path):
     torch.save({"net": users_state()["model"]}, tmp_path / "state.pt")
     with pytest.raises(UnreadableWeights, match=r"no key 'model' \(trainer.weights_key\); its keys: \['net'\]"):
         weights.nonfinite_names(tmp_path / "state.pt", "model", 3)
+    torch.save(users_state()["model"], tmp_path / "state.pt")   # the bare state dict, under the default key
+    with pytest.raises(UnreadableWeights, match="it is a state dict itself: set trainer.weights_key: null"):
+        weights.nonfinite_names(tmp_path / "state.pt", "model", 3)
+    assert weights.nonfinite_names(tmp_path / "state.pt", None, 3) == []
     torch.save({"model": {"note": "no tensors"}}, tmp_path / "state.pt")
     with pytest.raises(UnreadableWeights, match="no floating-point tensor"):
         weights.nonfinite_names(tmp_path / "state.pt", "model", 3)

@@ -55,11 +55,14 @@ def tensors_of(path: Path, key: str | None) -> Iterator[tuple[str, object]]:
         from safetensors.torch import load_file
         yield from load_file(str(path)).items()
         return
+    import torch
     state = read_state(path)
     if key is not None:
         if not isinstance(state, Mapping) or key not in state:
             keys = sorted(map(str, state))[:10] if isinstance(state, Mapping) else type(state).__name__
-            raise UnreadableWeights(f"{path.name}: no key {key!r} (trainer.weights_key); its keys: {keys}")
+            bare = isinstance(state, Mapping) and any(isinstance(v, torch.Tensor) for v in state.values())
+            raise UnreadableWeights(f"{path.name}: no key {key!r} (trainer.weights_key); its keys: {keys}"
+                                    + ("; it is a state dict itself: set trainer.weights_key: null" if bare else ""))
         state = state[key]
     yield from _walk(state, "", 0)
 
