@@ -61,6 +61,7 @@ def test_a_drills_scratch_copy_names_the_projects_relative_script_absolutely(tmp
     assert str(scratch.out_dir) in " ".join(argv)   # the scratch run's own folder, not the project's
 
 
+@pytest.mark.slow   # a real watcher (tests/conftest.py: the fast tier starts none)
 def test_a_slow_drill_whose_watcher_dies_stops_at_once_and_says_so(tmp_path):
     """The slow fault waits for 60 progress lines; a watcher that exits (here it escalates a trainer that fails
     at once, exit 4) must end the wait, not the drill's timeout."""
@@ -82,7 +83,7 @@ def test_the_wait_for_progress_ends_when_the_watcher_has_exited(tmp_path):
         FAULTS["slow"].inject(run)
 
 
-@pytest.mark.slow
+@pytest.mark.slow   # a real watch of the example
 def test_a_preemption_drill_of_the_script_example_named_relative_recovers(tmp_path):
     """The whole drill on examples/script/train.py copied in as train.py: the scratch watcher finds it and the
     preemption is recovered (it failed before: the scratch project had no train.py)."""
