@@ -84,10 +84,11 @@ def test_the_wait_for_progress_ends_when_the_watcher_has_exited(tmp_path):
 
 
 @pytest.mark.slow   # a real watch of the example
-def test_a_preemption_drill_of_the_script_example_named_relative_recovers(tmp_path):
-    """The whole drill on examples/script/train.py copied in as train.py: the scratch watcher finds it and the
-    preemption is recovered (it failed before: the scratch project had no train.py)."""
-    project = example_project(tmp_path / "project", "script")
+@pytest.mark.parametrize("kind", ["script", "hf-trainer"])
+def test_a_preemption_drill_of_an_example_named_relative_recovers(tmp_path, kind):
+    """The whole drill on the example copied in as train.py: the scratch watcher finds it and the preemption is
+    recovered (it failed before: the scratch project had no train.py)."""
+    project = example_project(tmp_path / "project", kind)
     before = project.config.read_text()
     done = subprocess.run([RUNBOOK, "drill", "preemption", str(project.config), "--timeout", "400"], capture_output=True,
                           text=True, timeout=480, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path)
