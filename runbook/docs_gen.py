@@ -347,7 +347,9 @@ def render_playbook_reference() -> str:
         "## Tooling",
         "\n".join([
         "- `runbook playbooks lint [PATH...]`: every problem as `file:line:col: key: reason`, and runtime "
-        "warnings for expressions; exit 0 only when every playbook is valid (8 otherwise).",
+        "warnings for expressions; exit 0 only when every playbook is valid (8 otherwise). Files named are read "
+        "with the shipped set as a run reads them (what they may inhibit or replace; not with `--config` naming "
+        "`playbooks.shipped: false`), and only they are reported on: a draft of `runbook playbooks draft` lints as it is.",
         "- `runbook playbooks test [PATH...]`: run the tests; exit 0 only when all pass (8 otherwise).",
         "- `runbook playbooks explain NAME --state SNAPSHOT.json`: clause by clause, expected and actual "
         "value; the file may be a snapshot or an incident record (`runs/*/incidents/incident-N.json`). "

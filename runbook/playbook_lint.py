@@ -60,15 +60,25 @@ class LintReport:
         return not self.errors
 
 
-def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipped: bool = False) -> LintReport:
-    """Lint the files under `paths`, with the shipped set under them when include_shipped (a run's view)."""
+def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipped: bool = False,
+               shipped_context: bool = False) -> LintReport:
+    """Lint the files under `paths`, with the shipped set under them when include_shipped (a run's view).
+    shipped_context: the files named alone (`playbooks lint FILE`) are read with the shipped set as a run
+    reads them (the names they may inhibit or replace), and only they are reported on."""
     config = config or RunConfig()
     report = LintReport()
+    given: set[Path] | None = None
     try:
-        playbooks, report.errors, replaced = read_set(paths, include_shipped)
-        shipped = len(shipped_files()) if include_shipped else 0
-        own = [p for p in paths if not (include_shipped and Path(p).resolve() == SHIPPED_DIR)]   # runbook's repo
-        report.files = len(playbook_files(own)) + shipped - len(replaced)
+        playbooks, report.errors, replaced = read_set(paths, include_shipped or shipped_context)
+        if shipped_context:
+            given = {f.resolve() for f in playbook_files(paths)}
+            report.files = len(given)
+            # a shipped file named itself (runbook's own repository) replaces nothing
+            replaced = [r for r in replaced if Path(str(r.project.source_file)).resolve() != Path(str(r.shipped.source_file)).resolve()]
+        else:
+            shipped = len(shipped_files()) if include_shipped else 0
+            own = [p for p in paths if not (include_shipped and Path(p).resolve() == SHIPPED_DIR)]   # runbook's repo
+            report.files = len(playbook_files(own)) + shipped - len(replaced)
     except SourceError as err:
         report.errors += err.messages
         return report
@@ -78,6 +88,8 @@ def lint_paths(paths: list[Path], config: RunConfig | None = None, include_shipp
     spoiled = {id(p) for problem in problems for p in problem.spoils}
     for playbook in playbooks:
         assert playbook.source_file is not None   # read_set() reads every playbook from its file
+        if given is not None and playbook.source_file.resolve() not in given:
+            continue   # the shipped context: linted by runbook's own tests
         tree = load_yaml(playbook.source_file)
         found = runtime_warnings(playbook, config)
         # Over a sandbox budget on the samples is a property of the text, not of the state: an error.

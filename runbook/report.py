@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from engine.checkpoints import store as ckpts
 from engine.core.durable import atomic_write
@@ -192,6 +193,20 @@ def finite(values) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
+# No loss a run means is this big; +-1e308 made the plot's axis a singular transform (LinAlgError: no report).
+ABSURD_LOSS = 1e15
+
+
+def drawable(value: float | None) -> TypeGuard[float]:
+    return value is not None and math.isfinite(value) and abs(value) <= ABSURD_LOSS
+
+
+def absurd_losses(history: RunHistory) -> int:
+    """PURE. Finite loss values too big to draw (train, val and final val), left out of the plot."""
+    values = [v for launch in history.launches for v in (*launch.losses, *launch.val_losses, launch.final_val_loss)]
+    return sum(1 for v in values if v is not None and math.isfinite(v) and not drawable(v))
+
+
 def duration(seconds: float | None) -> str:
     """A short human duration: "42 s", "3 min 05 s", "2 h 10 min"."""
     if seconds is None or not math.isfinite(seconds):
@@ -223,12 +238,12 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
 
     fig, ax = plt.subplots(figsize=(11, 6), dpi=110)
     top = blended_transform_factory(ax.transData, ax.transAxes)   # x in steps, y in 0..1 of the axes
-    all_losses = finite(loss for launch in history.launches for loss in launch.losses)
+    all_losses = [loss for launch in history.launches for loss in launch.losses if drawable(loss)]
     val_labelled = False
     for i, launch in enumerate(history.launches):
         colour = LAUNCH_COLOURS[i % len(LAUNCH_COLOURS)]
         origin = f"from step {launch.start_step}" if launch.start_step else "from scratch"
-        points = [(s, v) for s, v in zip(launch.steps, launch.losses) if math.isfinite(v)]
+        points = [(s, v) for s, v in zip(launch.steps, launch.losses) if drawable(v)]
         # Steps past the point the next launch resumed from were thrown away: draw them dashed, on top.
         cut = history.launches[i + 1].start_step if i + 1 < len(history.launches) else None
         kept = [(s, v) for s, v in points if cut is None or s <= cut]
@@ -238,15 +253,16 @@ def plot_history(history: RunHistory, png: Path, title: str) -> Path:
         if len(lost) > 1:
             ax.plot(*zip(*lost), color=colour, linewidth=2.2, linestyle=(0, (2, 1.5)), zorder=4,
                     label=f"launch {launch.number}: steps lost (redone by the next launch)")
-        bad = [s for s, v in zip(launch.steps, launch.losses) if not math.isfinite(v)]
+        bad = [s for s, v in zip(launch.steps, launch.losses) if not drawable(v)]
         if bad:
             ax.plot(bad, [0.97] * len(bad), "x", color="#d62728", markersize=9, transform=top,
-                    label="non-finite loss (nan/inf)")
-        if launch.val_steps:
-            ax.plot(launch.val_steps, launch.val_losses, "D", color=colour, markersize=6, markeredgecolor="black",
+                    label=f"non-finite or absurd loss (nan/inf, |loss| > {ABSURD_LOSS:g})")
+        val = [(s, v) for s, v in zip(launch.val_steps, launch.val_losses) if drawable(v)]
+        if val:
+            ax.plot(*zip(*val), "D", color=colour, markersize=6, markeredgecolor="black",
                     zorder=5, label=None if val_labelled else "val loss (colour of its launch)")
             val_labelled = True
-        if launch.final_val_loss is not None and math.isfinite(launch.final_val_loss):
+        if drawable(launch.final_val_loss):
             ax.plot([launch.last_step], [launch.final_val_loss], "*", color=colour, markersize=14,
                     markeredgecolor="black", zorder=5, label="final val loss")
     if all_losses and max(all_losses) > 20 * min(all_losses) > 0:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.checkpoints import store as ckpts
 from engine.checkpoints import partial_saves
+from engine.checkpoints.rollback import RollbackResult, UnreadableWeights
 from engine.core.run_folder import RunFolder
 from engine.core.state import CheckpointStatus
 
@@ -210,11 +211,12 @@ class CheckpointLedger:
         elif link.is_symlink():
             link.unlink()
 
-    def rollback(self, bad_step: int, steps: int, scan_nonfinite: bool, why: str) -> tuple[int, ckpts.Checkpoint | None]:
+    def rollback(self, bad_step: int, steps: int, scan_nonfinite: bool, why: str) -> RollbackResult:
         """Quarantine every checkpoint at/after bad_step or within `steps` before it (and, if asked,
-        any whose weights hold NaN/Inf); return (how many moved, the new resume point)."""
+        any whose weights hold NaN/Inf); return the steps moved with their reasons and the new resume point.
+        One whose weights cannot be read is kept and named: unreadable is no proof of NaN."""
         limit = bad_step - steps
-        moved = 0
+        result = RollbackResult()
         for c in self.checkpoints():
             reason = None
             if c.step >= bad_step or c.step > limit:
@@ -222,14 +224,22 @@ class CheckpointLedger:
             elif scan_nonfinite and self.layout.resume_file(c.path).is_file():
                 try:
                     nonfinite = self.adapter.find_nonfinite(c, limit=3)
-                except Exception as err:  # noqa: BLE001 - unreadable counts as untrustworthy
-                    nonfinite = [f"unreadable ({type(err).__name__})"]
+                except UnreadableWeights as err:
+                    result.unreadable[c.step] = str(err)
+                    continue
+                except Exception as err:  # noqa: BLE001 - any trainer's reader: cannot read, not non-finite
+                    result.unreadable[c.step] = f"cannot read its weights ({type(err).__name__}: {str(err)[:160]})"
+                    continue
                 if nonfinite:
                     reason = f"non-finite weights in {', '.join(nonfinite)}"
             if reason:
                 self.quarantine(c, f"{why}: {reason}")
-                moved += 1
-        return moved, self.newest_verified()
+                result.quarantined[c.step] = reason
+        for step, unread in result.unreadable.items():
+            if self.journal is not None:
+                self.journal.append("weights_unscanned", step=step, reason=unread)
+        result.target = self.newest_verified()
+        return result
 
     def prune(self, keep_last_k: int, best_step: int | None, remove_partial: bool, trainer_alive: bool) -> PruneResult:
         """The one prune (retention, upkeep, the prune_checkpoints action, a full disk): only what this

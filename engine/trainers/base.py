@@ -56,7 +56,8 @@ class TrainerAdapter(Protocol):
         scratch_dir (never into the checkpoint) when the config changed something the file records."""
 
     def find_nonfinite(self, checkpoint: Checkpoint, limit: int) -> list[str]:
-        """Names of the model's parameters holding NaN/Inf in a checkpoint, at most `limit`."""
+        """Names of the model's parameters holding NaN/Inf in a checkpoint, at most `limit`; raises
+        engine.checkpoints.rollback.UnreadableWeights (one line: which file, why) when it cannot tell."""
 
     def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         """Rewrite paths under old_run_dir recorded in a checkpoint COPY to lie under new_run_dir

@@ -70,6 +70,18 @@ class DrillRun:
             time.sleep(0.05)
         raise TimeoutError(f"no checkpoint {count} after {self.timeout:g} s")
 
+    def wait_for_progress(self, lines: int) -> None:
+        """Until the trainer's logs hold `lines` progress lines; a dead watcher ends the wait at once (the
+        slow drill waited out its 300 s for a watcher that had exited)."""
+        deadline = time.monotonic() + self.timeout
+        while (seen := self.progress_lines()) < lines:
+            if self.watcher.poll() is not None:
+                raise RuntimeError(f"the watcher exited ({self.watcher.returncode}) after {seen} of the {lines} "
+                                   "progress lines the fault waits for")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{seen} of {lines} progress lines after {self.timeout:g} s")
+            time.sleep(0.1)
+
     def progress_lines(self) -> int:
         return sum(isinstance(self.adapter.parse_line(line), Progress)
                    for log in (self.run_dir / "logs").glob("trainer-*.log")
@@ -106,11 +118,12 @@ def _corrupt_then_kill(run: DrillRun) -> float:
     return time.time()
 
 
+BASELINE_LINES = 60   # progress lines before the slow drill throttles: the watcher has a throughput baseline
+
+
 def _throttle(run: DrillRun) -> float:
     """A 75% SIGSTOP duty cycle for 15 s once the run has a throughput baseline."""
-    deadline = time.monotonic() + run.timeout
-    while run.progress_lines() < 60 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    run.wait_for_progress(BASELINE_LINES)
     pid, started = run.trainer_pid(), time.time()
 
     def cycle() -> None:

@@ -99,12 +99,25 @@ def drill(
         watcher.terminate()
         watcher.wait(timeout=60)
         out.print(f"drill failed: {error} (see {root / 'watch.log'})")
+        if said := last_line(root / "watch.log"):
+            out.print(f"  the watcher's last line: {said}")
         raise typer.Exit(int(ExitCode.ESCALATED)) from None
     report = summarize(scratch, fault, code, injected_at or started, time.time() - started)
     (root / "drill-report.json").write_text(json.dumps(report, indent=2))
     for key, value in report.items():
         out.print(f"  {key}: {value}")
     raise typer.Exit(0 if report["recovered"] else int(ExitCode.ESCALATED))
+
+
+def last_line(path: Path, tail: int = 4096) -> str:
+    """The last non-empty line of a log (its last `tail` bytes read), or ""."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - tail))
+            lines = [line.strip() for line in fh.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float) -> dict:

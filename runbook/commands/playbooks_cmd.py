@@ -61,8 +61,10 @@ def lint(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONFIG) -
     """Validate playbooks: every problem as file:line:col: key: reason. Exit 0 only when all are valid."""
     from runbook.playbook_lint import lint_paths
 
+    named = bool(paths)
     run_config, paths, shipped = _setup(paths, config)
-    report = lint_paths(paths, run_config, include_shipped=shipped)
+    # Files named alone are linted among the shipped set a run reads with them: a draft inhibits unknown-crash.
+    report = lint_paths(paths, run_config, include_shipped=shipped, shipped_context=named and run_config.playbooks.shipped)
     for line in report.errors + report.warnings + report.notes:
         typer.echo(line)
     if report.files == 0 and not report.errors:

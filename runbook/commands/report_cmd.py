@@ -62,16 +62,17 @@ def launch_table(history) -> list[str]:
 
 
 def render_markdown(loaded, history, png_name: str) -> str:
-    from runbook.report import finite
+    from runbook.report import ABSURD_LOSS, absurd_losses, drawable
 
     h = history
+    absurd = absurd_losses(h)
     state = h.journal.run_state.value
     outcomes: dict[str, int] = {}
     for r in h.incidents:
         outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
     lost_steps = sum(r.get("steps_lost") or 0 for r in h.incidents)
     lost_tokens = sum(r.get("tokens_lost") or 0 for r in h.incidents)
-    val = finite(v for launch in h.launches for v in launch.val_losses)
+    val = [v for launch in h.launches for v in launch.val_losses if drawable(v)]
     final_val = next((launch.final_val_loss for launch in reversed(h.launches) if launch.final_val_loss is not None), None)
     last_train = next((launch.losses[-1] for launch in reversed(h.launches) if launch.losses), None)
     kept = ", ".join(f"{c.step}{' (last)' if c.is_last else ''}{'' if c.sealed else ' (not sealed)'}"
@@ -94,6 +95,8 @@ def render_markdown(loaded, history, png_name: str) -> str:
     now = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     lines = [f"# Run report: {loaded.path.name}", "", f"Generated {now} by `runbook report` from `{loaded.run_dir}`.", "",
              f"![train and val loss over optimizer steps, with incidents]({png_name})", "",
+             *([f"{absurd} absurd loss value(s) not drawn (|loss| > {ABSURD_LOSS:g}; an x at the top of the plot "
+                "marks each train step)", ""] if absurd else []),
              "## Summary", "", "| | |", "| --- | --- |", *(f"| {k} | {v} |" for k, v in summary), "",
              "## Incidents", ""]
     if h.incidents:

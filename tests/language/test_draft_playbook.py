@@ -111,6 +111,13 @@ def test_draft_writes_a_complete_playbook_that_passes_its_checks(run_a, drafted)
     assert "safe default" in done.stdout
 
 
+def test_the_draft_passes_playbooks_lint_of_its_own_file(run_a, drafted):
+    """QA: `playbooks lint FILE` of a draft said "inhibits: unknown playbook 'unknown-crash'" (the file linted alone)."""
+    path = run_a.root / "playbooks" / "drafts" / "shard-header-corrupted.yaml"
+    lint = runbook(run_a, "playbooks", "lint", str(path))
+    assert lint.returncode == 0 and "1 playbook(s) valid" in lint.stdout, lint.stdout + lint.stderr
+
+
 def test_draft_refuses_a_recovered_or_missing_incident(run_a, drafted):
     recovered = runbook(run_a, "playbooks", "draft", drafted["records"][0]["id"], str(run_a.config))
     assert recovered.returncode == 14 and "was recovered by 'preemption'" in recovered.stderr

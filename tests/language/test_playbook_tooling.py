@@ -83,6 +83,19 @@ def test_lint_of_the_shipped_playbooks_passes(monkeypatch):
     assert f"{len(SHIPPED_FILES)} playbook(s) valid" in result.stdout
 
 
+def test_a_file_named_alone_is_linted_among_the_shipped_playbooks_it_may_inhibit(tmp_path: Path):
+    """QA: a draft (it inhibits unknown-crash) failed `playbooks lint FILE`: "inhibits: unknown playbook 'unknown-crash'"."""
+    path = tmp_path / "my_crash.yaml"
+    path.write_text("name: my-crash\ninhibits: [unknown-crash]\n" + HEAD)
+    result = cli("playbooks", "lint", str(path))
+    assert result.exit_code == 0 and "1 playbook(s) valid" in result.stdout, result.output
+    path.write_text("name: my-crash\ninhibits: [unknown-crashes]\n" + HEAD)   # a typo is still one
+    result = cli("playbooks", "lint", str(path))
+    assert result.exit_code == ExitCode.INVALID and f"{path}:2:12: inhibits.0: unknown playbook 'unknown-crashes'" in result.stdout
+    one_shipped = cli("playbooks", "lint", str(SHIPPED / "nan.yaml"))
+    assert one_shipped.exit_code == 0 and "1 playbook(s) valid" in one_shipped.stdout and "replaces" not in one_shipped.stdout
+
+
 def test_lint_of_an_empty_folder_fails(tmp_path: Path):
     assert cli("playbooks", "lint", str(tmp_path)).exit_code == ExitCode.INVALID
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -137,5 +138,26 @@ def test_the_preflight_names_a_missing_script_or_command(tmp_path):
     script = make_project(tmp_path / "script", TRAINERS["script"])
     assert ScriptAdapter().check_environment(load_config(script.config)) == []
     script.set(trainer={"command": ["no-such-python-here", "train.py"]})
-    [problem] = ScriptAdapter().check_environment(load_config(script.config))
-    assert "trainer.command[0]" in problem and "no-such-python-here" in problem
+    problem, no_script = ScriptAdapter().check_environment(load_config(script.config))   # no train.py there either
+    assert "trainer.command[0]" in problem and "no-such-python-here" in problem and "trainer.command[1]" in no_script
+
+
+def test_check_refuses_a_script_command_whose_script_does_not_exist_with_the_keys_file_and_line(tmp_path):
+    """QA: `runbook check` said "ready to launch" for ["torchrun", "--nproc-per-node", "2", "trian.py"]."""
+    from typer.testing import CliRunner
+
+    from runbook.cli import app
+
+    project = make_project(tmp_path, TRAINERS["script"])
+    (tmp_path / "train.py").write_text("print('training')\n")
+    project.set(trainer={"command": ["{python}", "train.py", "--out", "{out_dir}"]})
+    assert ScriptAdapter().check_environment(load_config(project.config)) == []   # relative to the project folder
+    project.set(trainer={"command": ["{python}", "-u", "trian.py", "--out", "{out_dir}"]})
+    [problem] = ScriptAdapter().check_environment(load_config(project.config))
+    assert re.match(rf"{re.escape(str(project.config))}:\d+:\d+: trainer.command\[2\] is 'trian.py': no file "
+                    rf"{re.escape(str(tmp_path / 'trian.py'))}", problem), problem
+    project.set(trainer={"command": ["torchrun", "--nproc-per-node", "2", "trian.py", "--out", "{out_dir}"]})
+    problems = ScriptAdapter().check_environment(load_config(project.config))
+    assert any(re.match(r".*run_config.yaml:\d+:\d+: trainer.command\[3\] is 'trian.py': no file", p) for p in problems), problems
+    result = CliRunner().invoke(app, ["check", str(project.config)])
+    assert result.exit_code == 3 and "ready to launch" not in result.output and "trian.py" in result.output, result.output

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.observe.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.preflight import where
 from engine.trainers.script import launch, lines, template, weights
 from engine.trainers.script.layout import FolderLayout
 from engine.trainers.script.settings import ScriptSettings
@@ -15,6 +16,12 @@ from engine.trainers.script.settings import ScriptSettings
 # The contract (docs/trainers.md): each save is <out_dir>/step-<6 digits>/state.pt, announced first with
 # runbook.sdk.saving(folder); the last is <out_dir>/final/state.pt.
 CHECKPOINT_PREFIX, RESUME_FILE = "step-", "state.pt"
+
+
+def script_index(argv: list[str]) -> int | None:
+    """PURE. Where the command names its script: the first argument after the launcher ending in .py
+    (`python train.py`, `torchrun --nproc-per-node 2 train.py`, `accelerate launch train.py`); None if none does."""
+    return next((i for i, arg in enumerate(argv[1:], start=1) if arg.endswith(".py") and not arg.startswith("-")), None)
 
 
 class ScriptAdapter:
@@ -36,11 +43,17 @@ class ScriptAdapter:
 
     def check_environment(self, loaded) -> list[str]:
         s = self._bind(loaded)
-        head = template.render(s.command[0], template.values_of(loaded, None))
-        if not (shutil.which(head) or Path(loaded.project_dir, head).is_file()):
-            return [(f"trainer.command[0] in {loaded.path} is {head!r}: no such executable on PATH or file; "
-                     "write the interpreter first (e.g. [\"{python}\", \"train.py\", ...])")]
-        return []
+        values = template.values_of(loaded, None)
+        argv = [template.render(item, values) for item in s.command]
+        problems = []
+        if not (shutil.which(argv[0]) or Path(loaded.project_dir, argv[0]).is_file()):
+            problems.append(f"{where(loaded, ('trainer', 'command', 0))}: trainer.command[0] is {argv[0]!r}: no such "
+                            "executable on PATH or file; write the interpreter first (e.g. [\"{python}\", \"train.py\", ...])")
+        at = script_index(argv)
+        if at is not None and not (script := Path(loaded.project_dir, argv[at])).is_file():
+            problems.append(f"{where(loaded, ('trainer', 'command', at))}: trainer.command[{at}] is {s.command[at]!r}: "
+                            f"no file {script} (the command runs in {loaded.project_dir})")
+        return problems
 
     def data_fingerprint(self, loaded) -> str | None:
         return None   # the script reads data.train_dir/val_dir: runbook's own hash applies

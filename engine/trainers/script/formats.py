@@ -7,10 +7,16 @@ import hashlib
 import json
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 MAX_HEADER = 100 * 1024 * 1024    # safetensors' own limit on its JSON header
 CHUNK = 1 << 20
+# torch.save stores its zip members (1:1); a deflated one with a big ratio is a bomb, not a checkpoint: refused
+# from the central directory, before a byte is inflated (a 3 MB one took the watcher's loop 29 s to read).
+MAX_RATIO = 50
+MAX_INFLATED = 1 << 30            # bytes inflated from one file's deflated members, at most
+REFUSED = "not a checkpoint this runbook will read"
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -24,15 +30,52 @@ def safetensors_problem(path: Path) -> str | None:
             return f"{path.name}: header of {length} bytes in a {size}-byte file (truncated or not safetensors)"
         try:
             header = json.loads(fh.read(length))
+        except RecursionError:
+            return f"{path.name}: {REFUSED}: its header is nested too deep"
         except ValueError:
             return f"{path.name}: its header is not JSON (corrupted)"
+    problem = header_problem(header, 8 + length, size)
+    return f"{path.name}: {problem}" if problem else None
+
+
+def header_problem(header: object, data_start: int, size: int) -> str | None:
+    """PURE. A safetensors header: a mapping of tensor name -> {"data_offsets": [begin, end], ...} whose last end
+    is where a `size`-byte file ends."""
     if not isinstance(header, dict):
-        return f"{path.name}: its header is not a mapping (corrupted)"
-    ends = [v.get("data_offsets", [0, 0])[1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    expected = 8 + length + max(ends, default=0)
-    if expected != size:
-        return f"{path.name}: {size} bytes but its header describes {expected} (truncated)" if size < expected else \
-            f"{path.name}: {size - expected} bytes beyond its tensors (corrupted)"
+        return "its header is not a mapping (corrupted)"
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            return f"its header is malformed: tensor {name[:80]!r} has data_offsets {repr(offsets)[:40]} (corrupted)"
+        end = max(end, offsets[1])
+    expected = data_start + end
+    if expected > size:
+        return f"{size} bytes but its header describes {expected} (truncated)"
+    return f"{size - expected} bytes beyond its tensors (corrupted)" if expected < size else None
+
+
+def members_problem(members: list[zipfile.ZipInfo]) -> str | None:
+    """PURE. What the central directory alone says runbook will not read: an encrypted member, a compression
+    torch.save never writes, a deflated one past the ratio or size cap."""
+    inflated = 0
+    for info in members:
+        name = info.filename[:120]
+        if info.flag_bits & 0x1:
+            return f"member {name} is encrypted"
+        if info.compress_type == zipfile.ZIP_STORED:
+            continue
+        if info.compress_type != zipfile.ZIP_DEFLATED:
+            return f"member {name} uses compression method {info.compress_type}, which torch.save never writes"
+        if info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            return (f"member {name} inflates {info.compress_size} bytes to {info.file_size} "
+                    f"(at most {MAX_RATIO}:1 is read; torch.save stores its members uncompressed)")
+        inflated += info.file_size
+        if inflated > MAX_INFLATED:
+            return f"its deflated members inflate to more than {MAX_INFLATED} bytes"
     return None
 
 
@@ -40,15 +83,28 @@ def zip_problem(path: Path) -> str | None:
     """torch.save's format is a zip: every member's CRC must match (reads the whole file)."""
     try:
         with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+            if refused := members_problem(archive.infolist()):
+                return f"{path.name}: {REFUSED}: {refused}"
+            for info in archive.infolist():   # zipfile's testzip, naming the member a corrupt stream is in
+                name = info.filename[:120]
+                try:
+                    with archive.open(info) as member:
+                        while member.read(CHUNK):
+                            pass
+                except zipfile.BadZipFile:
+                    return f"{path.name}: member {name} fails its CRC (corrupted)"
+                except zlib.error as error:
+                    return f"{path.name}: member {name}: its compressed data is corrupt ({str(error)[:80]})"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as error:
         return f"{path.name}: not a readable torch file ({str(error)[:120]}; truncated?)"
-    return f"{path.name}: member {bad} fails its CRC (corrupted)" if bad else None
+    return None
 
 
 def json_problem(path: Path) -> str | None:
     try:
         json.loads(path.read_bytes())
+    except RecursionError:
+        return f"{path.name}: not JSON this runbook will read: nested too deep"
     except (ValueError, UnicodeDecodeError):
         return f"{path.name}: not valid JSON (truncated or corrupted)"
     return None
