@@ -62,7 +62,7 @@ class LauncherReport:
 
 
 def is_peer_loss(text: str | None) -> bool:
-    return bool(text) and PEER_LOSS.search(text[:MAX_LINE]) is not None
+    return text is not None and PEER_LOSS.search(text[:MAX_LINE]) is not None
 
 
 def read_report(lines: list[str]) -> LauncherReport:

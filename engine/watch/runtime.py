@@ -81,10 +81,11 @@ class EngineRuntime:
             self._ctx.control.stop("rollback")
         if bad_step is None:
             bad_step = self.state.metrics.step or 0
-        moved, target = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
+        result = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
+        target = result.target
         self.incident.rollback_target_step = target.step if target else 0
         where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
-        return f"quarantined {moved} checkpoint(s) at/after step {max(0, bad_step - steps)}; next resume from {where}"
+        return f"{result.summary()}; next resume from {where}"   # the steps actually moved, and why
 
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
         ledger = self._ctx.ledger
