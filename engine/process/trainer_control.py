@@ -225,6 +225,15 @@ class TrainerControl:
         self.journal.append("env_lifted", names=sorted(lifted), reason=reason)
         return lifted
 
+    def restore_env(self, values: dict[str, str | None], reason: str) -> None:
+        """Put variables back as they were before a remedy (None: unset), for every later launch."""
+        for name, value in values.items():
+            self.extra_env.pop(name, None)
+            self.diagnostic_env.pop(name, None)
+            if value is not None:
+                self.extra_env[name] = value
+        self.journal.append("env_restored", values=values, reason=reason)
+
     def env_in_force(self) -> dict[str, str]:
         """What remedies add to the next launch's environment."""
         return {**self.extra_env, **self.diagnostic_env}

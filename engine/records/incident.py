@@ -72,6 +72,8 @@ class Incident(BaseModel):
     outcome: Outcome = "open"
     notes: list[str] = Field(default_factory=list)
     config_changes: dict[str, list[Any]] = Field(default_factory=dict)   # key -> [before, after]
+    env_changes: dict[str, list[Any]] = Field(default_factory=dict)      # variable -> [before (None: unset), after]
+    reverted: str | None = None          # why this incident's remedy was undone (the launch it made died at once)
     resumed_from: str | None = None
     resumed_step: int | None = None
     rollback_target_step: int | None = None

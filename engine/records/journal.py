@@ -196,6 +196,12 @@ def rebuild(entries: list[dict]) -> JournalState:
             kept.update(e["vars"])
             for name in e["vars"]:
                 other.pop(name, None)
+        elif kind == "env_restored":
+            for name, value in (e.get("values") or {}).items():
+                s.extra_env.pop(name, None)
+                s.diagnostic_env.pop(name, None)
+                if isinstance(value, str):
+                    s.extra_env[name] = value
         elif kind == "env_lifted":
             for name in e.get("names") or []:
                 s.diagnostic_env.pop(name, None)

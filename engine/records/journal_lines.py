@@ -151,6 +151,9 @@ _FIELDS: dict[str, list[tuple[str, Callable[[Any], bool], str, bool]]] = {
              "none of it is passed to the trainer. To clear this warning delete that line from the journal "
              "(each line is checked on its own) and set the variables again with a correct set_env", False),
             ("diagnostic", lambda v: isinstance(v, bool), "true or false", True)],
+    "env_restored": [("values", lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and not env_problem(k, "") and (x is None or (isinstance(x, str) and not env_problem(k, x)))
+        for k, x in v.items()), "a map of environment variables to values or null", False)],
     "env_lifted": [("names", lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of names", False)],
 }
 

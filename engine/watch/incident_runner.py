@@ -16,6 +16,7 @@ from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
+from engine.watch.remedy_guard import change_summary, remedy_to_blame
 from engine.watch.runtime import EngineRuntime
 from engine.watch.stopping import stop_on_request
 from engine.core.state import RunState
@@ -42,6 +43,9 @@ class IncidentRunner:
     def handle(self, decision, snapshot, attempt: int, config) -> Incident:
         """Open an incident for the decision and run its plan to the end."""
         playbook = decision.playbook
+        blame = remedy_to_blame(self.awaiting_progress, playbook.name, snapshot)
+        if blame is not None:
+            return self._revert_and_retry(decision, snapshot, attempt, config, blame)
         steps = plan(playbook, snapshot, config, attempt)
         self.flush_awaiting("the trainer failed again before making progress")
         s = self.ctx
@@ -63,6 +67,48 @@ class IncidentRunner:
             self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
             return incident
         self._run(incident, steps)
+        return incident
+
+    def _revert_and_retry(self, decision, snapshot, attempt: int, config, blame: str) -> Incident:
+        """The remedy on probation killed the launch it made (engine/watch/remedy_guard.py): undo it, say so in
+        both incidents, and resume once more without it. The new failure is its own incident, recovered so."""
+        s = self.ctx
+        culprit = self.awaiting_progress
+        assert culprit is not None   # remedy_to_blame said so
+        self.awaiting_progress = None
+        what = change_summary(culprit)
+        if culprit.env_changes:
+            s.control.restore_env({name: before for name, (before, _) in culprit.env_changes.items()}, blame)
+        if culprit.config_changes:
+            s.control.write_config({key: before for key, (before, _) in culprit.config_changes.items()})
+        culprit.reverted = f"reverted {what}: {blame}"
+        culprit.note(culprit.reverted)
+        self._save(culprit)
+        self._report(culprit)
+        s.journal.append("remedy_reverted", incident=culprit.id, changes=what, reason=blame)
+        retry = PlannedStep.from_dict({"index": 0, "verb": "resume", "description": "resume without the remedy",
+                                       "params": {"from": "newest_verified"}, "on_failure": "abort"})
+        # The stored plan is the retry alone: a watcher restarted from here resumes, the revert being journaled.
+        incident = Incident.open(s.store.next_id(), decision.playbook, decision, snapshot, attempt, [retry.to_dict()],
+                                 config.model_dump(mode="json"))
+        incident.same_as = self._first_same(incident)
+        incident.note(f"attributed to {culprit.id}'s remedy ({what}): {blame}; reverted, and the recovery retried "
+                      "once without it")
+        self._save(incident)
+        s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
+                         decision="recover", snapshot=incident.snapshot)
+        s.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
+        s.notifier.incident_opened(incident.id, f"{decision.playbook.name} ({decision.playbook.severity})",
+                                   f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
+                                   {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"})
+        s.events("incident_opened", record=incident.to_json())
+        s.transition(RunState.RECOVERING, incident.id)
+        runtime = EngineRuntime(incident, self.ctx)
+        resumed = self._run_step(retry, runtime)
+        incident.actions.append(resumed)
+        self._save(incident)
+        s.journal.append("action_done", incident=incident.id, index=retry.index, ok=resumed.ok)
+        self._close(incident, runtime, "recovered" if resumed.ok else "failed")
         return incident
 
     def _first_same(self, incident: Incident) -> str | None:

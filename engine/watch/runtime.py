@@ -150,7 +150,12 @@ class EngineRuntime:
         return "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
 
     def set_env(self, variables: dict, diagnostic: bool = False) -> str:
+        before = self._ctx.control.env_in_force()
         notes = self._ctx.control.set_env(variables, diagnostic, self.incident.id)
+        after = self._ctx.control.env_in_force()
+        for name in variables:   # what the next launch gets differently, so it can be undone (remedy_guard.py)
+            first = self.incident.env_changes.get(name, [before.get(name)])[0]
+            self.incident.env_changes[name] = [first, after.get(name)]
         text = "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
         text += " (diagnostic: lifted once the next launch trains healthily)" if diagnostic else ""
         return text + "".join(f"; {note}" for note in notes)

@@ -174,3 +174,45 @@ def _alive(proc) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+HARMFUL_REMEDY = """\
+name: test-harmful-remedy
+description: A remedy that kills the next launch at start-up, as DETAIL did on gloo (PYTHONHASHSEED=bogus makes every Python process exit 1 at start-up, for real).
+severity: warning
+priority: 99
+match:
+  all:
+    - expr: "state.trainer.ranks.first_failed_cause == 'signal'"
+limits:
+  max_attempts: 3
+actions:
+  - stop: {}
+    if: "state.trainer.alive"
+  - set_env:
+      vars: {PYTHONHASHSEED: bogus}
+  - resume:
+      from: newest_verified
+"""
+
+
+def test_a_remedy_whose_relaunch_dies_at_start_up_is_reverted_and_the_recovery_retried_without_it(tmp_path):
+    project = project_with(tmp_path)
+    (project.root / "playbooks").mkdir()
+    (project.root / "playbooks" / "harmful.yaml").write_text(HARMFUL_REMEDY)
+    code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGKILL))
+    report("a remedy that crashes the relaunch", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    first, second = incidents[0], incidents[1]
+    assert first["playbook"] == "test-harmful-remedy"
+    assert first["env_changes"] == {"PYTHONHASHSEED": [None, "bogus"]}
+    assert first["reverted"].startswith("reverted PYTHONHASHSEED=bogus (was unset): the next launch died of exit code 1")
+    assert "attributed to " + first["id"] in " ".join(second["notes"]) and second["outcome"] == "recovered"
+    assert len(incidents) == 2, [i["playbook"] for i in incidents]       # retried once, and it trained to the end
+    assert (project.out_dir / "final" / "state.pt").is_file()
+    log = project.run_log.read_text()
+    assert "reverted PYTHONHASHSEED=bogus" in log
+    third_launch = json.loads((project.run_dir / "launches" / "launch-003" / "launch.json").read_text())
+    assert third_launch["argv"]                                            # the retry launched, without the variable:
+    assert '"env_restored"' in (project.run_dir / "journal.jsonl").read_text()
+    assert leftovers() == []

@@ -39,3 +39,15 @@ def test_an_hf_script_with_several_devices_runs_under_torchrun_and_a_users_launc
     argv = hf_argv(Path("train.py"), values, ["--block_size", "32"], None, ["torchrun", "--nproc-per-node", "2"])
     assert argv[:4] == ["torchrun", "--nproc-per-node", "2", "train.py"]
     assert argv[argv.index("--gradient_accumulation_steps") + 1] == "4"
+
+
+def test_a_scripts_whole_command_gives_its_rank_count_and_accumulation(tmp_path):
+    """values_of reads the launcher part of a full `kind: script` command, whose other items are templates too."""
+    from engine.trainers.run_config import load_config
+    from tests.trainers.projects import DDP_SCRIPT, make_project
+
+    project = make_project(tmp_path / "project", DDP_SCRIPT)
+    loaded = load_config(project.config)
+    values = template.values_of(loaded, None, loaded.config.trainer.command)
+    assert values["world_size"] == 2
+    assert values["grad_accum"] == loaded.config.batch_size // (loaded.config.micro_batch_size * 2)
