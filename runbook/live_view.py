@@ -44,6 +44,7 @@ class LiveView:
         self.snapshot = None
         self.samples: deque[tuple[float, int]] = deque()
         self.incident: dict | None = None           # a copy: id, playbook, step, outcome, doing, result
+        self.env: dict[str, str] = {}               # what remedies added to the current launch's environment
         self._live: Live | None = None
 
     # --- lifecycle: `with view:` around Supervisor.run() ---------------------------------------
@@ -70,6 +71,8 @@ class LiveView:
                 self.incident = {**i, "outcome": "recovered" if self.state == RunState.RUNNING else self.state.value}
         elif kind in ("incident_opened", "action", "incident_closed"):
             self._incident(kind, data)
+        elif kind == "launch":
+            self.env = dict(data.get("env") or {})
         if kind != "observation":
             line = self.lines.format(kind, data)
             if line is not None:
@@ -120,6 +123,8 @@ class LiveView:
         else:
             self._metric_rows(grid, snap)
         grid.add_row("incident", self._incident_text())
+        if self.env:   # a remedy's variables in force: a diagnosis costs throughput, a transport change bandwidth
+            grid.add_row("env", Text(", ".join(f"{k}={v}" for k, v in sorted(self.env.items())), style="yellow"))
         elapsed = duration(time.time() - self.started)
         return Panel(grid, title=f"runbook watch · {self.title}", subtitle=f"watching for {elapsed} · Ctrl-C stops",
                      border_style=STATE_STYLES.get(state, "white").replace("bold ", ""), expand=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-INT, NUM, STR, BOOL, NULL, LIST = "integer", "number", "string", "boolean", "null", "array"
+INT, NUM, STR, BOOL, NULL, LIST, OBJECT = "integer", "number", "string", "boolean", "null", "array", "object"
 
 # event -> field -> (JSON types allowed, required). A field that does not apply is null, never absent.
 SCHEMA: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
@@ -20,7 +20,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[str, ...], bool]]] = {
         "tokens": ((INT, NULL), True), "verified_checkpoint_step": ((INT, NULL), True),
     },
     "transition": {"state": ((STR,), True), "previous": ((STR, NULL), True), "reason": ((STR,), True)},
-    "launch": {"launch": ((INT,), True), "pid": ((INT,), True), "resume_from": ((STR, NULL), True)},
+    "launch": {"launch": ((INT,), True), "pid": ((INT,), True), "resume_from": ((STR, NULL), True),
+               "env": ((OBJECT,), True)},   # what remedies add to this launch's environment (set_env), {} for none
     "incident_opened": {
         "incident": ((STR,), True), "playbook": ((STR,), True), "symptom": ((STR, NULL), True),
         "step": ((INT, NULL), True),
@@ -65,7 +66,8 @@ def fields(kind: str, data: dict) -> dict | None:
         return {"state": _state(data["state"]), "previous": _state(data.get("previous")), "reason": str(data["reason"])}
     if kind == "launch":
         resume = data.get("resume_from")
-        return {"launch": data["launch"], "pid": data["pid"], "resume_from": str(resume) if resume else None}
+        return {"launch": data["launch"], "pid": data["pid"], "resume_from": str(resume) if resume else None,
+                "env": dict(data.get("env") or {})}
     if kind in ("incident_opened", "action", "incident_closed"):
         r = data["record"]
         base = {"incident": r["id"], "playbook": r["playbook"]}

@@ -37,6 +37,7 @@ class TrainerControl:
         self.extra_env: dict[str, str] = {}          # remedies' variables for every later launch (set_env)
         self.diagnostic_env: dict[str, str] = {}     # ... only until a launch carrying them trains healthily
         self.diagnostics_carried_by: int | None = None   # the launch that carries diagnostic_env
+        self.env_effect_pending: dict | None = None   # an env change whose throughput after is not yet measured
         self.past_exit: tuple[int | None, str | None] = (None, None)   # what an earlier watcher saw (dry-run)
         self.trouble = trouble or WriteTrouble()
         self.ranks = RankWatch(None)      # the ranks of the current launch (engine/process/ranks.py)
@@ -75,6 +76,8 @@ class TrainerControl:
         spec.env.update(self.extra_env)
         spec.env.update(self.diagnostic_env)
         self.diagnostics_carried_by = self.launches if self.diagnostic_env else None
+        if self.env_effect_pending is not None and self.env_effect_pending.get("launch") is None:
+            self.env_effect_pending["launch"] = self.launches   # the first launch with the change measures "after"
         safe, notes = without_known_crashes(spec.env, on_gpu(self.loaded.config.trainer.device))
         spec = replace(spec, env=safe)
         for note in notes:   # the user's trainer.env, or an older journal's set_env
@@ -214,6 +217,23 @@ class TrainerControl:
             (self.extra_env if diagnostic else self.diagnostic_env).pop(name, None)
         self.journal.append("env", vars=safe, diagnostic=diagnostic, incident=incident, notes=notes)
         return notes
+
+    def note_env_change(self, incident: str | None, names: list[str], tokens_per_sec_before: float | None) -> None:
+        self.env_effect_pending = {"incident": incident, "names": sorted(names), "before": tokens_per_sec_before,
+                                   "launch": None}
+
+    def env_effect_due(self, healthy_steps: int, steps_this_launch: int) -> bool:
+        pending = self.env_effect_pending
+        return pending is not None and pending["launch"] == self.launches and steps_this_launch >= healthy_steps
+
+    def record_env_effect(self, tokens_per_sec_after: float | None) -> dict:
+        """Throughput before the change (the incident's snapshot) and after it (its launch, once trained healthily)."""
+        pending, self.env_effect_pending = self.env_effect_pending, None
+        assert pending is not None
+        entry = {"incident": pending["incident"], "names": pending["names"], "launch": pending["launch"],
+                 "tokens_per_sec_before": pending["before"], "tokens_per_sec_after": tokens_per_sec_after}
+        self.journal.append("env_effect", **entry)
+        return entry
 
     def diagnostics_due(self, healthy_steps: int, steps_this_launch: int) -> bool:
         return bool(self.diagnostic_env) and self.diagnostics_carried_by == self.launches \

@@ -35,6 +35,7 @@ class JournalState:
     history: AttemptHistory = field(default_factory=AttemptHistory)
     extra_env: dict[str, str] = field(default_factory=dict)
     diagnostic_env: dict[str, str] = field(default_factory=dict)   # set_env's diagnostic variables not yet lifted
+    env_effects: list[dict] = field(default_factory=list)   # each env change's throughput before and after
     incidents: list[str] = field(default_factory=list)
     unreported: list[str] = field(default_factory=list)   # closed, but not yet in the run log / notifier
     last_exit_code: int | None = None
@@ -202,6 +203,9 @@ def rebuild(entries: list[dict]) -> JournalState:
                 s.diagnostic_env.pop(name, None)
                 if isinstance(value, str):
                     s.extra_env[name] = value
+        elif kind == "env_effect":
+            s.env_effects = [*s.env_effects[-9:], {k: e.get(k) for k in (
+                "incident", "names", "launch", "tokens_per_sec_before", "tokens_per_sec_after")}]
         elif kind == "env_lifted":
             for name in e.get("names") or []:
                 s.diagnostic_env.pop(name, None)

@@ -156,6 +156,9 @@ class EngineRuntime:
         for name in variables:   # what the next launch gets differently, so it can be undone (remedy_guard.py)
             first = self.incident.env_changes.get(name, [before.get(name)])[0]
             self.incident.env_changes[name] = [first, after.get(name)]
+        metrics = self.state.metrics
+        self._ctx.control.note_env_change(self.incident.id, list(self.incident.env_changes),
+                                          metrics.tokens_per_sec or metrics.baseline_tokens_per_sec)
         text = "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
         text += " (diagnostic: lifted once the next launch trains healthily)" if diagnostic else ""
         return text + "".join(f"; {note}" for note in notes)

@@ -171,6 +171,12 @@ class Supervisor:
         """A remedy's diagnostic variables (NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) served the launch after the
         incident; once it trained healthily the later launches go without them."""
         steps, healthy = self.observer.tracker.progress_since_launch, self.loaded.config.watch.diagnostics_healthy_steps
+        if self.control.env_effect_due(healthy, steps):   # what the change cost: throughput before and after
+            effect = self.control.record_env_effect(self.observer.tracker.throughput())
+            before, after = effect["tokens_per_sec_before"], effect["tokens_per_sec_after"]
+            self.events("warning", text=f"{', '.join(effect['names'])} ({effect['incident']}): throughput "
+                        f"{'-' if before is None else f'{before:,.0f}'} tok/s before, "
+                        f"{'-' if after is None else f'{after:,.0f}'} tok/s after")
         if self.control.diagnostics_due(healthy, steps):
             why = f"launch {self.control.launches} trained {steps} steps healthily"
             lifted = self.control.lift_diagnostics(why)
@@ -203,7 +209,8 @@ class Supervisor:
         self.dead_observations = 0
         self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))
-        self.events("launch", pid=process.pid, resume_from=resume_file, launch=self.control.launches)
+        self.events("launch", pid=process.pid, resume_from=resume_file, launch=self.control.launches,
+                    env=self.control.env_in_force())
 
     def save_interval_advice(self) -> str | None:
         return run_save_interval_advice(self.observer.tracker, self.history, self.journal, self.loaded.config)

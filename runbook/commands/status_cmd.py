@@ -176,6 +176,8 @@ def gather(loaded, now: float | None = None) -> dict:
                  "free_percent": round(disk.free_percent, 1)},
         "checkpoints": {"steps": [c.step for c in h.checkpoints], "sealed_steps": sealed,
                         "last_link_step": last_link, "final": h.final_exists},
+        "environment": {"in_force": {**h.journal.extra_env, **h.journal.diagnostic_env},
+                        "diagnostic": sorted(h.journal.diagnostic_env), "effects": h.journal.env_effects},
         "notices": notices,
         "problems": h.problems + ([heartbeat_problem] if heartbeat_problem else []) + (slurm["problems"] if slurm else []),
         "slurm": slurm,

@@ -87,6 +87,14 @@ def render(status: dict) -> list[str]:
     kept = ", ".join(str(step) + ("" if step in c["sealed_steps"] else " (unsealed)") for step in c["steps"]) or "none"
     lines.append(f"ckpts     {kept}; last -> {_number(c['last_link_step'], 'step {}')}"
                  + ("; final/ written" if c["final"] else ""))
+    env = s.get("environment") or {}
+    if env.get("in_force"):   # what remedies add to every later launch (set_env), diagnostic ones until a healthy launch
+        lines.append("env       " + ", ".join(f"{k}={v}" + (" (diagnostic)" if k in env["diagnostic"] else "")
+                                             for k, v in sorted(env["in_force"].items())))
+    for e in (env.get("effects") or [])[-3:]:
+        lines.append(f"          {', '.join(e.get('names') or [])} ({e.get('incident')}): "
+                     f"{_number(e.get('tokens_per_sec_before'), '{:,.0f}')} -> "
+                     f"{_number(e.get('tokens_per_sec_after'), '{:,.0f}')} tok/s")
     n = s.get("notices") or {}
     if n.get("pending") or n.get("parked"):
         lines.append(f"notices   {n['pending']} pending (Slack outbox)"

@@ -216,3 +216,54 @@ def test_a_remedy_whose_relaunch_dies_at_start_up_is_reverted_and_the_recovery_r
     assert third_launch["argv"]                                            # the retry launched, without the variable:
     assert '"env_restored"' in (project.run_dir / "journal.jsonl").read_text()
     assert leftovers() == []
+
+
+DIAGNOSING_REMEDY = """\
+name: test-diagnosis
+description: collective-timeout's own remedy (its set_env with diagnostic variables), on a killed rank.
+severity: warning
+priority: 99
+match:
+  all:
+    - expr: "state.trainer.ranks.first_failed_cause == 'signal'"
+limits:
+  max_attempts: 3
+actions:
+  - stop: {}
+    if: "state.trainer.alive"
+  - set_env:
+      vars: {NCCL_DEBUG: INFO, TORCH_DISTRIBUTED_DEBUG: DETAIL}
+      diagnostic: true
+  - resume:
+      from: newest_verified
+"""
+
+
+def test_diagnostics_never_set_detail_on_a_cpu_hold_for_one_healthy_launch_and_say_what_they_cost(tmp_path):
+    project = project_with(tmp_path)
+    project.set(watch={"diagnostics_healthy_steps": 5})
+    (project.root / "playbooks").mkdir()
+    (project.root / "playbooks" / "diagnosis.yaml").write_text(DIAGNOSING_REMEDY)
+    code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGKILL))
+    report("diagnostics after a killed rank", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["test-diagnosis"]
+    set_env = next(a for a in incidents[0]["actions"] if a["verb"] == "set_env")
+    assert "TORCH_DISTRIBUTED_DEBUG=INFO instead of DETAIL" in set_env["summary"]
+    entries = [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines()]
+    kinds = [e["kind"] for e in entries]
+    assert kinds.index("env") < kinds.index("env_effect") and "env_lifted" in kinds
+    effect = next(e for e in entries if e["kind"] == "env_effect")
+    assert effect["tokens_per_sec_after"] and effect["tokens_per_sec_after"] > 0
+    assert effect["names"] == ["NCCL_DEBUG", "TORCH_DISTRIBUTED_DEBUG"]
+    status = json.loads(subprocess_status(project))
+    assert status["environment"]["in_force"] == {} and len(status["environment"]["effects"]) == 1
+
+
+def subprocess_status(project) -> str:
+    import subprocess
+
+    from tests.conftest import RUNBOOK
+
+    return subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True, text=True,
+                          cwd=project.root, timeout=60).stdout
