@@ -267,3 +267,32 @@ def subprocess_status(project) -> str:
 
     return subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True, text=True,
                           cwd=project.root, timeout=60).stdout
+
+
+def test_one_rank_out_of_memory_under_a_memory_limit_halves_the_micro_batch(tmp_path):
+    """Rank 1 alone holds 1 GiB more per sample from step 7 (a real allocation) under RLIMIT_AS 3500 MB: its
+    own DefaultCPUAllocator error decides (oom), not rank 0's lost peer; micro-batch 4 -> 2 fits."""
+    project = project_with(tmp_path, RUNBOOK_EXAMPLE_ACTIVATION_MB="1024", RUNBOOK_EXAMPLE_ACTIVATION_RANK="1",
+                           RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP="7")
+    project.set(trainer={"memory_limit_mb": 3500})
+    code, seconds, incidents = watch(project)
+    report("rank 1 out of memory", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["oom"] and incidents[0]["outcome"] == "recovered"
+    assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
+    assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
+    assert leftovers() == []
+
+
+def test_a_notice_to_the_launcher_saves_on_every_rank_and_loses_no_step(tmp_path):
+    project = project_with(tmp_path)
+
+    def notice(p) -> None:
+        wait_for(lambda: (p.out_dir / "step-000008" / "state.pt").exists(), timeout=120, what="checkpoint 8")
+        os.kill(p.trainer_pid(), signal.SIGTERM)   # the trainer is torchrun: it passes SIGTERM to its ranks
+
+    code, seconds, incidents = watch(project, notice)
+    report("notice to the launcher", code, seconds, incidents)
+    assert code == 0, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["preemption"] and incidents[0]["steps_lost"] == 0
+    assert leftovers() == []
