@@ -324,3 +324,11 @@ def test_litgpt_saves_smoke(untouched_repo, tmp_path, litgpt_data):
     assert len(once) == len(reparse) == 1 and once[0][0] > 0 and reparse[0][0] > 0
     assert f"| parsed once (runbook's entry) | 1 | {once[0][0]:.2f} |" in done.stdout, done.stdout
     assert f"A 3-save run costs {reparse[0][0] - once[0][0]:.2f} CPU s less parsed once" in done.stdout, done.stdout
+
+
+def test_multirank_smoke(tmp_path):
+    """runbook under torchrun with a SIGKILLed rank (benchmarks/bench_multirank.py --smoke): completed, and
+    the row says so with the incident that recovered it."""
+    done = run_benchmark("bench_multirank.py", tmp_path / "multirank")
+    assert "runbook x sigkill #1: completed True" in done.stdout, done.stdout
+    assert "| runbook | sigkill | 1/1 |" in done.stdout and "rank-died -> recovered" in done.stdout
