@@ -161,3 +161,48 @@ def test_check_refuses_a_script_command_whose_script_does_not_exist_with_the_key
     assert any(re.match(r".*run_config.yaml:\d+:\d+: trainer.command\[3\] is 'trian.py': no file", p) for p in problems), problems
     result = CliRunner().invoke(app, ["check", str(project.config)])
     assert result.exit_code == 3 and "ready to launch" not in result.output and "trian.py" in result.output, result.output
+
+
+def hf_config_error(project, args: list[str]) -> str:
+    project.set(trainer={"args": args})
+    with pytest.raises(SourceError) as refused:
+        load_config(project.config)
+    assert re.search(r"run_config.yaml:\d+", str(refused.value)), refused.value
+    return str(refused.value)
+
+
+def test_an_abbreviated_flag_runbook_owns_is_refused_in_trainer_args(tmp_path):
+    """QA: `--learning_rat 5e-4` passed `runbook check` and, after runbook's `--learning_rate`, set the lr: argparse
+    takes an unambiguous prefix for the flag (allow_abbrev) and the last value wins. Proven on HF's own parser."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    values = {"python": "py", "out_dir": str(tmp_path / "o"), "micro_batch_size": 2, "grad_accum": 4, "lr": "0.001",
+              "max_steps": 24, "save_interval": 4, "seed": 1, "device": "cpu"}
+    argv = hf_argv(tmp_path / "train.py", values, ["--learning_rat", "5e-4", "--per_device_train", "8"], None)
+    [parsed] = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(argv[2:])
+    assert (parsed.learning_rate, parsed.per_device_train_batch_size) == (5e-4, 8)   # what runbook must refuse
+
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    assert "argparse reads it as --learning_rate" in hf_config_error(project, ["--learning_rat", "5e-4"])
+    assert "--per_device_train_batch_size" in hf_config_error(project, ["--block_size", "32", "--per_device_train", "8"])
+    assert "--output_dir" in hf_config_error(project, ["--output_d", "/elsewhere"])
+    assert "--learning_rate" in hf_config_error(project, ["--learning-ra=1"])   # HF's dashed alias, `=` form
+    project.set(trainer={"args": ["--warmup_steps", "2", "--save_on_each_node", "--lr_scheduler_type", "cosine"]})
+    load_config(project.config)   # the script's and TrainingArguments' other flags pass
+
+
+def test_save_only_model_is_refused_as_every_resume_would_reset_the_optimizer(tmp_path):
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    for args in (["--save_only_model", "true"], ["--save_only_model"], ["--save_only_model=True", "--seed_x", "1"],
+                 ["--save_only_mod", "yes"]):
+        assert "optimizer and the lr schedule" in hf_config_error(project, args), args
+    project.set(trainer={"args": ["--save_only_model", "false"]})
+    load_config(project.config)
+
+
+def test_a_trainingarguments_json_file_as_the_first_argument_is_refused_with_what_to_do(tmp_path):
+    """run_clm's `train.py args.json` (HfArgumentParser.parse_json_file) passed `runbook check`, then every launch
+    failed: runbook's flags come after it, so the script never takes the file path."""
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    problem = hf_config_error(project, ["configs/args.json"])
+    assert "TrainingArguments file" in problem and "as flags in trainer.args" in problem
