@@ -206,3 +206,14 @@ def test_a_trainingarguments_json_file_as_the_first_argument_is_refused_with_wha
     project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
     problem = hf_config_error(project, ["configs/args.json"])
     assert "TrainingArguments file" in problem and "as flags in trainer.args" in problem
+
+
+def test_a_script_command_with_templates_after_its_launcher_is_launched(tmp_path):
+    """The world size is read from the command's launcher flags before {out_dir}, {max_steps} ... are known:
+    rendering the whole command then raised KeyError: 'out_dir' in every kind-script watcher."""
+    project = make_project(tmp_path, TRAINERS["script"])
+    project.set(trainer={"command": ["{python}", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py",
+                                     "--out", "{out_dir}", "--steps", "{max_steps}", "--accum", "{grad_accum}"]})
+    loaded = load_config(project.config)
+    spec = ScriptAdapter().prepare_launch(loaded, tmp_path / "launch-1", None, "")
+    assert spec.argv[-6:] == ["--out", str(loaded.out_dir), "--steps", "24", "--accum", "1"]   # batch 8 / (4 x 2 ranks)
