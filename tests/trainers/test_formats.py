@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from engine.checkpoints.store import list_checkpoints, verify_checkpoint
 from engine.core.yaml_source import SourceError
-from engine.observe.events import CheckpointSaving, Progress, Resumed
+from engine.observe.events import CheckpointSaving, Progress, Resumed, Validation
 from engine.observe.observer import MetricTracker
 from engine.trainers.hf.adapter import HFTrainerAdapter
 from engine.trainers.hf.launch import hf_argv
@@ -47,6 +47,20 @@ def test_the_sdks_lines_are_read_back_as_events_by_both_adapters(tmp_path):
     assert hf.parse_line(printed[2]) == CheckpointSaving(path=str(tmp_path / "step-000008" / "model.safetensors"))
     assert script.parse_line("runbook: step 3 loss abc took 1 ms") is None
     assert script.parse_line("runbook: step 3 loss 1.0 took 1 ms" + " " * 10_000) is None   # bounded
+
+
+def test_a_validation_line_of_the_sdk_is_the_runs_val_loss():
+    """HF's eval_loss reached nothing: status and report showed `val -` (QA, issue 44). The callback now prints
+    the sdk's validation line, which both adapters read as a Validation the observer keeps."""
+    [line] = sdk_lines("sdk.validation(8, 2.25)")
+    assert line == "runbook: step 8 val_loss 2.250000"
+    for adapter in (ScriptAdapter(), HFTrainerAdapter()):
+        assert adapter.parse_line(line) == Validation(iter_num=8, val_loss=2.25)
+    assert ScriptAdapter().parse_line("runbook: step 8 val_loss n/a") is None
+    tracker = MetricTracker(tokens_per_iter=256)
+    tracker.on_event(Progress(iter_num=8, step=8, loss=2.5, iter_time_ms=1.0, is_step=True), 1.0)
+    tracker.on_event(ScriptAdapter().parse_line(line), 2.0)
+    assert (tracker.val_loss, tracker.best_val_loss, tracker.best_val_step) == (2.25, 2.25, 8)
 
 
 def test_only_folders_announced_directly_in_out_dir_count_as_runbooks_saves(tmp_path):
