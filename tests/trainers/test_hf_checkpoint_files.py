@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Trainer, TrainingArguments
 
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.run_folder import RunFolder
@@ -70,6 +70,35 @@ def test_keep_last_k_prunes_hf_checkpoints_holding_a_tokenizer_and_each_ranks_rn
     assert pruned.deleted == ["checkpoint-4"], pruned.summary()
     assert pruned.foreign == ["checkpoint-8/notes.txt"]   # the user's file: its folder stays, said
     assert [c.step for c in ledger.checkpoints()] == [8, 12, 16, 20]
+
+
+class Ids(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = (torch.arange(16) + i) % 64
+        return {"input_ids": ids, "labels": ids}
+
+
+def test_keep_last_k_prunes_the_checkpoints_a_real_trainer_saved_with_its_tokenizer(tmp_path):
+    """transformers' own Trainer._save_checkpoint with processing_class= (run_clm's), 4 saves of a tiny model."""
+    out_dir, run_dir = tmp_path / "out", tmp_path / "run"
+    processing_class = tokenizer()
+    processing_class.pad_token = processing_class.eos_token
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=16))
+    args = TrainingArguments(str(out_dir), max_steps=4, save_steps=1, per_device_train_batch_size=2, use_cpu=True,
+                             report_to="none", disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=Ids(), processing_class=processing_class).train()
+    folders = [out_dir / f"checkpoint-{step}" for step in (1, 2, 3, 4)]
+    assert {"tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(folders[0]))
+    announce(run_dir, *folders)
+    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", HFTrainerAdapter())
+    assert ledger.refresh() == [] and ledger.verified == {1, 2, 3, 4}
+
+    pruned = ledger.prune(keep_last_k=2, best_step=None, remove_partial=True, trainer_alive=False)
+
+    assert pruned.deleted == ["checkpoint-1", "checkpoint-2"] and pruned.foreign == [], pruned.summary()
 
 
 def test_a_sharded_hf_save_is_verified_pruned_and_scanned_shard_by_shard(tmp_path):
