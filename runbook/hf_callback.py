@@ -4,8 +4,8 @@
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     sys.exit(RunbookCallback.finish(trainer))
 
-It prints runbook/sdk.py's lines (a progress line per logged step, each save announced before it is
-written), saves the step in progress and exits 75 on a notice signal (SIGTERM by default), makes the
+It prints runbook/sdk.py's lines (a progress line per logged step, a validation line per evaluation with
+its eval_loss, each save announced before it is written), saves the step in progress and exits 75 on a notice signal (SIGTERM by default), makes the
 run config's learning rate win over the one a resumed checkpoint recorded, and writes a rank heartbeat
 where runbook asks for one (RUNBOOK_RANKS_DIR).
 """
@@ -67,6 +67,11 @@ class RunbookCallback(TrainerCallback):
             sdk.progress(state.global_step, logs["loss"])
         if control.should_save:   # the save follows this log in the same step
             self._announce(args, state)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        # HF's eval_loss (eval_strategy, an eval_dataset): runbook's val loss, for status and the best checkpoint.
+        if metrics and "eval_loss" in metrics and state.is_world_process_zero:
+            sdk.validation(state.global_step, metrics["eval_loss"])
 
     def _announce(self, args, state) -> None:
         if state.is_world_process_zero:

@@ -5,11 +5,13 @@ what runbook reads, save + exit 75 on a preemption notice, and tell runbook whic
     sdk.watch_notice()                          # at start: the notice signals (SIGTERM by default)
     sdk.resumed(path)                           # after loading a checkpoint
     sdk.progress(step, loss)                    # after every optimizer step, on every rank
+    sdk.validation(step, val_loss)              # after each evaluation on held-out data (optional)
     sdk.saving(folder)                          # before the first byte of <out_dir>/step-<6 digits>/state.pt
     if sdk.notice(): save(); sys.exit(sdk.NOTICE_EXIT)
 
 The lines it prints (rank 0 only: under torchrun, accelerate, deepspeed or srun every rank calls it,
-one speaks) are `runbook: step N loss X took T ms`, `runbook: saving PATH`, `runbook: resumed PATH`.
+one speaks) are `runbook: step N loss X took T ms`, `runbook: step N val_loss X`, `runbook: saving PATH`,
+`runbook: resumed PATH` (their grammar: docs/trainers.md, "The lines runbook reads").
 Every rank writes its heartbeat (at import and each progress()) and its exit (an uncaught exception with
 its message and, when raised in your own code, its file:line) where runbook asks (RUNBOOK_RANKS_DIR):
 that is how runbook names the rank that failed first. Standard library only (no torch, nothing of the
@@ -44,6 +46,12 @@ def progress(step: int, loss: float) -> None:
     RANK.heartbeat(int(step))
     if is_rank_zero():
         print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms", flush=True)
+
+
+def validation(step: int, val_loss: float) -> None:
+    """Call after an evaluation on held-out data: `runbook status`'s val, the best checkpoint retention keeps."""
+    if is_rank_zero():
+        print(f"runbook: step {int(step)} val_loss {float(val_loss):.6f}", flush=True)
 
 
 def saving(path) -> None:

@@ -35,3 +35,10 @@ class CheckpointLayout(Protocol):
 
     def announced_saves(self, log_text: bytes, out_dir: Path) -> set[str]:
         """PURE. Folder names of out_dir whose save the trainer's log text announces."""
+
+
+def trainer_writes(layout: CheckpointLayout, name: str) -> bool:
+    """Is `name` a file the trainer's save puts in a checkpoint folder? A layout whose saves hold names with a
+    number in them (an HF save's shards, one RNG state per rank) answers through an optional `writes(name)`."""
+    writes = getattr(layout, "writes", None)
+    return bool(writes(name)) if writes is not None else name in layout.checkpoint_files

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.layout import trainer_writes
 
 if TYPE_CHECKING:
     from engine.checkpoints.layout import CheckpointLayout
@@ -96,7 +97,6 @@ def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | 
                  require_side_files=()) -> Cleanup:
     """PURE. Sort out_dir's children into this run's partial saves, its temporaries, and others' files."""
     plan = Cleanup()
-    known = layout.checkpoint_files | {ckpts.MANIFEST_NAME}
     for e in sorted(entries, key=lambda e: e.name):
         if e.name.startswith(prefix):
             plan.temps.append(e.name)           # the trainer TMPDIR, a last-link temp, a prune's trash
@@ -106,7 +106,7 @@ def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | 
         elif e.is_dir and not e.is_symlink and e.name in announced:
             plan.temps += [f"{e.name}/{c}" for c in e.children if c.startswith(prefix)]
             plan.foreign += [f"{e.name}/{c}" for c in e.children
-                             if c not in known and not c.startswith(prefix)]
+                             if c != ckpts.MANIFEST_NAME and not trainer_writes(layout, c) and not c.startswith(prefix)]
             missing = any(n not in e.children for n in require_side_files)
             if layout.step_of(e.name) is not None and (not e.looks_whole or missing):
                 plan.partial.append(e.name)

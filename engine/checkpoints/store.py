@@ -28,7 +28,7 @@ from engine.core.durable import atomic_write, fsync_dir
 from engine.core.errors import SourceError
 from engine.core.file_hash import sha256_file
 
-from engine.checkpoints.layout import CheckpointLayout
+from engine.checkpoints.layout import CheckpointLayout, trainer_writes
 
 MANIFEST_NAME = "runbook-manifest.json"
 QUARANTINE_REASON_NAME = "QUARANTINE_REASON.txt"
@@ -46,10 +46,10 @@ def own_tmp_prefix(out_dir: Path) -> str:
 
 def foreign_files(folder: Path, layout: CheckpointLayout) -> list[str]:
     """Names in a checkpoint folder that neither the trainer's save nor runbook writes (sorted)."""
-    known = layout.checkpoint_files | {MANIFEST_NAME}
     prefix = own_tmp_prefix(Path(folder).parent)
     return sorted(e.name for e in _scandir(Path(folder))
-                  if not (e.name in known and e.is_file(follow_symlinks=False)) and not e.name.startswith(prefix))
+                  if not ((e.name == MANIFEST_NAME or trainer_writes(layout, e.name)) and e.is_file(follow_symlinks=False))
+                  and not e.name.startswith(prefix))
 
 
 @dataclass(frozen=True)

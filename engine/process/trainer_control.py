@@ -55,8 +55,8 @@ class TrainerControl:
     @property
     def tokens_per_iter(self) -> int:
         """Tokens of one logged iteration, all ranks together: the adapter's word where it has one (a script's progress
-        line is an optimizer step: the global batch, whatever the ranks and accumulation), else litgpt's (one
-        micro-batch on each of trainer.devices x num_nodes ranks)."""
+        line is an optimizer step: the global batch, whatever the ranks and accumulation), else one micro-batch on
+        each of trainer.devices x num_nodes ranks."""
         cfg = self.loaded.config
         per_line = getattr(self.adapter, "tokens_per_progress_line", None)
         if per_line is not None:

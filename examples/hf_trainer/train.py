@@ -4,7 +4,8 @@ The only runbook lines in it are the callback and its exit status; runbook passe
 TrainingArguments flags (--output_dir, --per_device_train_batch_size, --gradient_accumulation_steps,
 --learning_rate, --max_steps, --save_steps, --resume_from_checkpoint ...). A tiny GPT-2 built from a
 config in code and a byte-level vocabulary (256): nothing is downloaded. The data are the .txt files of
-RUNBOOK_TRAIN_DIR (or --train_dir), cut into blocks of --block_size bytes.
+RUNBOOK_TRAIN_DIR (or --train_dir), cut into blocks of --block_size bytes; with --eval_strategy steps, those of
+RUNBOOK_VAL_DIR (or --val_dir) are evaluated every --eval_steps.
 
 RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more for its step (think
 activations) from step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which
@@ -27,6 +28,7 @@ from runbook.hf_callback import RunbookCallback
 @dataclass
 class DataArguments:
     train_dir: str = field(default_factory=lambda: os.environ.get("RUNBOOK_TRAIN_DIR", "data/train"))
+    val_dir: str = field(default_factory=lambda: os.environ.get("RUNBOOK_VAL_DIR", "data/val"))
     block_size: int = 64
 
 
@@ -63,8 +65,10 @@ def main() -> int:
     callbacks = [RunbookCallback()]
     if mb := int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0):
         callbacks.append(Activations(mb, int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)))
+    # Evaluated only when asked (--eval_strategy steps --eval_steps N): the callback reports HF's eval_loss.
+    evaluated = Blocks(Path(data_args.val_dir), data_args.block_size) if args.eval_strategy != "no" else None
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=callbacks,
-                      train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size))
+                      train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size), eval_dataset=evaluated)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     return RunbookCallback.finish(trainer)
 

@@ -89,6 +89,15 @@ def trainer_identity(loaded, journal) -> dict:
     return found
 
 
+def trainer_gone(entries: list[dict], run_state) -> bool:
+    """PURE. Has the journal's newest trainer ended: its exit journaled after its launch, or the run completed?
+    The watcher's last heartbeat may be older than that (written while it trained), so it is no word on it."""
+    kinds = [e.get("kind") for e in entries]
+    last_launch = max((i for i, k in enumerate(kinds) if k == "launch"), default=-1)
+    last_exit = max((i for i, k in enumerate(kinds) if k == "trainer_exited"), default=-1)
+    return last_exit > last_launch or getattr(run_state, "value", run_state) == "completed"
+
+
 def gather(loaded, now: float | None = None) -> dict:
     """Everything `status` shows, as plain data (the --json output)."""
     from engine.observe.observer import disk_status
@@ -139,6 +148,9 @@ def gather(loaded, now: float | None = None) -> dict:
                              "step": None if step_why else beat.get("step"),
                              **({"step_invalid": step_why} if step_why else {}),
                              "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
+                             **({"trainer_alive": False, "trainer_exited": True}
+                                if beat.get("trainer_alive") and trainer_gone(h.journal_entries, h.journal.run_state)
+                                else {}),
                              "held_in_memory": beat.get("held_in_memory") or {}}
         except (OSError, ValueError, KeyError, TypeError, OverflowError) as error:   # OverflowError: a 400-digit time
             heartbeat = None   # being replaced right now, or foreign: the other sources still answer

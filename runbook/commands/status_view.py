@@ -78,7 +78,8 @@ def render(status: dict) -> list[str]:
     elif s["heartbeat"]:
         b = s["heartbeat"]
         step = f"invalid ({b['step_invalid']})" if b.get("step_invalid") else step_text(b["step"])
-        lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {step}, trainer alive {b['trainer_alive']}")
+        lines.append(f"heartbeat {duration(b['age_seconds'])} ago: step {step}, trainer alive {b['trainer_alive']}"
+                     + (" (it exited)" if b.get("trainer_exited") else ""))
     if s.get("journal_tail"):
         lines.append(f"journal   {s['journal_tail']}")
     d = s["disk"]

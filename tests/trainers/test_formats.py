@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from engine.checkpoints.store import list_checkpoints, verify_checkpoint
 from engine.core.yaml_source import SourceError
-from engine.observe.events import CheckpointSaving, Progress, Resumed
+from engine.observe.events import CheckpointSaving, Progress, Resumed, Validation
 from engine.observe.observer import MetricTracker
 from engine.trainers.hf.adapter import HFTrainerAdapter
 from engine.trainers.hf.launch import hf_argv
@@ -47,6 +47,20 @@ def test_the_sdks_lines_are_read_back_as_events_by_both_adapters(tmp_path):
     assert hf.parse_line(printed[2]) == CheckpointSaving(path=str(tmp_path / "step-000008" / "model.safetensors"))
     assert script.parse_line("runbook: step 3 loss abc took 1 ms") is None
     assert script.parse_line("runbook: step 3 loss 1.0 took 1 ms" + " " * 10_000) is None   # bounded
+
+
+def test_a_validation_line_of_the_sdk_is_the_runs_val_loss():
+    """HF's eval_loss reached nothing: status and report showed `val -` (QA, issue 44). The callback now prints
+    the sdk's validation line, which both adapters read as a Validation the observer keeps."""
+    [line] = sdk_lines("sdk.validation(8, 2.25)")
+    assert line == "runbook: step 8 val_loss 2.250000"
+    for adapter in (ScriptAdapter(), HFTrainerAdapter()):
+        assert adapter.parse_line(line) == Validation(iter_num=8, val_loss=2.25)
+    assert ScriptAdapter().parse_line("runbook: step 8 val_loss n/a") is None
+    tracker = MetricTracker(tokens_per_iter=256)
+    tracker.on_event(Progress(iter_num=8, step=8, loss=2.5, iter_time_ms=1.0, is_step=True), 1.0)
+    tracker.on_event(ScriptAdapter().parse_line(line), 2.0)
+    assert (tracker.val_loss, tracker.best_val_loss, tracker.best_val_step) == (2.25, 2.25, 8)
 
 
 def test_only_folders_announced_directly_in_out_dir_count_as_runbooks_saves(tmp_path):
@@ -161,3 +175,59 @@ def test_check_refuses_a_script_command_whose_script_does_not_exist_with_the_key
     assert any(re.match(r".*run_config.yaml:\d+:\d+: trainer.command\[3\] is 'trian.py': no file", p) for p in problems), problems
     result = CliRunner().invoke(app, ["check", str(project.config)])
     assert result.exit_code == 3 and "ready to launch" not in result.output and "trian.py" in result.output, result.output
+
+
+def hf_config_error(project, args: list[str]) -> str:
+    project.set(trainer={"args": args})
+    with pytest.raises(SourceError) as refused:
+        load_config(project.config)
+    assert re.search(r"run_config.yaml:\d+", str(refused.value)), refused.value
+    return str(refused.value)
+
+
+def test_an_abbreviated_flag_runbook_owns_is_refused_in_trainer_args(tmp_path):
+    """QA: `--learning_rat 5e-4` passed `runbook check` and, after runbook's `--learning_rate`, set the lr: argparse
+    takes an unambiguous prefix for the flag (allow_abbrev) and the last value wins. Proven on HF's own parser."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    values = {"python": "py", "out_dir": str(tmp_path / "o"), "micro_batch_size": 2, "grad_accum": 4, "lr": "0.001",
+              "max_steps": 24, "save_interval": 4, "seed": 1, "device": "cpu"}
+    argv = hf_argv(tmp_path / "train.py", values, ["--learning_rat", "5e-4", "--per_device_train", "8"], None)
+    [parsed] = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(argv[2:])
+    assert (parsed.learning_rate, parsed.per_device_train_batch_size) == (5e-4, 8)   # what runbook must refuse
+
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    assert "argparse reads it as --learning_rate" in hf_config_error(project, ["--learning_rat", "5e-4"])
+    assert "--per_device_train_batch_size" in hf_config_error(project, ["--block_size", "32", "--per_device_train", "8"])
+    assert "--output_dir" in hf_config_error(project, ["--output_d", "/elsewhere"])
+    assert "--learning_rate" in hf_config_error(project, ["--learning-ra=1"])   # HF's dashed alias, `=` form
+    project.set(trainer={"args": ["--warmup_steps", "2", "--save_on_each_node", "--lr_scheduler_type", "cosine"]})
+    load_config(project.config)   # the script's and TrainingArguments' other flags pass
+
+
+def test_save_only_model_is_refused_as_every_resume_would_reset_the_optimizer(tmp_path):
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    for args in (["--save_only_model", "true"], ["--save_only_model"], ["--save_only_model=True", "--seed_x", "1"],
+                 ["--save_only_mod", "yes"]):
+        assert "optimizer and the lr schedule" in hf_config_error(project, args), args
+    project.set(trainer={"args": ["--save_only_model", "false"]})
+    load_config(project.config)
+
+
+def test_a_trainingarguments_json_file_as_the_first_argument_is_refused_with_what_to_do(tmp_path):
+    """run_clm's `train.py args.json` (HfArgumentParser.parse_json_file) passed `runbook check`, then every launch
+    failed: runbook's flags come after it, so the script never takes the file path."""
+    project = make_project(tmp_path / "hf", TRAINERS["hf-trainer"])
+    problem = hf_config_error(project, ["configs/args.json"])
+    assert "TrainingArguments file" in problem and "as flags in trainer.args" in problem
+
+
+def test_a_script_command_with_templates_after_its_launcher_is_launched(tmp_path):
+    """The world size is read from the command's launcher flags before {out_dir}, {max_steps} ... are known:
+    rendering the whole command then raised KeyError: 'out_dir' in every kind-script watcher."""
+    project = make_project(tmp_path, TRAINERS["script"])
+    project.set(trainer={"command": ["{python}", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py",
+                                     "--out", "{out_dir}", "--steps", "{max_steps}", "--accum", "{grad_accum}"]})
+    loaded = load_config(project.config)
+    spec = ScriptAdapter().prepare_launch(loaded, tmp_path / "launch-1", None, "")
+    assert spec.argv[-6:] == ["--out", str(loaded.out_dir), "--steps", "24", "--accum", "1"]   # batch 8 / (4 x 2 ranks)

@@ -43,3 +43,22 @@ def test_a_resume_uses_the_run_configs_lr_and_each_rank_beats(tmp_path):
     # optimizer's and scheduler's peak (3e-3 -> 1.5e-3); the callback makes the new one (3e-4) win.
     first_lr = float(re.search(r"'learning_rate': '([^']+)'", resumed).group(1))
     assert first_lr == pytest.approx(1.5e-4, rel=1e-3), first_lr
+
+
+def test_each_evaluation_prints_hfs_eval_loss_as_runbooks_val_loss(tmp_path):
+    from engine.observe.events import Validation
+    from engine.trainers.hf.adapter import HFTrainerAdapter
+
+    for name in ("data", "val"):
+        (tmp_path / name).mkdir()
+    text = corpus()
+    (tmp_path / "data" / "a.txt").write_text(text)
+    (tmp_path / "val" / "a.txt").write_text(text[: len(text) // 20])
+    (tmp_path / "ranks").mkdir()
+    output = train(tmp_path, 3e-3, "--eval_strategy", "steps", "--eval_steps", "4", "--val_dir", str(tmp_path / "val"),
+                   "--per_device_eval_batch_size", "8")
+    events = [HFTrainerAdapter().parse_line(line) for line in output.splitlines()]
+    validations = [e for e in events if isinstance(e, Validation)]
+    assert [v.iter_num for v in validations] == [4, 8], output[-3000:]
+    eval_losses = [float(v) for v in re.findall(r"'eval_loss': '?([0-9.]+)", output)]   # HF logs it rounded
+    assert [v.val_loss for v in validations] == pytest.approx(eval_losses[:2], rel=1e-3) and len(eval_losses) == 2

@@ -67,7 +67,7 @@ def tensors_equal(reference, got, trainer) -> bool:
         return True
     from engine.trainers.script.weights import tensors_of
 
-    ta, tb = tensors_of(a, "model"), tensors_of(b, "model")
+    ta, tb = dict(tensors_of(a, "model")), dict(tensors_of(b, "model"))   # tensors_of yields (name, tensor)
     return ta.keys() == tb.keys() and all(bool((ta[k] == tb[k]).all()) for k in ta)
 
 

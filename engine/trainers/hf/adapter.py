@@ -57,8 +57,12 @@ class HFTrainerAdapter:
         return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
 
     def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
-        path = self.layout.resume_file(checkpoint.path)
-        return weights.nonfinite_names(path, None, limit) if path.is_file() else []
+        found: list[str] = []
+        for path in self.layout.weight_files(checkpoint.path):   # a sharded save: every shard
+            found += weights.nonfinite_names(path, None, limit - len(found))
+            if len(found) >= limit:
+                break
+        return found
 
     def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return 0   # HF records output_dir in training_args.bin, which a resume does not use

@@ -13,12 +13,17 @@ class FolderLayout:
     final_name = "final"
 
     def __init__(self, prefix: str, resume_name: str, width: int, checkpoint_files: frozenset[str],
-                 required_files: tuple[str, ...] = ()):
+                 required_files: tuple[str, ...] = (), patterns: tuple[re.Pattern[str], ...] = ()):
         self.prefix, self.resume_name, self.width = prefix, resume_name, width
         self.checkpoint_files = checkpoint_files | {resume_name}
+        self.checkpoint_patterns = patterns   # names with a rank or a shard number in them
         self.required_files = required_files
         self._name = re.compile(rf"^{re.escape(prefix)}(\d{{1,12}})$")
         self._in_path = re.compile(rf"{re.escape(prefix)}(\d{{1,12}})")
+
+    def writes(self, name: str) -> bool:
+        """Is `name` a file the trainer's save writes into a checkpoint folder?"""
+        return name in self.checkpoint_files or any(p.fullmatch(name) for p in self.checkpoint_patterns)
 
     def step_of(self, folder_name: str) -> int | None:
         m = self._name.match(folder_name)
@@ -39,7 +44,7 @@ class FolderLayout:
         if not self.resume_file(folder).is_file():
             return f"no {self.resume_name}", {}
         # The trainer's own files only (runbook's manifest is checked by runbook): sorted, so answers repeat.
-        files = sorted(p for p in folder.iterdir() if p.name in self.checkpoint_files and p.is_file())
+        files = sorted(p for p in folder.iterdir() if self.writes(p.name) and p.is_file())
         return formats.scan_files(files, want_sha256)
 
     def looks_whole(self, folder: Path) -> bool:

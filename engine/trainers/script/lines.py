@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import re
 
-from engine.observe.events import CheckpointSaving, Event, Progress, Resumed
+from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation
 
 PROGRESS = re.compile(r"^runbook: step (\d{1,12}) loss (\S{1,40}) took (\d{1,12}(?:\.\d*)?) ms$")
+VALIDATION = re.compile(r"^runbook: step (\d{1,12}) val_loss (\S{1,40})$")
 SAVING = re.compile(r"^runbook: saving (.{1,4096})$")
 RESUMED = re.compile(r"^runbook: resumed (.{1,4096})$")
 MAX_LINE = 8192   # a longer line is no sdk line: never run a regex over megabytes of one line
@@ -30,6 +31,8 @@ def parse(line: str, resume_file_of) -> Event | None:
     if (m := PROGRESS.match(line)) and (loss := _loss(m.group(2))) is not None:
         step = int(m.group(1))
         return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=float(m.group(3)), is_step=True)
+    if (m := VALIDATION.match(line)) and (loss := _loss(m.group(2))) is not None:
+        return Validation(iter_num=int(m.group(1)), val_loss=loss)   # the observer files it at the current step
     if (m := SAVING.match(line)):
         return CheckpointSaving(path=str(resume_file_of(m.group(1))))
     if (m := RESUMED.match(line)):

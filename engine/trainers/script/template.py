@@ -28,21 +28,16 @@ def render(text: str, values: dict) -> str:
     return _FIELD.sub(one, text)
 
 
-def _render_known(text: str, values: dict) -> str:
-    """A launcher flag's value is one of `values` ({devices}); other items (the script's own) are not needed."""
-    try:
-        return render(text, values)
-    except KeyError:
-        return text
-
-
 def values_of(loaded, resume: str | None, launcher: list[str] | None = None) -> dict:
     """The template's values for one launch of the run `loaded` describes. `launcher`: the argv's launcher part
     (torchrun ...), whose flags say how many ranks share the global batch (engine/trainers/script/world.py)."""
     cfg = loaded.config
     devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
     values = {"python": sys.executable, "devices": devices, "num_nodes": nodes}
-    world = world_size([_render_known(item, values) for item in (launcher or [])], devices, nodes)
+    # `launcher` may be a script's whole command: its other names ({out_dir}, {max_steps}) are no launcher's
+    # flags, and are not known before the world size (a KeyError failed every kind-script launch).
+    early = {**dict.fromkeys(NAMES, ""), **values}
+    world = world_size([render(item, early) for item in (launcher or [])], devices, nodes)
     return {**values, "out_dir": loaded.out_dir, "resume": resume or "",
             "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "world_size": world,
             "grad_accum": max(1, cfg.batch_size // (cfg.micro_batch_size * world)), "lr": repr(float(cfg.lr)),
