@@ -9,7 +9,12 @@ RUNBOOK_VAL_DIR (or --val_dir) are evaluated every --eval_steps.
 
 RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more for its step (think
 activations) from step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which
-fails only where memory is really short (trainer.memory_limit_mb).
+fails only where memory is really short (trainer.memory_limit_mb); with RUNBOOK_EXAMPLE_ACTIVATION_RANK=R only
+on rank R (several ranks under torchrun).
+
+A user's bug, armed from outside for the multi-rank scenarios (tests/cluster/test_launcher_ranks.py):
+RUNBOOK_EXAMPLE_BUG_AT_STEP=N with RUNBOOK_EXAMPLE_BUG_RANK=R: rank R raises in this script's own code at
+step N; RUNBOOK_EXAMPLE_EXIT_AT_STEP=N with RUNBOOK_EXAMPLE_EXIT_RANK=R: rank R leaves (exit 0) at step N.
 """
 
 from __future__ import annotations
@@ -57,14 +62,35 @@ class Activations(TrainerCallback):
         del held
 
 
+class UsersBug(TrainerCallback):
+    """The env-armed code bug or early exit (see the module docstring)."""
+
+    def __init__(self, environ):
+        self.rank = int(environ.get("RANK", "0"))
+        self.bug = self._at(environ, "BUG")
+        self.exit = self._at(environ, "EXIT")
+
+    def _at(self, environ, name: str) -> int | None:
+        at = environ.get(f"RUNBOOK_EXAMPLE_{name}_AT_STEP")
+        return int(at) if at and int(environ.get(f"RUNBOOK_EXAMPLE_{name}_RANK", "0")) == self.rank else None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.bug:
+            raise RuntimeError(f"the user's own bug at step {state.global_step}")
+        if state.global_step == self.exit:
+            sys.exit(0)
+
+
 def main() -> int:
     args, data_args = HfArgumentParser((TrainingArguments, DataArguments)).parse_args_into_dataclasses()
     torch.manual_seed(args.seed)
     config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=data_args.block_size,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     callbacks = [RunbookCallback()]
-    if mb := int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0):
+    mb = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0)
+    if mb and os.environ.get("RANK", "0") == os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_RANK", os.environ.get("RANK", "0")):
         callbacks.append(Activations(mb, int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)))
+    callbacks.append(UsersBug(os.environ))
     # Evaluated only when asked (--eval_strategy steps --eval_steps N): the callback reports HF's eval_loss.
     evaluated = Blocks(Path(data_args.val_dir), data_args.block_size) if args.eval_strategy != "no" else None
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=callbacks,

@@ -296,3 +296,72 @@ def test_a_notice_to_the_launcher_saves_on_every_rank_and_loses_no_step(tmp_path
     assert code == 0, project.watch_output()
     assert [i["playbook"] for i in incidents] == ["preemption"] and incidents[0]["steps_lost"] == 0
     assert leftovers() == []
+
+
+# --- the same cells for a user's HF Trainer script on 2 devices (torchrun started by runbook) -----------------
+def hf_project(tmp_path, **env):
+    from tests.trainers.projects import TRAINERS
+
+    project = make_project(tmp_path / "project", TRAINERS["hf-trainer"], max_tokens=STEPS * 8 * 32)
+    project.set(trainer={"devices": 2, "env": {"OMP_NUM_THREADS": "1", **env}},
+                watch={"poll_interval_s": 0.2, "hang_timeout_s": 60, "grace_period_s": 10, "hang_floor_s": 10})
+    return project
+
+
+def hf_report(cell: str, code: int, seconds: float, incidents: list[dict]) -> None:
+    for i in incidents or [{}]:
+        record_evidence(f"launcher-ranks hf-trainer x {cell}: {i.get('playbook')} -> {i.get('outcome')}, first failed rank "
+                        f"{(i.get('snapshot') or {}).get('trainer', {}).get('ranks', {}).get('first_failed')}, steps lost "
+                        f"{i.get('steps_lost')}, watch exit {code}, {seconds:.0f} s")
+
+
+@pytest.mark.xdist_group("launcher-ranks-hf")
+def test_hf_a_code_bug_in_rank_1_is_escalated_once_with_its_file_and_line(tmp_path):
+    project = hf_project(tmp_path, RUNBOOK_EXAMPLE_BUG_AT_STEP=str(FAULT_STEP), RUNBOOK_EXAMPLE_BUG_RANK="1")
+    code, seconds, incidents = watch(project)
+    hf_report("code bug in rank 1", code, seconds, incidents)
+    assert code == 4, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["rank-error"], incidents
+    ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
+    assert ranks["first_failed"] == 1 and "hf_trainer/train.py:" in ranks["first_failed_where"]
+    assert launches(project) == 1 and leftovers() == []
+
+
+@pytest.mark.xdist_group("launcher-ranks-hf")
+def test_hf_a_rank_that_leaves_early_is_escalated(tmp_path):
+    project = hf_project(tmp_path, RUNBOOK_EXAMPLE_EXIT_AT_STEP=str(FAULT_STEP), RUNBOOK_EXAMPLE_EXIT_RANK="1")
+    code, seconds, incidents = watch(project)
+    hf_report("rank 1 exits 0 early", code, seconds, incidents)
+    assert code == 4, project.watch_output()
+    assert [i["playbook"] for i in incidents] == ["rank-error"], incidents
+    assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed_cause"] == "early-exit"
+
+
+@pytest.mark.xdist_group("launcher-ranks-hf")
+def test_hf_one_rank_out_of_memory_and_a_stopped_rank_and_a_notice_recover(tmp_path):
+    """Three cells in one test (each its own project): rank 1's OOM under a memory limit halves the micro-batch,
+    a SIGSTOPped rank 1 is a rank hang, a notice to the launcher saves and loses no step."""
+    oom = hf_project(tmp_path / "oom", RUNBOOK_EXAMPLE_ACTIVATION_MB="1024", RUNBOOK_EXAMPLE_ACTIVATION_RANK="1",
+                     RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP="7")
+    oom.set(trainer={"memory_limit_mb": 3500})
+    code, seconds, incidents = watch(oom)
+    hf_report("rank 1 out of memory", code, seconds, incidents)
+    assert code == 0 and [i["playbook"] for i in incidents] == ["oom"], oom.watch_output()
+    assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
+
+    hang = hf_project(tmp_path / "hang")
+    code, seconds, incidents = watch(hang, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGSTOP))
+    hf_report("rank 1 SIGSTOP", code, seconds, incidents)
+    assert code == 0 and incidents and incidents[0]["playbook"] in ("rank-hang", "hang"), hang.watch_output()
+
+    notice = hf_project(tmp_path / "notice")
+
+    def give_notice(p) -> None:
+        wait_for(lambda: (p.out_dir / "checkpoint-8" / "trainer_state.json").exists(), timeout=120, what="checkpoint 8")
+        os.kill(p.trainer_pid(), signal.SIGTERM)
+
+    code, seconds, incidents = watch(notice, give_notice)
+    hf_report("notice to the launcher", code, seconds, incidents)
+    assert code == 0 and [i["playbook"] for i in incidents] == ["preemption"], notice.watch_output()
+    assert incidents[0]["steps_lost"] == 0
+    assert leftovers() == []

@@ -257,7 +257,7 @@ def test_a_stopped_rank_is_named_as_the_hang_and_the_whole_group_is_replaced(fau
     assert hang["detected_at"] - faulted_two_ranks["stopped_at"] <= hang["snapshot"]["hang_timeout_s"] + 3
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     journal = (project.run_dir / "journal.jsonl").read_text()
-    assert '"TORCH_DISTRIBUTED_DEBUG": "DETAIL"' in journal
+    assert '"TORCH_DISTRIBUTED_DEBUG": "INFO"' in journal   # the diagnosis; DETAIL never on a CPU (gloo's SIGSEGV)
     assert project.final_progress() == BUDGET
 
 

@@ -53,11 +53,13 @@ def test_sigstop_hang_is_detected_within_timeout_and_resumed_with_nccl_debug(pro
     assert incident["detected_at"] - stopped_at <= timeout + 1.5, (incident["detected_at"] - stopped_at, timeout)
     assert incident["snapshot"]["trainer"]["stopped"] is True
     journal = (project.run_dir / "journal.jsonl").read_text()
-    assert '"NCCL_DEBUG": "INFO"' in journal and '"TORCH_DISTRIBUTED_DEBUG": "DETAIL"' in journal
+    # the diagnosis, for the relaunch only; DETAIL lowered to INFO on a CPU (it kills gloo ranks at start-up)
+    assert '"NCCL_DEBUG": "INFO"' in journal and '"TORCH_DISTRIBUTED_DEBUG": "INFO"' in journal
+    assert '"diagnostic": true' in journal and '"TORCH_DISTRIBUTED_DEBUG": "DETAIL"' not in journal
     # What the trainer itself was given: the first launch ran without the debug variables, the relaunch with them.
     launches = [json.loads(line) for line in env_file.read_text().splitlines()]
     assert len(launches) >= 2 and "NCCL_DEBUG" not in launches[0], [sorted(e) for e in launches]
-    assert launches[-1].get("NCCL_DEBUG") == "INFO" and launches[-1].get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL"
+    assert launches[-1].get("NCCL_DEBUG") == "INFO" and launches[-1].get("TORCH_DISTRIBUTED_DEBUG") == "INFO"
     project.assert_same_result_as(reference_run)   # the step count and bit-identical final weights
 
 
