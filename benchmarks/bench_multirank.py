@@ -18,14 +18,14 @@ the incident's detected_at; the others: the restarted rank 0's first heartbeat),
 and for the bug whether it looped (restarted more than once). Every rank's heartbeat (runbook/sdk.py, under
 every launcher) is the harness's clock: (time, pid, step) sampled every 50 ms.
 
-    python benchmarks/bench_multirank.py --root /tmp/multirank --samples 3 --write
+    pip install --no-deps --target /tmp/nvrx nvidia-resiliency-ext nvidia-ml-py defusedxml   # kept apart from .venv
+    python benchmarks/bench_multirank.py --root /tmp/multirank --samples 3 --nvrx-site /tmp/nvrx --write
     python benchmarks/bench_multirank.py --smoke --root /tmp/multirank-smoke     # runbook x sigkill, once
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import json
 import os
@@ -101,8 +101,9 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def newest_beat(folder_glob: Path, rank: int) -> dict | None:
-    paths = sorted(folder_glob.parent.glob(f"{folder_glob.name}/rank-{rank}.json"))
+def newest_beat(run_dir: Path, rank: int) -> dict | None:
+    """Rank `rank`'s heartbeat in runbook's newest launch (launches/launch-NNN/ranks/)."""
+    paths = sorted((run_dir / "launches").glob(f"launch-*/ranks/rank-{rank}.json"))
     return read_json(paths[-1]) if paths else None
 
 
@@ -169,11 +170,11 @@ def run_runbook(fault: str, root: Path, train: Path) -> Cell:
     log = open(root / "watch.log", "wb")
     watcher = subprocess.Popen([sys.executable, "-m", "runbook.cli", "watch", "configs/run_config.yaml"], cwd=project,
                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    thread = threading.Thread(target=sample, args=(lambda: newest_beat(run_dir / "launches" / "launch-*" / "ranks", 0),
+    thread = threading.Thread(target=sample, args=(lambda: newest_beat(run_dir, 0),
                                                   beats, stop), daemon=True)
     thread.start()
     fault_at = inject(fault, run_dir, lambda: int((run_dir / "trainer.pid").read_text()),
-                      lambda r: newest_beat(run_dir / "launches" / "launch-*" / "ranks", r))
+                      lambda r: newest_beat(run_dir, r))
     try:
         code = watcher.wait(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -190,7 +191,7 @@ def run_runbook(fault: str, root: Path, train: Path) -> Cell:
     return cell
 
 
-def run_peer(tool: str, fault: str, root: Path, train: Path) -> Cell:
+def run_peer(tool: str, fault: str, root: Path, train: Path, nvrx_site: Path | None = None) -> Cell:
     out, ranks = root / "out", root / "ranks"
     ranks.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
@@ -200,8 +201,10 @@ def run_peer(tool: str, fault: str, root: Path, train: Path) -> Cell:
     if tool == "torchrun":
         head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "3"]
     else:
+        assert nvrx_site is not None
         env["RUNBOOK_BENCH_FT_HEARTBEAT"] = "1"
-        head = [shutil.which("ft_launcher") or "ft_launcher", "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
+        env["PYTHONPATH"] = f"{ROOT}:{nvrx_site}"
+        head = [sys.executable, str(nvrx_site / "bin" / "ft_launcher"), "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
                 "--ft-param-initial_rank_heartbeat_timeout", "60", "--ft-param-rank_heartbeat_timeout", "15"]
     cell, beats, stop = Cell(tool, fault), Beats(), threading.Event()
     log = open(root / "launcher.log", "wb")
@@ -240,14 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true")
     p.add_argument("--tools", default="runbook,torchrun,ft_launcher")
     p.add_argument("--faults", default=",".join(FAULTS))
+    p.add_argument("--nvrx-site", type=Path, help="a folder holding nvidia-resiliency-ext (pip install --target): "
+                   "ft_launcher's rows; without it they are left out")
     args = p.parse_args(argv)
     load = load_average()
     tools = ["runbook"] if args.smoke else args.tools.split(",")
     faults = ["sigkill"] if args.smoke else args.faults.split(",")
     samples = 1 if args.smoke else args.samples
-    if "ft_launcher" in tools and importlib.util.find_spec("nvidia_resiliency_ext") is None:
+    if "ft_launcher" in tools and not (args.nvrx_site and (args.nvrx_site / "nvidia_resiliency_ext").is_dir()):
         tools.remove("ft_launcher")
-        print("ft_launcher: nvidia-resiliency-ext is not installed; its rows are left out")
+        print("ft_launcher: no --nvrx-site holding nvidia-resiliency-ext; its rows are left out")
     if args.root.exists():
         shutil.rmtree(args.root)
     train = args.root / "data"
@@ -259,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             for tool in tools:
                 where = args.root / f"{tool}-{fault}-{n}"
                 where.mkdir()
-                cell = run_runbook(fault, where, train) if tool == "runbook" else run_peer(tool, fault, where, train)
+                cell = (run_runbook(fault, where, train) if tool == "runbook"
+                        else run_peer(tool, fault, where, train, args.nvrx_site))
                 cells.setdefault((tool, fault), []).append(cell)
                 print(f"{tool} x {fault} #{n + 1}: completed {cell.completed}, detect {cell.detect_s} s, next progress "
                       f"{cell.progress_s} s, steps lost {cell.steps_lost}, restarts {cell.restarts} ({cell.note})", flush=True)
