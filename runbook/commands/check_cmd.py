@@ -59,8 +59,9 @@ def run_check(config_path: Path) -> ExitCode:
     if problems:
         err.print(f"{len(problems)} problem(s): `runbook watch` would refuse to start this run", markup=False)
         return ExitCode.BAD_CONFIG
-    typer.echo(f"{loaded.path}: ready to launch ({len(playbooks)} playbook(s), data, tokenizer, {adapter.name}'s "
-               f"config parser, devices and out_dir checked in {time.monotonic() - started:.1f} s)")
+    checked = getattr(adapter, "checks", "data, tokenizer, the trainer's config parser, devices and out_dir")
+    typer.echo(f"{loaded.path}: ready to launch ({len(playbooks)} playbook(s), {checked} checked in "
+               f"{time.monotonic() - started:.1f} s)")
     return ExitCode.OK
 
 

@@ -64,7 +64,9 @@ def make_project(root: Path, trainer: Trainer, **updates) -> Project:
         "out_dir": "checkpoints/pretrain", "run_log": "docs/run-log.md", "run_dir": "runs/pretrain",
         "model": {"block_size": BLOCK},
         "data": {"train_dir": "data/train", "val_dir": "data/val", "tokenizer_dir": "data/tokenizer", "make_default": False},
-        "trainer": {"kind": trainer.kind, "device": "cpu", "env": {"OMP_NUM_THREADS": "1"}, **trainer.trainer},
+        # preflight_parse off for speed, as tests/conftest.py does: `runbook check` and its tests parse for real
+        "trainer": {"kind": trainer.kind, "device": "cpu", "env": {"OMP_NUM_THREADS": "1"}, "preflight_parse": False,
+                    **trainer.trainer},
         "watch": {"poll_interval_s": 0.2, "hang_timeout_s": 60, "grace_period_s": 10},
     }
     (root / "configs" / "run_config.yaml").write_text(json.dumps(config, indent=1))   # JSON is YAML

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from engine.observe.events import Event
 from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.hf import parse_check
 from engine.trainers.hf.launch import hf_argv, launcher_of
+from engine.trainers.preflight import where
 from engine.trainers.hf.layout import hf_layout
 from engine.trainers.hf.settings import HFTrainerSettings
 from engine.trainers.script import launch, lines, template, weights
@@ -17,6 +19,7 @@ class HFTrainerAdapter:
     name = "hf-trainer"
     settings_model = HFTrainerSettings
     install_hint = "pip install 'runbook[hf]' (transformers, accelerate, safetensors)"
+    checks = "data folders, the Trainer script with its own argument parser on runbook's flags, and out_dir"   # what `runbook check` says it checked
 
     def __init__(self):
         self.layout = hf_layout()
@@ -27,13 +30,28 @@ class HFTrainerAdapter:
     def check_environment(self, loaded) -> list[str]:
         script = loaded.resolve(loaded.config.trainer.script)
         if not script.is_file():
-            return [f"trainer.script in {loaded.path}: no file {script}; name your Trainer script (relative to {loaded.project_dir})"]
-        return []
+            return [f"{where(loaded, ('trainer', 'script'))}: trainer.script: no file {script}; name your Trainer script "
+                    f"(relative to {loaded.project_dir})"]
+        if not loaded.config.trainer.preflight_parse:
+            return []
+        # The user's own parser on the argv a fresh launch gets: what it parses is what the trainer trains with.
+        values, argv = self._argv(loaded, None)
+        result = parse_check.probe(argv, loaded.project_dir, launch.trainer_env(loaded))
+        if "error" in result:
+            return [f"{where(loaded, ('trainer', 'args'))}: trainer.script {script.name}: {result['error']}"]
+        return [f"{where(loaded, ('trainer', 'args'))}: {script.name}'s own parser: {problem}"
+                for problem in parse_check.compare(result["parsed"], values)]
 
     def data_fingerprint(self, loaded) -> str | None:
         return None   # the script reads data.train_dir (RUNBOOK_TRAIN_DIR): runbook's own hash applies
 
     def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+        _, argv = self._argv(loaded, resume_from)
+        return launch.launch_spec(loaded, launch_dir, resume_from, argv)
+
+    @staticmethod
+    def _argv(loaded, resume_from: Path | None) -> tuple[dict, list[str]]:
+        """The template values and the argv of one launch (the preflight's parse probe uses the same)."""
         s = loaded.config.trainer
         head = launcher_of(s.launcher, s.devices * s.num_nodes, "{python}")
         values = template.values_of(loaded, str(resume_from) if resume_from else None, head)
@@ -41,7 +59,7 @@ class HFTrainerAdapter:
         folder = Path(resume_from).parent if resume_from else None
         argv = hf_argv(loaded.resolve(s.script), values, [template.render(a, values) for a in s.args], folder,
                        [template.render(a, values) for a in head])
-        return launch.launch_spec(loaded, launch_dir, resume_from, argv)
+        return values, argv
 
     def tokens_per_progress_line(self, loaded) -> int:
         """A progress line is one optimizer step: the global batch (batch_size sequences over every rank)."""

@@ -16,6 +16,7 @@ class LitGPTAdapter:
     name = "litgpt"
     settings_model = LitGPTSettings   # also for adapters built on this one (registry.py)
     install_hint = launch.INSTALL_HINT
+    checks = "data, tokenizer, litgpt's config parser, devices and out_dir"   # what `runbook check` says it checked
 
     def __init__(self):
         self.layout = LitGPTLayout()

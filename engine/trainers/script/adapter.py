@@ -28,6 +28,7 @@ class ScriptAdapter:
     name = "script"
     settings_model = ScriptSettings
     install_hint = "the script's command (trainer.command) must name an executable on PATH or a file"
+    checks = "data folders, the command's program and script, and out_dir"   # what `runbook check` says it checked
 
     def __init__(self):
         # Fixed, not configured: the engine reads checkpoints (status, verify, drills) before any config binds.
