@@ -20,6 +20,7 @@ where callers import from.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,7 +30,7 @@ from engine.datascan.fix import clean_dir_for, fix_file, fix_folder
 from engine.datascan.lines import LongLine, batches, control_chars, empty_lines, invalid_utf8, plan_tokens
 from engine.datascan.oracle import scan_files_per_line
 from engine.datascan.report import INFO_KINDS, KINDS, DataScanError, FileStats, Finding, ScanReport
-from engine.datascan.tokens import (DEFAULT_MAX_TOKENS, TokenBounds, counting_tokenizer, describe_bounds,
+from engine.datascan.tokens import (DEFAULT_MAX_TOKENS, ByteCounter, TokenBounds, counting_tokenizer, describe_bounds,
                                     encode_batch, load_tokenizer, token_bounds, token_finding)
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_MAX_TOKENS", "INFO_KINDS", "KINDS", "MAX_LINE_BYTES", "DataScanError", "FileStats",
@@ -59,13 +60,18 @@ def scan_files(paths: Iterable[Path], tokenizer, max_tokens_per_line: int = DEFA
 
 
 def scan_folder(train_dir: Path, tokenizer_dir: Path, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
-                context: int | None = None) -> dict[str, Any]:
-    """Scan every .txt in a data folder; JSON-serialisable report with a one-line `summary`."""
+                context: int | None = None, bytes_without_tokenizer: bool = False) -> dict[str, Any]:
+    """Scan every .txt in a data folder; JSON-serialisable report with a one-line `summary`. With
+    bytes_without_tokenizer (a trainer that tokenizes by itself) and no tokenizer.json, lengths are in bytes."""
     train_dir = Path(train_dir)
     if not train_dir.is_dir():
         raise DataScanError(f"data folder {train_dir} does not exist")
-    report = scan_files(text_files(train_dir), load_tokenizer(tokenizer_dir), max_tokens_per_line, context)
-    return report.to_dict()
+    by_bytes = bytes_without_tokenizer and not os.path.lexists(Path(tokenizer_dir) / "tokenizer.json")
+    tokenizer = ByteCounter() if by_bytes else load_tokenizer(tokenizer_dir)
+    result = scan_files(text_files(train_dir), tokenizer, max_tokens_per_line, context).to_dict()
+    if by_bytes:
+        result["summary"] += " (lengths in bytes: no tokenizer.json, the trainer tokenizes by itself)"
+    return result
 
 
 def _scan_chunk(chunk: bytes, tokenizer, bounds: TokenBounds | None, report: ScanReport, stats: FileStats,

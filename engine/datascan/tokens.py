@@ -36,6 +36,22 @@ def load_tokenizer(tokenizer_dir: Path):
         raise DataScanError(str(error)) from None
 
 
+class ByteCounter:
+    """Counts a line's UTF-8 bytes as its tokens: for a run whose trainer tokenizes by itself (kind script,
+    hf-trainer: byte-level, or its own tokenizer runbook cannot know), so the data scan still finds the
+    undecodable, control-character and overlong lines instead of failing on a missing tokenizer.json."""
+
+    class _Encoding:
+        def __init__(self, n: int):
+            self.ids = range(n)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> "ByteCounter._Encoding":
+        return self._Encoding(len(text.encode("utf-8", "surrogatepass")))
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list["ByteCounter._Encoding"]:
+        return [self.encode(t) for t in texts]
+
+
 def counting_tokenizer(tokenizer):
     """Truncation would hide long lines and padding would inflate counts: count on a copy without them."""
     if getattr(tokenizer, "truncation", None) is None and getattr(tokenizer, "padding", None) is None:
