@@ -58,7 +58,7 @@ def test_the_wheel_holds_the_shipped_playbooks(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                             "-q", "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "wheel").glob("runbook-*.whl")
+    (wheel,) = (tmp_path / "wheel").glob("runbook_pretrain-*.whl")   # the distribution is runbook-pretrain
     names = zipfile.ZipFile(wheel).namelist()
     shipped = "engine/shipped_playbooks/"   # the repository's playbooks/, mapped in pyproject.toml
     assert sorted(n.removeprefix(shipped) for n in names if n.startswith(shipped)) == SHIPPED_NAMES
@@ -141,7 +141,7 @@ def test_pyproject_allows_the_litgpt_range_runbook_accepts():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     deps, extra = project["dependencies"], project["optional-dependencies"]["litgpt"]   # litgpt is an extra (issue 36)
     assert f"litgpt{SUPPORTED_RANGE}" in extra and not [d for d in deps if d.startswith(("litgpt", "litdata", "torch"))]
-    assert "runbook[litgpt]" in project["optional-dependencies"]["test"]   # the suite trains litgpt models
+    assert "runbook-pretrain[litgpt]" in project["optional-dependencies"]["test"]   # the suite trains litgpt models
     assert not [d for d in deps + extra if "==" in d], "exact pins belong in constraints.txt"
     from importlib.metadata import version
 

@@ -18,7 +18,7 @@ from engine.trainers.script import launch, lines, template, weights
 class HFTrainerAdapter:
     name = "hf-trainer"
     settings_model = HFTrainerSettings
-    install_hint = "pip install 'runbook[hf]' (transformers, accelerate, safetensors)"
+    install_hint = "pip install '.[hf]' from runbook's checkout, or 'runbook-pretrain[hf]' (transformers, accelerate, safetensors)"
     checks = "data folders, the Trainer script with its own argument parser on runbook's flags, and out_dir"   # what `runbook check` says it checked
 
     def __init__(self):

@@ -251,7 +251,7 @@ def _bin_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
-INSTALL_HINT = ("run `bash scripts/setup.sh` (README.md), or `pip install runbook[litgpt]` (from a checkout: "
+INSTALL_HINT = ("run `bash scripts/setup.sh` (README.md), or `pip install runbook-pretrain[litgpt]` (from a checkout: "
                 "`pip install .[litgpt]`) into the Python that runs runbook")
 
 
