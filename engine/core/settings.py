@@ -159,6 +159,9 @@ class WatchSettings(Strict):
     diagnostics_healthy_steps: int = Field(20, ge=1, description="diagnostic variables a remedy set (set_env "
                                            "diagnostic: NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) are lifted once the launch "
                                            "carrying them has trained this many steps")
+    no_contract_warning_s: float = Field(120.0, gt=0, description="kind script or hf-trainer: a launch that has "
+                                         "printed output for this long without one line of runbook's contract "
+                                         "(runbook.sdk: progress, saves) is warned about once: runbook is blind to it")
     first_failure_wait_s: float = Field(30.0, ge=0, le=3600, description="with several ranks under a live launcher: "
                                         "after a rank is gone with no known cause, or a survivor reports a lost peer, "
                                         "the longest to wait for the launcher's own report (torchrun's Root Cause) "

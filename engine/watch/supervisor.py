@@ -75,6 +75,7 @@ class Supervisor:
         self.memory = MatchMemory()
         self.history = AttemptHistory()   # the journal's, from start_or_continue (or the dry run) on
         self.dead_observations = 0
+        self._blind_warned: int | None = None   # the launch a "no runbook line" warning was given for
         self.stop_requested: str | None = None
         self._exit_journaled: int | None = None
         self.recovery_lock = threading.Lock()   # upkeep jobs skip while the watch loop holds it
@@ -140,6 +141,7 @@ class Supervisor:
         snapshot = self.observe(retain=True)
         self.incidents.check_progress(self.observer.tracker)
         self._lift_diagnostics_when_healthy()
+        self._warn_when_blind(snapshot)
         trainer = snapshot.trainer
         if trainer.exit_pending:
             return   # it ended a moment ago and its exit is being recorded: decide on the exit, next tick
@@ -166,6 +168,21 @@ class Supervisor:
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
                 self.history = self.journal.replay().history
+
+    def _warn_when_blind(self, snapshot) -> None:
+        """A user's script that prints but never speaks runbook's contract is supervised blind (no progress, no saves
+        to prune, no ranks): say so once per launch, with what to add."""
+        hint = getattr(self.control.adapter, "contract_hint", None)
+        launch = self.control.launches
+        if hint is None or self._blind_warned == launch or not snapshot.trainer.alive or not snapshot.tail:
+            return
+        ran = snapshot.time - self.observer.launched_at
+        if self.observer.tracker.progress_since_launch == 0 and ran >= self.loaded.config.watch.no_contract_warning_s \
+                and not any(line.startswith("runbook:") for line in snapshot.tail):
+            self._blind_warned = launch
+            self.events("warning", text=f"launch {launch} has printed {len(snapshot.tail)}+ lines in {ran:.0f} s but no "
+                        f"line runbook reads: it sees no progress, no saves and no ranks of this run; {hint}")
+            self.journal.append("blind_launch", launch=launch, seconds=round(ran, 1))
 
     def _lift_diagnostics_when_healthy(self) -> None:
         """A remedy's diagnostic variables (NCCL_DEBUG, TORCH_DISTRIBUTED_DEBUG) served the launch after the

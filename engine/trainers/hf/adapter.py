@@ -20,6 +20,8 @@ class HFTrainerAdapter:
     settings_model = HFTrainerSettings
     install_hint = "pip install '.[hf]' from runbook's checkout, or 'runbook-pretrain[hf]' (transformers, accelerate, safetensors)"
     checks = "data folders, the Trainer script with its own argument parser on runbook's flags, and out_dir"   # what `runbook check` says it checked
+    contract_hint = ("add runbook.hf_callback.RunbookCallback() to the Trainer's callbacks and end with "
+                     "sys.exit(RunbookCallback.finish(trainer)) (docs/trainers.md)")   # said when a launch prints nothing runbook reads
 
     def __init__(self):
         self.layout = hf_layout()

@@ -29,6 +29,8 @@ class ScriptAdapter:
     settings_model = ScriptSettings
     install_hint = "the script's command (trainer.command) must name an executable on PATH or a file"
     checks = "data folders, the command's program and script, and out_dir"   # what `runbook check` says it checked
+    contract_hint = ("call runbook.sdk: sdk.progress(step, loss) after each optimizer step and sdk.saving(folder) before each save "
+                     "(docs/trainers.md, 'The lines runbook reads')")   # said when a launch prints nothing runbook reads
 
     def __init__(self):
         # Fixed, not configured: the engine reads checkpoints (status, verify, drills) before any config binds.
