@@ -45,6 +45,12 @@ def ran_actions(incident: dict) -> list[dict]:
     return [a for a in incident.get("actions") or [] if isinstance(a, dict) and not a.get("skipped")]
 
 
+def relaunch_failed(incident: dict) -> bool:
+    """A recovery whose relaunch failed again before training (or whose remedy was reverted): the watcher went
+    on with the next incident, nobody was called for this one."""
+    return bool(incident.get("reverted")) or any(str(n).startswith("not recovered: ") for n in incident.get("notes") or [])
+
+
 def outcome_words(incident: dict) -> str:
     """The outcome in honest words."""
     outcome = incident.get("outcome")
@@ -53,6 +59,12 @@ def outcome_words(incident: dict) -> str:
     if outcome == "escalated":
         reason = incident.get("escalation_reason") or incident.get("decision_reason")
         return "escalated to a human" + (f": {_clip(reason)}" if reason else "")
+    if outcome == "failed" and relaunch_failed(incident):
+        resumed = _int(incident.get("resumed_step"))
+        where = f"resumed from step {resumed}" if resumed else "restarted from scratch"
+        if incident.get("reverted"):
+            return f"not recovered: {where}, but {_clip(incident['reverted'])}; the next incident retried without it"
+        return f"not recovered: {where}, but the trainer failed again before making progress; the next incident took over"
     if outcome == "failed":
         where = f" at {failed[0].get('verb')} ({_clip(failed[0].get('summary', ''))})" if failed else ""
         return f"the recovery failed{where}; handed to a human"
@@ -86,7 +98,7 @@ def cost_words(incident: dict) -> str | None:
         if runbook_s is not None and restart_s is not None:
             text += f" (runbook {runbook_s:.1f} s, trainer restart {restart_s:.1f} s)"
         parts.append(text)
-    if incident.get("outcome") in ("escalated", "failed"):
+    if incident.get("outcome") in ("escalated", "failed") and not relaunch_failed(incident):
         step = _int(incident.get("step_at_failure"))
         parts.append("the run stopped" + (f" at step {step}" if step is not None and step >= 0 else "")
                      + " until a person acts")

@@ -26,6 +26,7 @@ from engine.language.matcher import Decision
 from engine.language.playbook import unclaimed_failure_playbook
 from engine.records.incident import ActionRecord, Outcome
 from engine.records.run_log import append_entry
+from engine.records.run_log_entry import relaunch_failed
 from engine.records.signature import first_with
 from engine.records.signature import repeat_phrase
 
@@ -47,7 +48,7 @@ class IncidentRunner:
         if blame is not None:
             return self._revert_and_retry(decision, snapshot, attempt, config, blame)
         steps = plan(playbook, snapshot, config, attempt)
-        self.flush_awaiting("the trainer failed again before making progress")
+        self.flush_awaiting("the trainer failed again before making progress", not_recovered=True)
         s = self.ctx
         incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
                                  [step.to_dict() for step in steps], config.model_dump(mode="json"))
@@ -82,6 +83,7 @@ class IncidentRunner:
         if culprit.config_changes:
             s.control.write_config({key: before for key, (before, _) in culprit.config_changes.items()})
         culprit.reverted = f"reverted {what}: {blame}"
+        culprit.outcome = "failed"   # its relaunch never trained: not a recovery
         culprit.note(culprit.reverted)
         self._save(culprit)
         self._report(culprit)
@@ -253,9 +255,14 @@ class IncidentRunner:
             self.awaiting_progress = None
             self._report(incident)
 
-    def flush_awaiting(self, why: str) -> None:
+    def flush_awaiting(self, why: str, not_recovered: bool = False) -> None:
+        """Report the incident whose relaunch has not trained yet. not_recovered: it failed again before training,
+        so its recovery did not work: "recovered" means the trainer progressed again (issue 44 item 7)."""
         if self.awaiting_progress is not None:
             incident, self.awaiting_progress = self.awaiting_progress, None
+            if not_recovered:
+                incident.outcome = "failed"
+                why = f"not recovered: {why}"
             incident.note(why)
             self._save(incident)
             self._report(incident)
@@ -266,7 +273,7 @@ class IncidentRunner:
         self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
         self.ctx.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
-                                            escalate=incident.outcome != "recovered")
+                                            escalate=incident.outcome != "recovered" and not relaunch_failed(record))
         self.ctx.journal.append("incident_reported", incident=incident.id)
         self.ctx.events("incident_closed", record=record)
 

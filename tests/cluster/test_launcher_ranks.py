@@ -208,6 +208,7 @@ def test_a_remedy_whose_relaunch_dies_at_start_up_is_reverted_and_the_recovery_r
     assert first["env_changes"] == {"PYTHONHASHSEED": [None, "bogus"]}
     assert first["reverted"].startswith("reverted PYTHONHASHSEED=bogus (was unset): the next launch died of exit code 1")
     assert "attributed to " + first["id"] in " ".join(second["notes"]) and second["outcome"] == "recovered"
+    assert first["outcome"] == "failed"   # its relaunch never trained: not a recovery (issue 44 item 7)
     assert len(incidents) == 2, [i["playbook"] for i in incidents]       # retried once, and it trained to the end
     assert (project.out_dir / "final" / "state.pt").is_file()
     log = project.run_log.read_text()
@@ -365,3 +366,4 @@ def test_hf_one_rank_out_of_memory_and_a_stopped_rank_and_a_notice_recover(tmp_p
     assert code == 0 and [i["playbook"] for i in incidents] == ["preemption"], notice.watch_output()
     assert incidents[0]["steps_lost"] == 0
     assert leftovers() == []
+
