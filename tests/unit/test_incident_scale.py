@@ -91,3 +91,41 @@ def test_status_parses_a_bounded_number_of_records_out_of_twenty_thousand(many, 
     assert parsed == [f"incident-{MANY}"], f"status parsed {len(parsed)} records"
     assert took < 10, f"status took {took:.1f} s at {MANY} records"
     assert (run_dir / "incidents" / INDEX_NAME).is_file()
+
+
+def test_incidents_lists_a_page_of_the_newest_records_and_reads_only_those(many, monkeypatch):
+    from typer.testing import CliRunner
+
+    from runbook.cli import app
+
+    config, _run_dir = many
+    parsed = []
+    real_read = IncidentStore.read
+
+    def counting_read(store, incident_id):
+        parsed.append(incident_id)
+        return real_read(store, incident_id)
+
+    monkeypatch.setattr(IncidentStore, "read", counting_read)
+    result = CliRunner().invoke(app, ["incidents", "--json", str(config)])
+    assert result.exit_code == 0, result.output
+    assert len(parsed) == 50 and parsed[-1] == f"incident-{MANY}", f"read {len(parsed)} records"
+    shown = json.loads(result.stdout)
+    assert [r["id"] for r in shown] == [f"incident-{n}" for n in range(MANY - 49, MANY + 1)]   # oldest first
+    assert f"the newest 50 of {MANY} records" in result.stderr
+    parsed.clear()
+    table = CliRunner().invoke(app, ["incidents", "--limit", "3", str(config)], terminal_width=200)
+    assert table.exit_code == 0 and len(parsed) == 3 and f"incident-{MANY}" in table.stdout, table.output
+
+
+def test_incidents_lists_all_twenty_thousand_records_in_linear_time(many):
+    from typer.testing import CliRunner
+
+    from runbook.cli import app
+
+    config, _run_dir = many
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["incidents", "--json", "--limit", "0", str(config)])
+    took = time.monotonic() - started
+    assert result.exit_code == 0 and len(json.loads(result.stdout)) == MANY
+    assert took < 60, f"listing {MANY} records took {took:.0f} s (the folder was listed once per record read)"
