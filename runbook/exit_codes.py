@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     TRIAGE_ESCALATE = 16    # `triage`: runbook would escalate this log (nothing claims it, unknown-crash, or the plan escalates)
     OUT_DIR_TAKEN = 17      # `watch`: out_dir belongs to another run (its runbook-owner.json), live or not; nothing touched
     OUT_DIR_BLOCKED = 18    # `watch`: out_dir holds a folder or file named `last` that is not runbook's link; left as it is
+    RUN_DIR_TAKEN = 19      # `watch`: run_dir belongs to another project (its owner.json names another config); nothing touched
 
 
 # `runbook status` exits with the run's state, as `runbook watch` would have exited had it ended now.

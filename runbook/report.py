@@ -166,8 +166,9 @@ def read_checkpoints(out_dir: Path, layout) -> list[CheckpointInfo]:
             for c in ckpts.list_checkpoints(out_dir, layout)]
 
 
-def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
-    """Raises JournalUnreadable when the journal file itself cannot be read; bad lines are only skipped."""
+def read_history(loaded, only_newest_launch: bool = False, with_incidents: bool = True) -> RunHistory:
+    """Raises JournalUnreadable when the journal file itself cannot be read; bad lines are only skipped.
+    with_incidents=False: no incident record is read (`status` reads the store's summary instead)."""
     run_dir = loaded.run_dir
     journal = Journal(loaded.folder.journal)
     entries = journal.entries()
@@ -177,7 +178,7 @@ def read_history(loaded, only_newest_launch: bool = False) -> RunHistory:
     if only_newest_launch:
         logs = logs[-1:]
     launches = [parse_launch(n, path, starts.get(n), adapter) for n, path in logs]
-    incidents, bad_records = read_incident_records(run_dir)
+    incidents, bad_records = read_incident_records(run_dir) if with_incidents else ([], [])
     checked = [checked_incident(record) for record in incidents]   # a step of -5 is shown as unknown, and said
     incidents = [record for record, _ in checked]
     bad_records += [problem for _, problems in checked for problem in problems]

@@ -125,6 +125,7 @@ def deliver_leftover_notices(loaded) -> None:
 
 def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
     from engine.core.lock import RunLocked
+    from engine.core.run_dir_owner import RunDirTaken, claim_run_dir
     from engine.checkpoints.out_dir_claim import OutDirBlocked, OutDirTaken
     from engine.process.identity import SecondTrainerRefused
     from engine.language.playbook_set import load_run_playbooks
@@ -139,6 +140,10 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     spares = SparePool()   # this watcher's warm spare (trainer.warm_spare): started early, launched by the supervisor
     try:
         loaded = load_config(config_path)
+        try:   # before anything reads or writes the run folder: another project's journal is not this run's
+            claim_run_dir(loaded.run_dir, loaded.path, loaded.out_dir, record=not dry_run)
+        except RunDirTaken as taken:
+            raise Refusal(ExitCode.RUN_DIR_TAKEN, str(taken)) from None
         if read_journal_state(loaded) == RunState.COMPLETED:
             if not dry_run:
                 deliver_leftover_notices(loaded)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 from engine.checkpoints import store as ckpts
@@ -63,6 +64,10 @@ class CheckpointLedger:
         self.unsealed: dict[int, dict] = {}
         self._last_owed = False           # `last` could not be moved to the newest verified (a full disk)
         self._sizes: dict[Path, int] = {}
+        # Told once per name: another run's out_dir inside this one's (never a checkpoint). The watch sets
+        # `warn` to its console warning (engine/watch/observation.py); None: journaled only.
+        self.warn: Callable[[str], None] | None = None
+        self._other_runs_told: set[str] = set()
 
     # --- what is there ---------------------------------------------------------------------------
     def checkpoints(self) -> list[ckpts.Checkpoint]:
@@ -98,6 +103,7 @@ class CheckpointLedger:
         saving_from_step: a live trainer may still be writing checkpoints at or after this step.
         sealed_only: only recheck checkpoints already sealed; an unsealed one may be a save under way
         (a watcher re-attaching to a live trainer cannot tell yet) and is left to a later refresh."""
+        self._tell_other_runs()
         newly_verified = False
         bad = []
         read: dict[str, list[int]] = {"sealed": [], "rechecked": []}
@@ -146,6 +152,16 @@ class CheckpointLedger:
         if (newly_verified or self._last_owed) and not self.read_only:
             self.relink_last()
         return bad
+
+    def _tell_other_runs(self) -> None:
+        for name in sorted(set(ckpts.other_runs_inside(self.out_dir)) - self._other_runs_told):
+            self._other_runs_told.add(name)
+            text = (f"{self.out_dir / name} is another run's out_dir (it holds {ckpts.OWNER_MARKER_NAME}): "
+                    "never taken for a checkpoint, verified, quarantined or pruned; give the runs separate out_dirs")
+            if self.journal is not None and not self.read_only:
+                self.journal.append("other_run_inside", path=str(self.out_dir / name))
+            if self.warn is not None:
+                self.warn(text)
 
     def _try_seal(self, c: ckpts.Checkpoint) -> None:
         """Write the manifest of a checkpoint verified by its content. A full disk (ENOSPC/EDQUOT) has no room

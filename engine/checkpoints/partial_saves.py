@@ -103,6 +103,8 @@ def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | 
         elif ((e.name == ckpts.LAST_LINK_NAME and e.is_symlink) or (e.name == ckpts.OWNER_MARKER_NAME and not e.is_dir)
               or (e.is_dir and e.name in getattr(layout, "trainer_folders", ()))):
             continue                            # ours, never deleted: `last`, the owner marker, the trainer's logger folder
+        elif e.is_dir and ckpts.OWNER_MARKER_NAME in e.children:
+            plan.foreign.append(e.name)         # another run's out_dir, whatever its name: never a partial save
         elif e.is_dir and not e.is_symlink and e.name in announced:
             plan.temps += [f"{e.name}/{c}" for c in e.children if c.startswith(prefix)]
             plan.foreign += [f"{e.name}/{c}" for c in e.children

@@ -81,13 +81,27 @@ def _scandir(path: Path) -> list[os.DirEntry]:
         return []
 
 
+def another_runs_out_dir(folder: Path) -> bool:
+    """Does `folder` hold a run's owner marker: another run's out_dir nested in this one's (`out/step-000999`
+    as someone's out_dir looks like a corrupt checkpoint)? Never a checkpoint: not verified, moved or deleted."""
+    return os.path.lexists(Path(folder) / OWNER_MARKER_NAME)
+
+
+def other_runs_inside(out_dir: Path) -> list[str]:
+    """The direct children of out_dir that are another run's out_dir (sorted names)."""
+    return sorted(e.name for e in _scandir(Path(out_dir))
+                  if e.is_dir(follow_symlinks=False) and another_runs_out_dir(Path(out_dir) / e.name))
+
+
 def list_checkpoints(out_dir: Path, layout: CheckpointLayout) -> list[Checkpoint]:
-    """Direct children the layout names step checkpoints, oldest first; ``[]`` if out_dir is missing."""
+    """Direct children the layout names step checkpoints, oldest first; ``[]`` if out_dir is missing.
+    Another run's out_dir is never one, whatever its name."""
     out_dir = Path(out_dir)
     found = [
         Checkpoint(path=out_dir / e.name, step=step, layout=layout)
         for e in _scandir(out_dir)
         if (step := layout.step_of(e.name)) is not None and e.is_dir(follow_symlinks=False)
+        and not another_runs_out_dir(out_dir / e.name)
     ]
     return sorted(found, key=lambda c: (c.step, c.path.name))
 
@@ -287,6 +301,8 @@ def quarantine(ckpt: Checkpoint, quarantine_dir: Path, reason: str) -> Path:
     dangles: the CALLER re-points it, e.g. ``update_last_link(out_dir, newest_verified(...))``.
     """
     out_dir = ckpt.path.parent
+    if another_runs_out_dir(ckpt.path):
+        raise ValueError(f"refusing to quarantine {ckpt.path}: it is another run's out_dir ({OWNER_MARKER_NAME})")
     if Path(quarantine_dir).resolve().is_relative_to(out_dir.resolve()):
         raise ValueError(f"quarantine_dir {quarantine_dir} is inside out_dir {out_dir}: the trainer could resume from it")
     quarantine_dir = Path(quarantine_dir)
@@ -331,6 +347,8 @@ def apply_prune(out_dir: Path, doomed: list[Checkpoint], announced: frozenset[st
             raise ValueError(f"refusing to delete {p}: not a checkpoint folder directly inside {out_dir}")
         if p.name not in announced:
             raise ValueError(f"refusing to delete {p}: this run's trainer never announced saving it")
+        if another_runs_out_dir(p):
+            raise ValueError(f"refusing to delete {p}: it is another run's out_dir ({OWNER_MARKER_NAME})")
         if foreign := foreign_files(p, layout):
             raise ValueError(f"refusing to delete {p}: it holds file(s) runbook did not write: {', '.join(foreign)}")
         if p.resolve() == newest_sealed:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 from pathlib import Path
 from functools import cache
@@ -20,8 +21,10 @@ from pydantic import (Field, ValidationError, ValidationInfo, create_model, fiel
 from engine.core.config_paths import file_problems, run_folder_problems
 from engine.core.durable import atomic_write_text
 from engine.core.env_names import check_env
+from engine.core.known_secrets import secret_values
 from engine.core.notifier import SlackSettings
 from engine.core.run_folder import RunFolder
+from engine.core.text_safety import remember_secrets
 from engine.core.settings import PlaybookSettings, SlurmSettings, Strict, UpkeepSettings, WatchSettings  # noqa: F401 - importable here too
 from engine.core.yaml_source import (
     SourceError, describe_validation_error, load_yaml, locate, plain, round_trip_yaml, update_yaml_values,
@@ -311,6 +314,9 @@ def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConf
     loaded = LoadedConfig(path, config, seam)
     if problems := run_folder_problems(path, tree, loaded) or file_problems(path, tree, loaded):   # config_paths.py
         raise SourceError(problems)
+    # From here on every text this process redacts also hides these values (engine/core/text_safety.py).
+    slack = config.notifications.slack
+    remember_secrets(secret_values(config.trainer.env, os.environ, (slack.bot_token_env, slack.webhook_url_env)))
     return loaded
 
 

@@ -6,6 +6,7 @@
       heartbeat.json                the watcher's pulse (engine/watch/upkeep.py)
       trainer.pid                   the current trainer's pid, for people and fault injection
       wandb-run-id                  the run's WANDB_RUN_ID, made once (engine/process/trainer_env.py)
+      owner.json                    the config (project, out_dir) that first watched it; another project's is refused (engine/core/run_dir_owner.py)
       run-id                        the run's identity, made once; out_dir's owner marker names it (engine/checkpoints/out_dir_claim.py)
       incidents/incident-N.json     one record per incident (engine/records/incident_store.py)
       logs/trainer-NNN.log          each launch's output (gzipped later by upkeep)

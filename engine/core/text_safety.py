@@ -11,6 +11,11 @@ token. Three functions, one concern each, used where text leaves runbook:
   hide every later entry in the rendered page);
 - `redact` / `redact_tree`: secrets only (records, Slack notices), everything else kept as it was.
 
+Patterns find a secret by its shape or its name; a value printed on its own (a W&B key) has neither. So
+the values runbook itself knows (the secret-named trainer.env and environment variables, the notifiers'
+tokens: engine/core/known_secrets.py) are remembered process-wide when a run config loads
+(`remember_secrets`) and redacted wherever they appear, reversed or in any case too.
+
 Neutralising writes each dangerous character as a visible escape (`\\x1b`, `\\u202e`), so nothing is
 lost and nothing acts. Every pattern is RE2 (linear time: no log line can make these slow).
 """
@@ -66,6 +71,35 @@ _BEGIN_ONLY = re2.compile(_KEY_BEGIN, _OPTIONS)
 _END_ONLY = re2.compile(_KEY_END, _OPTIONS)
 _MAX_DEPTH = 64
 
+# Known values: shorter ones only as written (a 4-character value is unlikely and would garble text),
+# longer ones also reversed and in any case (a template's `| reverse`, `| lower`).
+MIN_KNOWN = 4
+MIN_FOLDED = 8
+_known: set[str] = set()
+_known_pattern: Any = None
+
+
+def remember_secrets(values) -> None:
+    """Redact these values (and, from MIN_FOLDED characters, their reversed and case-folded forms) from
+    now on, in this process. Values shorter than MIN_KNOWN are ignored."""
+    global _known_pattern
+    fresh = {v for v in values if isinstance(v, str) and len(v) >= MIN_KNOWN} - _known
+    if not fresh:
+        return
+    _known.update(fresh)
+    exact = sorted((v for v in _known if len(v) < MIN_FOLDED), key=len, reverse=True)
+    folded = sorted({f for v in _known if len(v) >= MIN_FOLDED for f in (v, v[::-1])}, key=len, reverse=True)
+    # Longest first: a value inside another is never left half shown. (?i) only on the long ones.
+    parts = [f"(?i:{re2.escape(v)})" for v in folded] + [re2.escape(v) for v in exact]
+    _known_pattern = re2.compile("|".join(parts), _OPTIONS)
+
+
+def forget_secrets() -> None:
+    """No known values any more (a test, or a process that loads another project's config)."""
+    global _known_pattern
+    _known.clear()
+    _known_pattern = None
+
 
 def _escape(match: re.Match) -> str:
     code = ord(match.group())
@@ -81,6 +115,8 @@ def neutralise(text: str, keep_newlines: bool = True) -> str:
 def redact(text: str) -> str:
     """`text` with every secret it holds replaced by [REDACTED] (the name before a `name=value` is kept)."""
     text = str(text)
+    if _known_pattern is not None:
+        text = _known_pattern.sub(REDACTED, text)
     if not _TRIGGER.search(text):
         return text
     for pattern, replacement in _COMPILED:
@@ -124,4 +160,5 @@ def redact_tree(value: Any, clean=redact, _depth: int = 0) -> Any:
     return value
 
 
-__all__ = ["REDACTED", "for_display", "for_run_log", "neutralise", "redact", "redact_tree", "without_comments"]
+__all__ = ["REDACTED", "for_display", "for_run_log", "forget_secrets", "neutralise", "redact", "redact_tree",
+           "remember_secrets", "without_comments"]

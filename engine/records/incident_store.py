@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +18,7 @@ from engine.core.errors import SourceError
 from engine.core.text_safety import redact_tree
 from engine.records.incident import Incident
 from engine.records.incident_checks import ID_PATTERN, problem
+from engine.records.incident_index import Stamp, append_line, index_line, read_index, stamp_of
 
 
 class IncidentsUnreadable(OSError):
@@ -31,6 +33,14 @@ class BadIncidentRecord(ValueError):
         self.path, self.reason, self.missing = path, reason, missing
 
 
+@dataclass(frozen=True)
+class Summary:
+    count: int                       # usable records
+    by_outcome: dict[str, int]
+    newest: Incident | None          # the newest usable record
+    problems: list[str]              # one sentence per record read and skipped
+
+
 class IncidentStore:
     """`<run_dir>/incidents/incident-N.json`; N comes from a project-wide counter so ids never repeat,
     even across run folders or after one is deleted."""
@@ -38,6 +48,7 @@ class IncidentStore:
     def __init__(self, run_dir: Path, counter_file: Path | None = None):   # readers never allocate ids
         self.dir = run_dir / "incidents"
         self.counter_file = counter_file
+        self.reads = 0   # records read in full by this store (a summary must not read them all)
 
     def next_id(self) -> str:
         assert self.counter_file is not None, "a reader's store cannot allocate ids"
@@ -65,10 +76,15 @@ class IncidentStore:
         path = self.path(incident.id)
         record = redact_tree(incident.to_json())
         atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")
+        try:   # after the record: a crash in between leaves a line that no longer matches, read in full then
+            append_line(self.dir, index_line(incident.id, incident.outcome, stamp_of(path)))
+        except OSError:   # a full disk: the record is written; readers read it in full (incident_index.py)
+            pass
         return path
 
     def read(self, incident_id: str) -> Incident:
         """The record, checked and typed; BadIncidentRecord (one sentence) when it cannot be used."""
+        self.reads += 1
         path = self.path(incident_id)
         if not ID_PATTERN.match(incident_id):
             raise BadIncidentRecord(path, "is not named incident-N", missing=True)
@@ -102,6 +118,46 @@ class IncidentStore:
             except BadIncidentRecord as bad:
                 problems.append(f"{bad}; skipped it")
         return incidents, problems
+
+    def summary(self) -> Summary:
+        """The count by outcome and the newest usable record, reading in full only the newest and the records
+        the index does not vouch for (incident_index.py). IncidentsUnreadable when the folder cannot be listed."""
+        stamps = self._stamps()
+        index = read_index(self.dir)
+        by_outcome: dict[str, int] = {}
+        problems: list[str] = []
+        newest: Incident | None = None
+        for number, incident_id in sorted(((n, i) for i, (n, _s) in stamps.items()), reverse=True):
+            known = index.get(incident_id)
+            outcome = known[0] if known is not None and known[1] == stamps[incident_id][1] else None
+            if outcome is None or newest is None:
+                try:
+                    record = self.read(incident_id)
+                except BadIncidentRecord as bad:
+                    problems.append(f"{bad}; skipped it")
+                    continue
+                outcome, newest = record.outcome, newest or record
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+        return Summary(sum(by_outcome.values()), by_outcome, newest, problems[::-1])
+
+    def _stamps(self) -> dict[str, tuple[int, Stamp]]:
+        """{id: (N, stamp)} of every incident-N.json, from one scan of the folder."""
+        try:
+            entries = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            return {}
+        except OSError as error:
+            raise IncidentsUnreadable(f"cannot list the incident records in {self.dir}: "
+                                      f"{error.strerror or error}") from None
+        found = {}
+        for entry in entries:
+            if entry.name.endswith(".json") and (m := ID_PATTERN.match(entry.name[:-5])):
+                try:
+                    info = entry.stat(follow_symlinks=True)
+                except OSError:
+                    info = None
+                found[entry.name[:-5]] = (int(m.group(1)), Stamp(info.st_size, info.st_mtime_ns) if info else Stamp(-1, -1))
+        return found
 
     def ids(self) -> list[str]:
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.records.journal_lines import BadLine, decode, encode, recover_glued
 from engine.core.crash_points import crash_point
+from engine.core.text_safety import redact_tree
 from engine.records.attempts import AttemptHistory
 from engine.core.state import RunState
 from engine.core.write_trouble import PartialAppend, WriteTrouble, append_whole, passing
@@ -74,6 +75,8 @@ class Journal:
         self._lock = threading.Lock()              # upkeep's thread may append (retention) too
 
     def append(self, kind: str, **data) -> dict:
+        if "snapshot" in data:   # an incident's snapshot holds the trainer's log tail: any token it printed
+            data["snapshot"] = redact_tree(data["snapshot"])   # (not every entry: a journaled env is replayed)
         entry = {"time": time.time(), "kind": kind, **data}
         line = encode(entry)
         with self._lock:

@@ -20,6 +20,7 @@ class Observation:
     def __init__(self, control: TrainerControl, observer: Observer, ledger: CheckpointLedger, journal: Journal,
                  events: Callable[..., None]):
         self.control, self.observer, self.ledger, self.journal, self.events = control, observer, ledger, journal, events
+        ledger.warn = lambda text: events("warning", text=text)   # another run's out_dir inside this one's
         self.last: StateSnapshot | None = None
         self.retention = retention.Retention(ledger, lambda: control.loaded.config.keep_last_k, self.best_val_step,
                                              lambda text: events("warning", text=text))

@@ -63,11 +63,13 @@ def read_record(store, incident_id: str) -> dict:
     """The record as JSON for formatting; exit 9 with one sentence when it cannot be used."""
     from engine.records.incident_store import BadIncidentRecord
 
-    known = ", ".join(_ids(store)) or "none"
     try:
         return store.read(incident_id).to_json()
     except BadIncidentRecord as bad:
-        if bad.missing:
+        if bad.missing:   # the folder is listed only here: once per record read, a list of 10,000 took minutes
+            ids = _ids(store)
+            known = (", ".join(ids) if len(ids) <= 20 else f"{', '.join(ids[:3])}, ... {', '.join(ids[-3:])} "
+                     f"({len(ids)} records)") or "none"
             shown = incident_id[:40]
             what = (f"there is no {incident_id} in {store.dir}" if bad.reason == "does not exist"
                     else f"'{shown}' is not an incident id (incident-N); known in {store.dir}")
@@ -75,19 +77,28 @@ def read_record(store, incident_id: str) -> dict:
         raise RecordProblem(ExitCode.NOT_FOUND, f"{bad}; nothing was changed") from None
 
 
-def read_all(store) -> tuple[list[dict], dict[str, str]]:
-    """Every readable record, oldest first, and {id: one sentence} per unreadable file (or the folder)."""
-    records, problems = [], {}
+def read_all(store, limit: int = 0) -> tuple[list[dict], dict[str, str]]:
+    """Every readable record (limit > 0: of the newest `limit` files only), oldest first, and
+    {id: one sentence} per unreadable file (or the folder)."""
+    return read_page(store, limit)[:2]
+
+
+def read_page(store, limit: int) -> tuple[list[dict], dict[str, str], int]:
+    """read_all, and how many record files there are: only the page's files are read (at 10,000 records
+    reading them all took minutes; the list of names is cheap)."""
+    records: list[dict] = []
+    problems: dict[str, str] = {}
     try:
         ids = _ids(store)
     except RecordProblem as problem:
-        return [], {"incidents/": str(problem)}
+        return [], {"incidents/": str(problem)}, 0
+    total, ids = len(ids), ids[-limit:] if limit > 0 else ids
     for incident_id in ids:
         try:
             records.append(read_record(store, incident_id))
         except RecordProblem as problem:
             problems[incident_id] = str(problem)
-    return records, problems
+    return records, problems, total
 
 
 def report(problem: RecordProblem) -> ExitCode:
@@ -231,10 +242,16 @@ def print_record(record: dict) -> None:
 JsonOption = typer.Option(False, "--json", help="machine-readable output")
 
 
+DEFAULT_LIMIT = 50
+
+
 @incidents_app.callback()
 def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(),
-                   config_opt: Optional[Path] = config_option(), as_json: bool = JsonOption) -> None:
-    """List the incident records of the run (id, when, playbook, outcome, step, lost compute)."""
+                   config_opt: Optional[Path] = config_option(), as_json: bool = JsonOption,
+                   limit: int = typer.Option(DEFAULT_LIMIT, "--limit", "-n", min=0,
+                                             help="the newest N records (0: all of them)")) -> None:
+    """List the incident records of the run (id, when, playbook, outcome, step, lost compute), the newest
+    50 unless --limit says otherwise."""
     if ctx.invoked_subcommand is not None:
         ctx.obj = {"config": config or config_opt}  # `incidents -c X show ...` works too
         return
@@ -243,7 +260,7 @@ def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(
         _loaded, store = open_store(config)
     except RecordProblem as problem:
         raise typer.Exit(int(report(problem)))
-    records, problems = read_all(store)
+    records, problems, total = read_page(store, limit)
     if as_json:   # json.dumps writes control characters as \u escapes; secrets are redacted
         typer.echo(json.dumps([row(redact_tree(r, redact)) for r in records], indent=2))
     elif records:
@@ -252,6 +269,9 @@ def list_incidents(ctx: typer.Context, config: Optional[Path] = config_argument(
         out.print(Text(f"no incidents recorded in {store.dir}"))
     for text in problems.values():
         err.print(Text("error: " + for_display(text)))
+    if 0 < limit < total:
+        err.print(Text(f"the newest {limit} of {total} records (--limit 0 lists all; "
+                       "`runbook incidents show incident-N` one)"))
     raise typer.Exit(int(ExitCode.NOT_FOUND if problems else ExitCode.OK))
 
 

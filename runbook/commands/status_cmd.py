@@ -105,7 +105,8 @@ def gather(loaded, now: float | None = None) -> dict:
 
     now = time.time() if now is None else now
     cfg = loaded.config
-    h = read_history(loaded, only_newest_launch=True)
+    h = read_history(loaded, only_newest_launch=True, with_incidents=False)
+    incidents = incident_summary(loaded.run_dir)
     transitions = [e for e in h.journal_entries if e.get("kind") == "transition"]
     last = transitions[-1] if transitions else None
     watcher_pid, watcher_note = watcher_lock(loaded.run_dir)
@@ -165,10 +166,7 @@ def gather(loaded, now: float | None = None) -> dict:
     disk = disk_status(loaded.out_dir)
     sealed = [c.step for c in h.checkpoints if c.sealed]
     last_link = next((c.step for c in h.checkpoints if c.is_last), None)
-    outcomes: dict[str, int] = {}
-    for r in h.incidents:
-        outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
-    newest = h.incidents[-1] if h.incidents else None
+    newest = incidents["newest"]
     slurm = slurm_status(loaded.run_dir, loaded.config.slurm.command_timeout_s)
     return {
         "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
@@ -191,15 +189,30 @@ def gather(loaded, now: float | None = None) -> dict:
         "environment": {"in_force": {**h.journal.extra_env, **h.journal.diagnostic_env},
                         "diagnostic": sorted(h.journal.diagnostic_env), "effects": h.journal.env_effects},
         "notices": notices,
-        "problems": h.problems + ([heartbeat_problem] if heartbeat_problem else []) + (slurm["problems"] if slurm else []),
+        "problems": h.problems + incidents["problems"] + ([heartbeat_problem] if heartbeat_problem else []) + (slurm["problems"] if slurm else []),
         "slurm": slurm,
         "incidents": {
-            "count": len(h.incidents), "by_outcome": outcomes,
+            "count": incidents["count"], "by_outcome": incidents["by_outcome"],
             "open": h.journal.open_incident.get("incident") if h.journal.open_incident else None,
             "last": {k: newest.get(k) for k in ("id", "playbook", "outcome", "step_at_failure", "resumed_step",
                                                  "steps_lost", "tokens_lost", "recovery_seconds", "invalid")} if newest else None,
         },
     }
+
+
+def incident_summary(run_dir: Path) -> dict:
+    """The count by outcome and the newest record (checked as `report` checks each), without reading every
+    record: at 100,000 records that took 278 s and 9.3 GB (engine/records/incident_index.py)."""
+    from engine.records.incident_store import IncidentsUnreadable, IncidentStore
+    from runbook.shown_values import checked_incident
+
+    try:
+        summary = IncidentStore(run_dir).summary()
+    except IncidentsUnreadable as error:
+        return {"count": 0, "by_outcome": {}, "newest": None, "problems": [str(error)]}
+    newest, problems = checked_incident(summary.newest.to_json()) if summary.newest else (None, [])
+    return {"count": summary.count, "by_outcome": summary.by_outcome, "newest": newest,
+            "problems": summary.problems + problems}
 
 
 def slurm_status(run_dir: Path, sacct_timeout_s: float | None = None) -> dict | None:
