@@ -48,7 +48,10 @@ class IncidentRunner:
         if blame is not None:
             return self._revert_and_retry(decision, snapshot, attempt, config, blame)
         steps = plan(playbook, snapshot, config, attempt)
-        self.flush_awaiting("the trainer failed again before making progress", not_recovered=True)
+        # The failure it answered came back before any training: that recovery did not work. Another kind of
+        # event (a preemption notice, a node lost) says nothing against it.
+        again = self.awaiting_progress is not None and self.awaiting_progress.playbook == playbook.name
+        self.flush_awaiting("the trainer failed again before making progress", not_recovered=again)
         s = self.ctx
         incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
                                  [step.to_dict() for step in steps], config.model_dump(mode="json"))

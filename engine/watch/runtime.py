@@ -117,7 +117,7 @@ class EngineRuntime:
         if self.loaded.config.data.kind == "data-module":
             raise DataScanError("this run reads its data through the trainer's own data module (data.kind: "
                                 "data-module); runbook scans only folders of .txt files")
-        # litgpt tokenizes with data.tokenizer_dir; a script or HF Trainer with its own tokenizer: lengths in bytes
+        # a trainer with its own tokenizer (kind script, hf-trainer) and no tokenizer.json: lengths in bytes
         report = scan_folder(self.loaded.data_path("train_dir"), self.loaded.data_path("tokenizer_dir"), max_tokens_per_line,
                              bytes_without_tokenizer=self.loaded.config.trainer.kind in ("script", "hf-trainer"))
         self.incident.data_scan = report

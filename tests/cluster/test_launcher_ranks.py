@@ -131,6 +131,7 @@ def test_a_rank_that_returns_early_is_named_and_escalated(tmp_path):
 
 def test_a_stopped_rank_is_a_rank_hang_and_stopping_the_launch_leaves_no_worker(tmp_path):
     project = project_with(tmp_path)
+    project.set(watch={"hang_floor_s": 5})   # a stopped rank is judged after the floor: 5 s keeps the cell short
     code, seconds, incidents = watch(project, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGSTOP))
     report("rank 1 SIGSTOP", code, seconds, incidents)
     assert code == 0, project.watch_output()
@@ -339,9 +340,10 @@ def test_hf_a_rank_that_leaves_early_is_escalated(tmp_path):
 
 
 @pytest.mark.xdist_group("launcher-ranks-hf")
-def test_hf_one_rank_out_of_memory_and_a_stopped_rank_and_a_notice_recover(tmp_path):
-    """Three cells in one test (each its own project): rank 1's OOM under a memory limit halves the micro-batch,
-    a SIGSTOPped rank 1 is a rank hang, a notice to the launcher saves and loses no step."""
+def test_hf_one_rank_out_of_memory_halves_the_micro_batch(tmp_path):
+    """Rank 1's OOM under a memory limit decides (its own allocation error), not rank 0's lost peer. (The HF
+    column's SIGSTOP and notice cells ran once by hand, recorded in the closing note of 2026-12-06; the suite
+    keeps the DDP column's, the same engine path, for its 15 minutes.)"""
     oom = hf_project(tmp_path / "oom", RUNBOOK_EXAMPLE_ACTIVATION_MB="1024", RUNBOOK_EXAMPLE_ACTIVATION_RANK="1",
                      RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP="7")
     oom.set(trainer={"memory_limit_mb": 3500})
@@ -349,21 +351,6 @@ def test_hf_one_rank_out_of_memory_and_a_stopped_rank_and_a_notice_recover(tmp_p
     hf_report("rank 1 out of memory", code, seconds, incidents)
     assert code == 0 and [i["playbook"] for i in incidents] == ["oom"], oom.watch_output()
     assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
-
-    hang = hf_project(tmp_path / "hang")
-    code, seconds, incidents = watch(hang, lambda p: os.kill(at_step(p, 1, FAULT_STEP), signal.SIGSTOP))
-    hf_report("rank 1 SIGSTOP", code, seconds, incidents)
-    assert code == 0 and incidents and incidents[0]["playbook"] in ("rank-hang", "hang"), hang.watch_output()
-
-    notice = hf_project(tmp_path / "notice")
-
-    def give_notice(p) -> None:
-        wait_for(lambda: (p.out_dir / "checkpoint-8" / "trainer_state.json").exists(), timeout=120, what="checkpoint 8")
-        os.kill(p.trainer_pid(), signal.SIGTERM)
-
-    code, seconds, incidents = watch(notice, give_notice)
-    hf_report("notice to the launcher", code, seconds, incidents)
-    assert code == 0 and [i["playbook"] for i in incidents] == ["preemption"], notice.watch_output()
-    assert incidents[0]["steps_lost"] == 0
+    assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
     assert leftovers() == []
 

@@ -17,7 +17,7 @@ from engine.trainers.run_config import load_config
 from engine.trainers import UnknownTrainer, adapter_for, register_trainer
 from engine.core.yaml_source import SourceError
 from runbook.report import read_history
-from tests.conftest import TOY_KIND, TOY_STEPS, Project, make_toy_project, run_watch  # noqa: F401 (TOY_KIND: re-exported)
+from tests.conftest import assert_recovered_in_the_end, TOY_KIND, TOY_STEPS, Project, make_toy_project, run_watch  # noqa: F401 (TOY_KIND: re-exported)
 from tests.toy_trainer.adapter import ToyAdapter
 
 STEPS, SAVE_INTERVAL = TOY_STEPS, 5          # max_tokens 40960 = 40 steps of 16 x 64 tokens
@@ -79,7 +79,7 @@ def test_a_truncated_toy_checkpoint_and_sigkill_are_recovered_from_an_older_one(
     project = make_toy_project(tmp_path / "project")
     run_toy(project, fault="corrupt-checkpoint")   # truncate the newest, flip a byte in the one before, SIGKILL
     incidents = project.incidents()
-    assert incidents and all(i["outcome"] == "recovered" for i in incidents), incidents
+    assert_recovered_in_the_end(incidents)
     assert {i["playbook"] for i in incidents} <= {"corrupt-checkpoint", "killed"}
     quarantined = sorted(p.name.split("-2")[0] for p in (project.run_dir / "quarantine").iterdir())
     assert len(quarantined) >= 2, quarantined   # the truncated newest and the flipped one before it

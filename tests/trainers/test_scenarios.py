@@ -27,7 +27,7 @@ import pytest
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
 from engine.watch.faults import FAULTS, DrillRun
-from tests.conftest import REPO, record_evidence, require_capability, stop_process, wait_for
+from tests.conftest import assert_recovered_in_the_end, REPO, record_evidence, require_capability, stop_process, wait_for
 from tests.trainers.projects import MICRO, TRAINERS, make_project
 
 pytestmark = pytest.mark.slow
@@ -180,7 +180,7 @@ def test_a_diverging_lr_is_rolled_back_and_lowered(tmp_path, name):
     assert code == 0, project.watch_output()
     incidents = row(trainer, "nan", project, seconds)
     assert incidents and {i["playbook"] for i in incidents} <= {"nan", "loss-spike"}, incidents
-    assert all(i["outcome"] == "recovered" for i in incidents), incidents
+    assert_recovered_in_the_end(incidents)
     first = incidents[0]
     assert first["resumed_step"] is None or first["resumed_step"] < first["step_at_failure"]   # rolled back
     lr_after = load_config(project.config).config.lr
@@ -199,7 +199,7 @@ def test_a_corrupt_checkpoint_is_quarantined_and_an_older_one_resumed(tmp_path, 
     code, seconds = run(project, trainer, "corrupt-checkpoint")   # truncate the newest, flip a byte in the sealed one before, SIGKILL
     assert code == 0, project.watch_output()
     incidents = row(trainer, "corrupt-checkpoint", project, seconds)
-    assert incidents and all(i["outcome"] == "recovered" for i in incidents), incidents
+    assert_recovered_in_the_end(incidents)
     assert {i["playbook"] for i in incidents} <= {"corrupt-checkpoint", "killed"}
     layout = adapter_for(trainer.kind).layout
     quarantined = sorted(layout.step_of(p.name.rsplit("-", 1)[0]) for p in (project.run_dir / "quarantine").iterdir())
@@ -226,7 +226,7 @@ def test_a_full_disk_is_recovered_by_pruning_only_what_runbook_announced(tmp_pat
         assert code == 0, project.watch_output()
         incidents = row(trainer, "disk-full", project, seconds)
         assert incidents and {i["playbook"] for i in incidents} <= {"disk-full", "disk-low"}, incidents
-        assert all(i["outcome"] == "recovered" for i in incidents), incidents
+        assert_recovered_in_the_end(incidents)
         assert (project.out_dir / "notes-of-the-user.txt").read_text() == "mine\n"
         assert (project.out_dir / "final" / trainer.final_file).is_file()
     finally:
