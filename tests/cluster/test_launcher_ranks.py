@@ -22,7 +22,6 @@ from tests.trainers.projects import DDP_SCRIPT, make_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("launcher-ranks")]
 STEPS, FAULT_STEP, TIMEOUT = 48, 10, 240.0
-EXAMPLE = str(REPO / "examples" / "ddp_script" / "train.py")
 
 
 def project_with(tmp_path, **env):
@@ -48,12 +47,13 @@ def at_step(project, rank: int, step: int) -> int:
     return rank_record(project, rank)["pid"]
 
 
-def leftovers() -> list[int]:
-    """Processes of the example still alive anywhere (a launch's remnant)."""
+def leftovers(project) -> list[int]:
+    """Processes of this project's launches still alive anywhere (a remnant): their argv names its out_dir.
+    (Another test's runs of the same example may be running on another xdist worker.)"""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
-            if EXAMPLE in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            if str(project.out_dir) in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 found.append(proc.pid)
         except psutil.Error:
             continue
@@ -100,7 +100,7 @@ def test_a_rank_sigkilled_mid_run_is_named_first_and_the_group_resumes_without_a
     assert '"kind": "env"' not in journal                       # no diagnostics set: nothing to crash the next launch
     assert incident["steps_lost"] is not None and 0 <= incident["steps_lost"] <= 4 + 2   # save_interval + the race
     assert (project.out_dir / "final" / "state.pt").is_file()
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 def test_a_code_bug_in_rank_0_is_escalated_once_with_its_file_and_line_never_relaunched(tmp_path):
@@ -114,7 +114,7 @@ def test_a_code_bug_in_rank_0_is_escalated_once_with_its_file_and_line_never_rel
     assert ranks["first_failed_where"].endswith("train.py:" + str(bug_line()))
     assert launches(project) == 1                                 # no relaunch into the same bug
     assert "rank 0 raised RuntimeError" in project.run_log.read_text()
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 def test_a_rank_that_returns_early_is_named_and_escalated(tmp_path):
@@ -126,7 +126,7 @@ def test_a_rank_that_returns_early_is_named_and_escalated(tmp_path):
     ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
     assert ranks["first_failed"] == 1 and ranks["first_failed_cause"] == "early-exit"
     assert launches(project) == 1
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 def test_a_stopped_rank_is_a_rank_hang_and_stopping_the_launch_leaves_no_worker(tmp_path):
@@ -137,7 +137,7 @@ def test_a_stopped_rank_is_a_rank_hang_and_stopping_the_launch_leaves_no_worker(
     assert code == 0, project.watch_output()
     assert incidents and incidents[0]["playbook"] in ("rank-hang", "hang", "collective-timeout"), incidents
     assert incidents[0]["outcome"] == "recovered"
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 def bug_line() -> int:
@@ -166,15 +166,8 @@ def test_an_hf_trainer_script_on_two_devices_runs_under_torchrun_and_a_killed_ra
     assert len(incidents) == 1 and incidents[0]["outcome"] == "recovered", incidents
     ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
     assert ranks["first_failed"] == 1 and ranks["first_failed_signal"] == "SIGKILL"
-    assert leftovers() == [] and not any("hf_trainer/train.py" in " ".join(p.cmdline()) for p in psutil.process_iter()
-                                         if p.pid != os.getpid() and _alive(p))
+    assert leftovers(project) == []
 
-
-def _alive(proc) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 HARMFUL_REMEDY = """\
@@ -217,7 +210,7 @@ def test_a_remedy_whose_relaunch_dies_at_start_up_is_reverted_and_the_recovery_r
     third_launch = json.loads((project.run_dir / "launches" / "launch-003" / "launch.json").read_text())
     assert third_launch["argv"]                                            # the retry launched, without the variable:
     assert '"env_restored"' in (project.run_dir / "journal.jsonl").read_text()
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 DIAGNOSING_REMEDY = """\
@@ -283,7 +276,7 @@ def test_one_rank_out_of_memory_under_a_memory_limit_halves_the_micro_batch(tmp_
     assert [i["playbook"] for i in incidents] == ["oom"] and incidents[0]["outcome"] == "recovered"
     assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
     assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 def test_a_notice_to_the_launcher_saves_on_every_rank_and_loses_no_step(tmp_path):
@@ -297,7 +290,7 @@ def test_a_notice_to_the_launcher_saves_on_every_rank_and_loses_no_step(tmp_path
     report("notice to the launcher", code, seconds, incidents)
     assert code == 0, project.watch_output()
     assert [i["playbook"] for i in incidents] == ["preemption"] and incidents[0]["steps_lost"] == 0
-    assert leftovers() == []
+    assert leftovers(project) == []
 
 
 # --- the same cells for a user's HF Trainer script on 2 devices (torchrun started by runbook) -----------------
@@ -326,7 +319,7 @@ def test_hf_a_code_bug_in_rank_1_is_escalated_once_with_its_file_and_line(tmp_pa
     assert [i["playbook"] for i in incidents] == ["rank-error"], incidents
     ranks = incidents[0]["snapshot"]["trainer"]["ranks"]
     assert ranks["first_failed"] == 1 and "hf_trainer/train.py:" in ranks["first_failed_where"]
-    assert launches(project) == 1 and leftovers() == []
+    assert launches(project) == 1 and leftovers(project) == []
 
 
 @pytest.mark.xdist_group("launcher-ranks-hf")
@@ -352,5 +345,5 @@ def test_hf_one_rank_out_of_memory_halves_the_micro_batch(tmp_path):
     assert code == 0 and [i["playbook"] for i in incidents] == ["oom"], oom.watch_output()
     assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
     assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
-    assert leftovers() == []
+    assert leftovers(oom) == []
 
