@@ -116,7 +116,8 @@ def read_report(lines: list[str]) -> LauncherReport:
     return LauncherReport(failures, root, errors)
 
 
-def _signal_name(code: int | None) -> str | None:
+def signal_of(code: int | None) -> str | None:
+    """Popen's negative exit code -> the signal's name (the ranks', the nodes' and the launcher's reports)."""
     if code is None or code >= 0:
         return None
     try:
@@ -131,7 +132,7 @@ def _merged_rank(status: RankStatus, report: LauncherReport) -> RankStatus:
     # The launcher reaped the process: its code is the truth where the rank's own record is missing or is only
     # the clean-exit guess of an interpreter that was then killed.
     if reported is not None and (status.exit_code in (None, 0) or reported.exit_code not in (0, 1)):
-        update.update(exit_code=reported.exit_code, signal=_signal_name(reported.exit_code), alive=False,
+        update.update(exit_code=reported.exit_code, signal=signal_of(reported.exit_code), alive=False,
                       exit_from_launcher=True)
     error = status.error or (reported.error if reported else None) or report.errors.get(status.rank)
     if error is not None:
@@ -170,7 +171,7 @@ def with_report(status: RanksStatus, report: LauncherReport, trainer_pid: int | 
     for rank in sorted(set(report.failures) - known):
         f = report.failures[rank]
         error = f.error or report.errors.get(rank)
-        ranks.append(RankStatus(rank=rank, exit_code=f.exit_code, signal=_signal_name(f.exit_code), error=error,
+        ranks.append(RankStatus(rank=rank, exit_code=f.exit_code, signal=signal_of(f.exit_code), error=error,
                                 peer_loss=is_peer_loss(error), exit_from_launcher=True))
     ranks.sort(key=lambda r: r.rank)
     if not ranks:

@@ -20,6 +20,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from engine.core.state import NodeStatus
+from engine.observe.launcher_report import signal_of
 from engine.process.record_pairs import read_record_pairs
 
 NODE_ENV = "RUNBOOK_NODE"          # in an agent's environment (and so its ranks'): the node's number
@@ -84,15 +85,6 @@ def told_signal(log_tail: str) -> str | None:
         except ValueError:
             return None
     return name
-
-
-def signal_of(code: int | None) -> str | None:
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return None
 
 
 def nodes_status(starts: dict[int, NodeStart], exits: dict[int, NodeExit], alive: dict[int, bool],

@@ -21,7 +21,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from engine.observe.diagnosis import RankSample, straggler
-from engine.observe.launcher_report import first_failure, is_peer_loss
+from engine.observe.launcher_report import first_failure, is_peer_loss, signal_of
 from engine.core.state import NodeStatus, RanksStatus, RankStatus
 from engine.process.host_records import allocation, is_remote, lost_hosts, read_host_records, record_ages, remote_state
 from engine.process.nodes import agent_alive, nodes_status, read_nodes
@@ -96,15 +96,6 @@ def process_state(beat: RankHeartbeat) -> str | None:
     return "stopped" if status == psutil.STATUS_STOPPED else "running"
 
 
-def _signal_name(code: int | None) -> str | None:
-    if code is None or code >= 0:
-        return None
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return None
-
-
 def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], states: dict[int, str | None],
                  now: float, rank0_exit: tuple[int, float] | None = None,
                  nodes: tuple[list[NodeStatus], list[int]] = ([], []),
@@ -130,7 +121,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
             code, ended = rank0_exit
         ranks.append(RankStatus(
             rank=rank, node=beat.node if beat else None, pid=beat.pid if beat else None, alive=beat is not None and not gone,
-            stopped=states.get(rank) == "stopped", exit_code=code, signal=_signal_name(code), ended_at=ended,
+            stopped=states.get(rank) == "stopped", exit_code=code, signal=signal_of(code), ended_at=ended,
             step=beat.step if beat else None, iter_num=beat.iter_num if beat else None,
             phase=beat.phase if beat else None,
             seconds_since_heartbeat=round(now - beat.time, 3) if beat else None,
