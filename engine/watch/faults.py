@@ -54,7 +54,7 @@ class DrillRun:
             if self.out_dir.is_dir() else []
         return [p for _step, p in sorted(found)]
 
-    def _save_complete(self, folder: Path) -> bool:
+    def save_complete(self, folder: Path) -> bool:
         files = [self.layout.resume_file(folder), *(folder / n for n in self.layout.required_files)]
         return all(f.exists() for f in files)
 
@@ -62,7 +62,7 @@ class DrillRun:
         """The folder of the count-th checkpoint, once its save is complete (all its files written)."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            done = [p for p in self.checkpoint_folders() if self._save_complete(p)]
+            done = [p for p in self.checkpoint_folders() if self.save_complete(p)]
             if len(done) >= count:
                 return done[count - 1]
             if self.watcher.poll() is not None:
@@ -99,11 +99,11 @@ def _signal_after_checkpoint(sig: int, count: int) -> Callable[[DrillRun], float
 
 def _corrupt_then_kill(run: DrillRun) -> float:
     """Truncate the newest checkpoint, flip a byte in the one before, then kill the trainer."""
-    newest = run.wait_for_checkpoint(3)
+    run.wait_for_checkpoint(3)
     pid = run.trainer_pid()
     os.kill(pid, signal.SIGSTOP)
-    folders = run.checkpoint_folders()
-    older = folders[-2] if len(folders) > 1 else None
+    # the stop may land mid-save: the two to damage are the newest whose saves are complete
+    *_, older, newest = [None, *(f for f in run.checkpoint_folders() if run.save_complete(f))]
     resume_file = run.layout.resume_file(newest)
     with open(resume_file, "r+b") as fh:
         fh.truncate(resume_file.stat().st_size // 2)

@@ -88,7 +88,8 @@ def corrupt_sealed_then_kill(drill: DrillRun) -> None:
     drill.wait_for_checkpoint(3)
     pid = drill.trainer_pid()
     os.kill(pid, signal.SIGSTOP)   # no further save; the watcher seals what is there meanwhile
-    *_, older, newest = drill.checkpoint_folders()
+    # the stop may land mid-save: a newest folder without its resume file yet is not one of the two to damage
+    *_, older, newest = [f for f in drill.checkpoint_folders() if drill.save_complete(f)]
     wait_for(lambda: (older / "runbook-manifest.json").is_file(), timeout=60, what=f"{older.name} sealed")
     resume_file = drill.layout.resume_file(newest)
     with open(resume_file, "r+b") as fh:
