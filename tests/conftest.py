@@ -27,6 +27,7 @@ import pytest
 
 from runbook.default_data import ensure_default_assets
 from engine.core.yaml_source import round_trip_yaml, update_yaml_values
+from tests.hang_watchdog import pytest_configure, pytest_handlecrashitem, pytest_runtest_protocol  # noqa: F401 - hooks: each test under a hang limit
 from tests.waiting_worker import WAITS_GROUP, make_scheduler
 
 REPO = Path(__file__).resolve().parent.parent

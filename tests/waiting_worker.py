@@ -14,7 +14,8 @@ failed timing-sensitive cluster tests (README.md).
 
 With fewer than three workers, or no WAITS_GROUP test selected, it is loadgroup unchanged (the group is one unit
 of work like any group; the last worker, given nothing, stops). If the waiting worker is lost, its unit goes back
-to the queue and any worker takes it.
+to the queue and any worker takes it; a worker that dies fails the test it was running (once: `remove_node`)
+and the session goes on with a replacement.
 """
 
 from __future__ import annotations
@@ -55,6 +56,25 @@ class WaitingWorkerScheduling(LoadGroupScheduling):
             return None
         self.workqueue.move_to_end(scope, last=False)   # loadgroup assigns the queue's first unit
         return super()._assign_work_unit(node)
+
+
+    def remove_node(self, node) -> str | None:
+        """loadscope's remove_node, except that the test a crashed worker was running is not queued again.
+
+        xdist puts the crashed worker's whole unit back in the queue with the crashed test still pending, so a
+        replacement worker runs it again, crashes again, and so on until the restarts run out; meanwhile the
+        replacements stall (measured: a test that SIGKILLs its worker hung `-n 3 --dist loadgroup` until the
+        CI timeout). Here the crashed test is reported failed once (xdist's handle_crashitem, from the returned
+        id) and the rest of its unit runs on another worker."""
+        workload = self.assigned_work.pop(node)
+        crashitem = next((nodeid for unit in workload.values() for nodeid, done in unit.items() if not done), None)
+        if crashitem is None:
+            return None
+        workload[self._split_scope(crashitem)][crashitem] = True
+        self.workqueue.update({scope: unit for scope, unit in workload.items() if not all(unit.values())})
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
 
 
 def make_scheduler(config, log):
