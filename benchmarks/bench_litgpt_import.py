@@ -50,6 +50,15 @@ def imported(flags: list[bool]) -> str:
     return "yes" if all(flags) else "no" if not any(flags) else "sometimes"
 
 
+def measure(samples: int) -> dict[str, list[tuple[float, float, bool, bool]]]:
+    """way -> (CPU s, wall s, transformers imported, matplotlib imported) per sample, the ways alternating."""
+    results: dict[str, list[tuple[float, float, bool, bool]]] = {name: [] for name in WAYS}
+    for _ in range(samples):
+        for name, code in WAYS.items():
+            results[name].append(sample(code))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=7)
@@ -57,10 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     samples = 1 if args.smoke else args.samples
     load_at_start = load_average()
-    results: dict[str, list[tuple[float, float, bool, bool]]] = {name: [] for name in WAYS}
-    for _ in range(samples):
-        for name, code in WAYS.items():
-            results[name].append(sample(code))
+    results = measure(samples)
     rows, medians = [], {}
     for name, values in results.items():
         cpu = [v[0] for v in values]

@@ -162,3 +162,16 @@ def test_generated_documents_load_as_ruamel_loads_them(tmp_path_factory, documen
             fast_load(tmp_path_factory.mktemp("gen"), text)
         return
     same_tree(fast_load(tmp_path_factory.mktemp("gen"), text), slow)
+
+
+def test_every_shipped_playbook_and_the_run_config_are_read_through_libyaml_s_events():
+    """The fast path in use, not only equal: load_yaml keeps libyaml's events for a file it read that way (ruamel's
+    own parse keeps a tree), so a fast parser that is lost or never taken fails here (the trees would still agree)."""
+    from engine.core.bounded_read import read_text_file
+
+    paths = [*sorted((REPO / "playbooks").glob("*.yaml")), REPO / "configs" / "run_config.yaml"]
+    yaml_source._PARSED.clear()
+    for path in paths:
+        load_yaml(path)
+    slow = [path.name for path in paths if yaml_source._PARSED[(str(path), read_text_file(path))][0] is None]
+    assert slow == [], f"read by ruamel's pure-Python parser: {slow}"
