@@ -156,6 +156,7 @@ class Metrics(Frozen):
     best_val_step: int | None = None
     loss_median: float | None = None    # rolling median of recent train losses
     loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
+    loss_early_median: float | None = None  # the median of the run's first 3 finite losses (where it started)
     # Last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1); lowered
     # to s by a val loss at step s that is non-finite or > 1.5 x the best val loss (checkpoint s is bad).
     last_healthy_step: int | None = None

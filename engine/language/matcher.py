@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.language.clauses import MatchContext
+from engine.language.clauses.all_of import AllClause
+from engine.language.clauses.exit import ExitClause
 from engine.records.attempts import AttemptHistory  # noqa: F401 - decide() reads it; kept importable here
 from engine.language.playbook import Playbook
 from engine.language.tail_index import TailIndex, tail_patterns
@@ -87,6 +89,18 @@ def limit_verdict(playbook: Playbook, history: AttemptHistory, now: float, max_p
     if playbook.counts_toward_breaker and len(last_hour) >= max_per_hour:
         return "breaker", f"circuit breaker: {len(last_hour)} recoveries in the last hour (max {max_per_hour})"
     return "ok", ""
+
+
+def judging_completion(playbooks: list[Playbook]) -> list[Playbook]:
+    """PURE. The playbooks that judge a trainer which exited 0 with its final checkpoint saved: those whose match
+    requires exit code 0 (the whole match, or a member of its top-level `all`). A completed run is judged by these
+    alone; the others judge a running or failed trainer (a spike playbook must not roll back a finished run, and
+    a log line in a finished run's tail must not relaunch it)."""
+    def names_exit_zero(clause) -> bool:
+        return isinstance(clause, ExitClause) and 0 in clause.exit.codes
+
+    return [p for p in playbooks if names_exit_zero(p.match)
+            or (isinstance(p.match, AllClause) and any(names_exit_zero(c) for c in p.match.all))]
 
 
 def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, history: AttemptHistory) -> MatchOutcome:

@@ -73,6 +73,7 @@ class MetricTracker:
     baseline_samples: deque = field(default_factory=lambda: deque(maxlen=BASELINE_SAMPLES))
     baseline: float | None = None
     best_median: float | None = None
+    early_median: float | None = None   # the run's first BEST_MEDIAN_WINDOW finite losses: where it started
     last_healthy_step: int | None = None
     val_condemned_step: int | None = None   # this launch's weights failed validation from this step on
     progress_since_launch: int = 0
@@ -176,6 +177,8 @@ class MetricTracker:
         if len(recent) == BEST_MEDIAN_WINDOW:
             median = statistics.median(recent)
             self.best_median = median if self.best_median is None else min(self.best_median, median)
+            if self.early_median is None:   # kept across launches, like the best: a run ends measured against its start
+                self.early_median = median
 
     def throughput(self) -> float | None:
         """Tokens/s over the recent iterations: total tokens / total wall time, so a process that is
@@ -192,6 +195,7 @@ class MetricTracker:
             step=self.step, iter_num=self.iter_num, tokens=tokens, loss=self.loss, val_loss=self.val_loss,
             best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
             loss_median=statistics.median(finite) if finite else None, loss_best_median=self.best_median,
+            loss_early_median=self.early_median,
             last_healthy_step=self.last_healthy_step,
             loss_history=list(self.losses),
             tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,

@@ -24,7 +24,7 @@ from engine.records.journal import Journal
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
-from engine.language.matcher import MatchMemory, attempt_number, decide
+from engine.language.matcher import MatchMemory, attempt_number, decide, judging_completion
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
 from engine.watch.context import WatchContext
@@ -151,10 +151,14 @@ class Supervisor:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
         # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
-        if not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists():
+        completed = not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists()
+        # A completed run is judged by the playbooks that name exit code 0 alone (a loss that ended diverged is
+        # not a finished run); none fires: completed.
+        outcome = decide(snapshot, self.loaded.config, judging_completion(self.playbooks) if completed else self.playbooks,
+                         self.memory, self.history)
+        if completed and (outcome.decision is None or outcome.decision.kind not in ("recover", "escalate")):
             self.complete()
             return
-        outcome = decide(snapshot, self.loaded.config, self.playbooks, self.memory, self.history)
         self.memory = outcome.memory
         for error in outcome.errors:
             self.events("expression_error", error=error)

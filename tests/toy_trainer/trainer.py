@@ -13,7 +13,9 @@ validate_interval-th step; slow_from_scratch_only: true makes a resumed launch s
 (a test about the first launch's slow save or validation need not wait through the relaunch's). max_weight
 is the largest weight its number format holds (65504: half precision): a weight beyond it is inf, so a run
 at a too-high lr goes non-finite within a dozen steps, as a real one does. RUNBOOK_TOY_HOLD_AT_STEP=N (set
-by tests/failing_litgpt/wrapper.py) makes it stop after logging step N, until it is killed.
+by tests/failing_litgpt/wrapper.py) makes it stop after logging step N, until it is killed. lr_jump
+({"at_step": N, "lr": X}) trains with lr X from update N on: above 2 the weights' error grows by |1 - X| a step,
+so the loss climbs from there, deterministically (a schedule gone wrong near the end of a run).
 
 A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every trainer that takes
 notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
@@ -131,7 +133,9 @@ def main(config_path: str) -> int:
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])
-        loss = train_step(state, cfg["lr"], cfg.get("max_weight", math.inf))
+        jump = cfg.get("lr_jump")   # {"at_step": N, "lr": X}: a schedule gone wrong, from update N on
+        lr = jump["lr"] if jump and state["step"] + 1 >= jump["at_step"] else cfg["lr"]
+        loss = train_step(state, lr, cfg.get("max_weight", math.inf))
         took_ms = (time.monotonic() - started) * 1000
         print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)
         if hold_at is not None and state["step"] >= hold_at:
