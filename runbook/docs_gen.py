@@ -325,8 +325,12 @@ def render_playbook_reference() -> str:
         "decision is `escalate`: no automatic action for that symptom any more, a human is notified, and "
         "`watch` exits with the code *escalated* when nothing else can proceed. A global circuit breaker, "
         "`watch.max_recoveries_per_hour` of the run config, caps recoveries of all playbooks together "
-        "(except those with `counts_toward_breaker: false`, such as routine pruning). "
-        "Firing times are kept in the run's journal, so the counts survive a watcher restart.",
+        "(except those with `counts_toward_breaker: false`, such as routine pruning). A restart-storm guard, "
+        "`watch.restart_storm_incidents` (5), escalates the incident that would be the n-th in a row, of two "
+        "kinds or more, while the run never got past the step where the first of them failed (a cycle "
+        "OOM -> hang -> collective timeout -> OOM trips no playbook's own limit); the escalation names each "
+        "incident of the chain with its step and time. "
+        "Firing times and steps are kept in the run's journal, so the counts survive a watcher restart.",
         _table(Limits), _fence("limits:\n  max_attempts: 3\n  window: 1h\n  cooldown: 2m\n  backoff: 2"),
         "## Priority and inhibition",
         "When several playbooks match the same observation, the one with the highest `priority` is chosen "

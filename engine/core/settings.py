@@ -167,6 +167,9 @@ class WatchSettings(Strict):
                                         "the longest to wait for the launcher's own report (torchrun's Root Cause) "
                                         "before deciding; the rank that failed first decides")
     max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
+    restart_storm_incidents: int = Field(5, ge=2, le=1000, description="the incident that would be the n-th in a row, of "
+                                         "two kinds or more, with the run never past the step where the first failed, "
+                                         "escalates instead (a cycle through several classes trips no playbook's own limit)")
     quarantine_dir: Path | None = Field(None, description="default: <run_dir>/quarantine")
     cloud_notices: CloudNoticeSettings = Field(default_factory=CloudNoticeSettings,
                                                description="poll AWS/GCP Spot interruption notices (engine/cluster/notice_poller.py)")

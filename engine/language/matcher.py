@@ -12,6 +12,7 @@ from engine.language.clauses.all_of import AllClause
 from engine.language.clauses.exit import ExitClause
 from engine.records.attempts import AttemptHistory  # noqa: F401 - decide() reads it; kept importable here
 from engine.language.playbook import Playbook
+from engine.language.restart_storm import restart_storm
 from engine.language.tail_index import TailIndex, tail_patterns
 
 
@@ -129,7 +130,12 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
     chosen = ready[0]
     not_counted = frozenset(p.name for p in playbooks if not p.counts_toward_breaker)
     verdict, why = limit_verdict(chosen, history, now, config.watch.max_recoveries_per_hour, not_counted)
-    kind = {"ok": "recover", "cooldown": "wait", "exhausted": "escalate", "breaker": "escalate"}[verdict]
+    if verdict == "ok" and chosen.counts_toward_breaker:
+        storm = restart_storm(history.recoveries, chosen.name, state.metrics.step, config.watch.restart_storm_incidents,
+                              not_counted)
+        if storm is not None:
+            verdict, why = "storm", storm.reason(now)
+    kind = {"ok": "recover", "cooldown": "wait", "exhausted": "escalate", "breaker": "escalate", "storm": "escalate"}[verdict]
     reason = why or f"'{chosen.name}' matched"
     decision = Decision(kind, chosen, reason, tuple(p.name for p in matched), tuple(sorted(inhibited & {p.name for p in matched})))
     if kind != "wait":

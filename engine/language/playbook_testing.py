@@ -132,7 +132,7 @@ def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook
             continue
         if decision.playbook.name != playbook.name:
             result.notes.append(f"observation {number}: '{decision.playbook.name}' decided {decision.kind}")
-            history = history.record(decision.playbook.name, snapshot.time)
+            history = history.record(decision.playbook.name, snapshot.time, snapshot.metrics.step)
             continue
         result.fired_at, result.kind = number, decision.kind
         steps = plan(playbook, snapshot, config)

@@ -163,10 +163,12 @@ def history_before(record: dict, earlier: Iterable[dict]) -> AttemptHistory:
         if not isinstance(name, str):
             continue
         if other.get("decision") == "recover":
-            history = history.record(name, float(other["opened_at"]))
+            metrics = (other.get("snapshot") or {}).get("metrics") or {}
+            step = metrics.get("step") if isinstance(metrics, dict) else None
+            history = history.record(name, float(other["opened_at"]), step if isinstance(step, int) else None)
         if other.get("outcome") == "escalated" and _number(other.get("closed_at"), float("inf")) <= opened:
             escalated.add(name)
-    return AttemptHistory(history.fired, frozenset(escalated))
+    return AttemptHistory(history.fired, frozenset(escalated), history.recoveries)
 
 
 def persisted_memory(playbooks: list[Playbook], now: float) -> MatchMemory:

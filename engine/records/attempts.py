@@ -11,11 +11,13 @@ class AttemptHistory:
 
     fired: dict[str, tuple[float, ...]] = field(default_factory=dict)
     escalated: frozenset[str] = frozenset()
+    # every recovery in order: (playbook, epoch seconds, the step the run had reached then; None: unknown)
+    recoveries: tuple[tuple[str, float, int | None], ...] = ()
 
-    def record(self, name: str, when: float) -> "AttemptHistory":
+    def record(self, name: str, when: float, step: int | None = None) -> "AttemptHistory":
         fired = dict(self.fired)
         fired[name] = self.fired.get(name, ()) + (when,)
-        return replace(self, fired=fired)
+        return replace(self, fired=fired, recoveries=self.recoveries + ((name, when, step),))
 
     def all_fired(self, exclude: frozenset[str] = frozenset()) -> list[float]:
         return sorted(t for name, times in self.fired.items() if name not in exclude for t in times)

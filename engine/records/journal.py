@@ -163,6 +163,13 @@ class Journal:
         return rebuild(self.entries())
 
 
+def _step_of(snapshot) -> int | None:
+    """The step an incident's snapshot had reached (its metrics.step), if the entry holds a usable one."""
+    metrics = snapshot.get("metrics") if isinstance(snapshot, dict) else None
+    step = metrics.get("step") if isinstance(metrics, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def rebuild(entries: list[dict]) -> JournalState:
     s = JournalState()
     for e in entries:
@@ -179,7 +186,7 @@ def rebuild(entries: list[dict]) -> JournalState:
             s.done_actions = []
             s.incidents.append(e["incident"])
             if e.get("decision") == "recover":
-                s.history = s.history.record(e["playbook"], e["time"])
+                s.history = s.history.record(e["playbook"], e["time"], _step_of(e.get("snapshot")))
         elif kind == "action_done":
             s.done_actions.append(e["index"])
         elif kind == "incident_reported":
@@ -190,7 +197,8 @@ def rebuild(entries: list[dict]) -> JournalState:
             if e.get("awaits_report") and isinstance(e.get("incident"), str) and e["incident"] not in s.unreported:
                 s.unreported.append(e["incident"])
             if e.get("outcome") == "escalated" and s.open_incident:
-                s.history = AttemptHistory(s.history.fired, s.history.escalated | {s.open_incident["playbook"]})
+                s.history = AttemptHistory(s.history.fired, s.history.escalated | {s.open_incident["playbook"]},
+                                           s.history.recoveries)
             s.open_incident = None
             s.done_actions = []
         elif kind == "trainer_exited":
