@@ -4,7 +4,8 @@ Ended trainers go through `runbook watch --dry-run CONFIG --json` (in-process), 
 playbooks' snapshot path; tests/field/harness.py says how and why. The bars, on the rounds-1-3 corpus the
 playbooks were written to: overall accuracy >= 90%, each class with >= 5 cases >= 80%. On every case, old
 and round 4 alike: no case that must reach a human recovered automatically. The round-4 held-out cases
-(tests/field/corpus/held_out.txt, drawn before any rule was written for them) are scored, not held to a bar:
+(tests/field/corpus/held_out.txt, drawn before any rule was written for them) are scored, not held to an
+accuracy bar:
 `benchmarks/field_accuracy.py --groups` prints each group's table (docs/benchmarks.md, "Field corpus accuracy").
 """
 
@@ -55,8 +56,11 @@ def test_each_large_class(old):
     assert not weak, table(old)
 
 
-def test_no_case_for_a_human_is_recovered_automatically(old):
-    recovered = [f"{v.case.id}: {v.playbook} {v.decision} {v.actions}" for v in old if v.auto_recovered_forbidden]
+def test_no_case_for_a_human_is_recovered_automatically(verdicts):
+    # Every case, old, round-4 written-from and held-out alike: a case that must reach a human never gets a
+    # recovery verb first, whether or not a rule was written from it.
+    recovered = [f"{v.case.id} [{group_of(v.case, HELD_OUT)}]: {v.playbook} {v.decision} {v.actions}"
+                 for v in verdicts if v.auto_recovered_forbidden]
     assert not recovered, "\n".join(recovered)
 
 
