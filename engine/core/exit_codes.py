@@ -78,12 +78,14 @@ def popen_code(code: int | None) -> int | None:
 #              `traceback : Signal 9 (SIGKILL) received by PID 36071`
 #   deepspeed: `[...] exits with return code = -9`
 #   srun:      `srun: error: node: task 0: Killed`, `task 0: Segmentation fault`, `tasks 2-3: Exited with exit code 1`
+#   mp.spawn:  `ProcessExitedException: process 0 terminated with signal SIGKILL` (older torch: `Exception: ...`)
 _EXITCODE = re.compile(r"exitcode\s{0,8}:\s{0,8}(-?\d{1,3})\b")
 _SIGNAL_RECEIVED = re.compile(r"[Ss]ignal (\d{1,2}) \((SIG[A-Z0-9]{2,8})\) received by PID")
 _DEEPSPEED = re.compile(r"exits with return code = (-?\d{1,3})\b")
 _SRUN_TASK = re.compile(r"srun: error: \S{1,200}: tasks? [\d,-]{1,100}: (Killed|Segmentation fault|Aborted|Bus error|Terminated|Exited with exit code (\d{1,3}))")
 _SRUN_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
                  "Terminated": "SIGTERM"}
+_SPAWN_SIGNAL = re.compile(r"\b[Pp]rocess \d{1,5} terminated with signal (SIG[A-Z0-9]{2,8})\b")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 
 
@@ -108,6 +110,8 @@ def rank_exit_from_log(lines: Iterable[str]) -> tuple[int | None, str | None] | 
             entry = list(normalise(int(match.group(1))))
         elif (match := _SRUN_TASK.search(line)) is not None:
             entry = [int(match.group(2)), None] if match.group(2) else [None, _SRUN_SIGNALS[match.group(1)]]
+        elif (match := _SPAWN_SIGNAL.search(line)) is not None and (number := signal_number(match.group(1))) is not None:
+            entry = [-number, match.group(1)]
         elif (match := _SIGNAL_RECEIVED.search(line)) is not None and (number := signal_number(match.group(2))) is not None:
             if current is not None:
                 current[:] = [-number, match.group(2)]

@@ -35,6 +35,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
+HELD_OUT_FILE = CORPUS_DIR / "held_out.txt"   # round-4 ids no rule may be written from (README)
 REPO = Path(__file__).resolve().parents[2]
 FAKE_PID = 999_999   # no such trainer: the dry run finds it gone and reads how it ended
 
@@ -65,6 +66,7 @@ class Case:
     launcher: str
     no_auto_recovery: bool
     log: str
+    round: int | None = None        # the collection round that added it (None: rounds 1-3)
 
 
 @dataclass
@@ -116,8 +118,25 @@ def load_cases(corpus_dir: Path = CORPUS_DIR) -> list[Case]:
         doc = yaml.load(path.read_text(encoding="utf-8"))
         for c in doc["cases"]:
             cases.append(Case(c["id"], doc["stack"], c["expect"], c["exit"], c["launcher"],
-                              bool(c.get("no_auto_recovery", False)), c["log"]))
+                              bool(c.get("no_auto_recovery", False)), c["log"], c.get("round")))
     return cases
+
+
+def load_held_out(path: Path = HELD_OUT_FILE) -> set[str]:
+    """The held-out ids: one per line, `#` starts a comment."""
+    if not path.exists():
+        return set()
+    return {line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()} - {""}
+
+
+GROUPS = ("old", "written-from", "held-out")
+
+
+def group_of(case: Case, held_out: set[str]) -> str:
+    """old: rounds 1-3; held-out: a round-4 case no rule was written from; written-from: the other round-4 cases."""
+    if case.round is None:
+        return "old"
+    return "held-out" if case.id in held_out else "written-from"
 
 
 def popen_exit(exit_: dict) -> int:
@@ -258,5 +277,5 @@ def table(verdicts: list[Verdict]) -> str:
     return "\n".join(rows)
 
 
-__all__ = ["Case", "Verdict", "judge_all", "judge_ended", "judge_running", "load_cases", "make_field_project",
-           "per_class", "table"]
+__all__ = ["GROUPS", "Case", "Verdict", "group_of", "judge_all", "judge_ended", "judge_running", "load_cases",
+           "load_held_out", "make_field_project", "per_class", "table"]

@@ -52,6 +52,10 @@ def test_torchrun_root_cause_is_the_failing_rank():
     ("srun: error: gpu001: task 0: Killed", (None, "SIGKILL")),
     ("srun: error: nid01934: tasks 2,4-5,7: Terminated", (None, "SIGTERM")),
     ("srun: error: n1: tasks 2-3: Exited with exit code 1", (1, None)),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL", (-9, "SIGKILL")),
+    ("Exception: process 3 terminated with signal SIGKILL", (-9, "SIGKILL")),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGABRT", (-6, "SIGABRT")),
+    ("-- Process 0 terminated with the following error:", None),
     ("RuntimeError: CUDA out of memory", None),
 ])
 def test_launcher_lines(line, expected):
