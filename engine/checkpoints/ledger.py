@@ -76,6 +76,18 @@ class CheckpointLedger:
     def newest_verified(self) -> ckpts.Checkpoint | None:
         return ckpts.newest_verified(self.checkpoints(), self.verified)
 
+    def mark_suspect(self, step: int, reason: str) -> Path | None:
+        """Distrust verified checkpoint `step`: its manifest says why (`runbook verify` shows it), and it is moved to
+        the quarantine (kept, never deleted), so no resume or `last` chooses it again and the trainer's next save of
+        that step writes a fresh folder. None: no verified checkpoint of that step here."""
+        ckpt = next((c for c in self.checkpoints() if c.step == step and step in self.verified), None)
+        if ckpt is None or self.read_only:
+            return None
+        ckpts.mark_suspect(ckpt, reason)
+        if self.journal is not None:
+            self.journal.append("checkpoint_suspect", step=step, reason=reason)
+        return self.quarantine(ckpt, f"suspect: {reason}")
+
     def final_exists(self) -> bool:
         return ckpts.final_exists(self.out_dir, self.layout)
 

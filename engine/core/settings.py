@@ -167,6 +167,10 @@ class WatchSettings(Strict):
                                         "the longest to wait for the launcher's own report (torchrun's Root Cause) "
                                         "before deciding; the rank that failed first decides")
     max_recoveries_per_hour: int = Field(12, gt=0, description="global circuit breaker")
+    suspect_within_steps: int | None = Field(None, ge=1, le=10**9, description="a divergence (nan, loss spike) whose "
+                                             "first bad step comes within this many steps after resuming from checkpoint C "
+                                             "marks C suspect (its manifest, `runbook verify`): later resumes and `last` "
+                                             "choose an older one; none: the run's save_interval")
     restart_storm_incidents: int = Field(5, ge=2, le=1000, description="the incident that would be the n-th in a row, of "
                                          "two kinds or more, with the run never past the step where the first failed, "
                                          "escalates instead (a cycle through several classes trips no playbook's own limit)")

@@ -31,6 +31,7 @@ class JournalState:
     trainer_pid: int | None = None
     trainer_log: str | None = None
     trainer_started: float | None = None       # the trainer's process start time, to recognise it again
+    resumed_from: str | None = None            # the last launch's resume file (None: from scratch)
     open_incident: dict | None = None          # the incident_opened entry
     done_actions: list[int] = field(default_factory=list)
     history: AttemptHistory = field(default_factory=AttemptHistory)
@@ -181,6 +182,7 @@ def rebuild(entries: list[dict]) -> JournalState:
             s.trainer_pid = e["pid"]
             s.trainer_log = e["log"]
             s.trainer_started = e.get("started")
+            s.resumed_from = e["resume_from"] if isinstance(e.get("resume_from"), str) else None
         elif kind == "incident_opened":
             s.open_incident = e
             s.done_actions = []

@@ -81,11 +81,30 @@ class EngineRuntime:
             self._ctx.control.stop("rollback")
         if bad_step is None:
             bad_step = self.state.metrics.step or 0
+        suspect = self._distrust_resume_point(bad_step)
         result = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
         target = result.target
         self.incident.rollback_target_step = target.step if target else 0
         where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
-        return f"{result.summary()}; next resume from {where}"   # the steps actually moved, and why
+        return (f"{suspect}; " if suspect else "") + f"{result.summary()}; next resume from {where}"   # what moved, and why
+
+    def _distrust_resume_point(self, bad_step: int) -> str | None:
+        """The checkpoint C this launch resumed from, when the divergence began within watch.suspect_within_steps
+        (default: save_interval) after C: C may hold the poison (a rollback to it would diverge again), so it is
+        marked suspect (moved to the quarantine, its manifest saying why) and the rollback's resume point is older (marin#5386: 8k steps lost to a poisoned fallback)."""
+        ledger, config = self._ctx.ledger, self.loaded.config
+        resumed_from = self._ctx.journal.replay().resumed_from
+        step = ledger.layout.step_in_path(resumed_from) if resumed_from else None
+        within = config.watch.suspect_within_steps or config.save_interval
+        if step is None or not step < bad_step <= step + within:
+            return None
+        reason = (f"the divergence began at step {bad_step}, {bad_step - step} step(s) after resuming from it "
+                  f"({self.incident.id}, within watch.suspect_within_steps {within})")
+        moved = ledger.mark_suspect(step, reason)
+        if moved is None:
+            return None
+        self.note(f"checkpoint {step} marked suspect: {reason}; moved to {moved}, later resumes choose an older one")
+        return f"checkpoint {step} marked suspect (moved to the quarantine)"
 
     def prune(self, keep_last_k: int | None, keep_best: bool, remove_partial: bool) -> str:
         ledger = self._ctx.ledger

@@ -26,11 +26,12 @@ def verify(
 
     out_dir = target if target is not None and target.is_dir() else None   # a folder is OUT_DIR, a file a config
     kind = DEFAULT_TRAINER_KIND   # OUT_DIR alone reads no run config: the default trainer's layout
+    quarantine_dir = None
     if out_dir is None or config is not None:
         from engine.trainers.run_config import load_config
 
         loaded = load_config(chosen_config(None if out_dir else target, config))
-        out_dir, kind = out_dir or loaded.out_dir, loaded.config.trainer.kind
+        out_dir, kind, quarantine_dir = out_dir or loaded.out_dir, loaded.config.trainer.kind, loaded.quarantine_dir
     layout = adapter_for(kind).layout
     if not out_dir.is_dir():
         out.print(f"error: {out_dir} is not a folder")
@@ -40,14 +41,20 @@ def verify(
     found = ckpts.list_checkpoints(out_dir, layout)
     last = ckpts.last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
+    suspects = 0
     for ckpt in found:
         result = ckpts.verify_checkpoint(ckpt)
         bad += not result.ok
+        suspect = ckpts.suspect_reason(ckpt) if result.ok else None
+        suspects += suspect is not None
         marker = " (last)" if last is not None and last == _resolved(ckpt.path) else ""
+        status = f"CORRUPT: {result.reason}" if not result.ok else f"ok, SUSPECT: {suspect}" if suspect else "ok"
         table.add_row(ckpt.path.name + marker, f"{ckpt.size_bytes() / 1e6:.1f} MB", "yes" if ckpts.has_manifest(ckpt) else "no",
-                      "ok" if result.ok else f"CORRUPT: {result.reason}")
+                      status)
     out.print(table)
-    out.print(f"{len(found)} checkpoint(s), {bad} corrupt")
+    out.print(f"{len(found)} checkpoint(s), {bad} corrupt" + (f", {suspects} suspect (intact, never resumed from)" if suspects else ""))
+    for name, why in ckpts.quarantined_suspects(quarantine_dir) if quarantine_dir is not None else []:
+        out.print(f"suspect, in the quarantine: {name}: {why}")
     raise typer.Exit(int(ExitCode.INVALID) if bad else 0)
 
 
