@@ -29,6 +29,7 @@ def run_check(config_path: Path) -> ExitCode:
     from engine.trainers import adapter_for
     from engine.checkpoints.out_dir_claim import owner_problem
     from engine.checkpoints.store import last_in_the_way
+    from engine.core.run_dir_owner import RunDirTaken, claim_run_dir
 
     started = time.monotonic()
     try:
@@ -41,9 +42,14 @@ def run_check(config_path: Path) -> ExitCode:
     if not adapter.is_installed():
         err.print(f"error: {adapter.name} is not installed in this Python environment; {adapter.install_hint}", markup=False)
         return ExitCode.TRAINER_MISSING
-    # What `watch` refuses in out_dir (exit 17, 18): another run's marker, a `last` that is not runbook's link.
+    # What `watch` refuses in out_dir (exit 17, 18): another run's marker, a `last` that is not runbook's link;
+    # and in run_dir (exit 19): another project's (read only here: check records no owner).
     out_dir_problems = [f"{where(loaded, ('out_dir',))}: {problem}" for problem in
                         (owner_problem(loaded.out_dir, loaded.folder), last_in_the_way(loaded.out_dir)) if problem]
+    try:
+        claim_run_dir(loaded.run_dir, loaded.path, loaded.out_dir, record=False)
+    except RunDirTaken as taken:
+        out_dir_problems.append(f"{where(loaded, ('run_dir',))}: {taken}")
     train_dir = loaded.data_path("train_dir")
     if (not out_dir_problems and loaded.config.data.make_default and train_dir == loaded.resolve(Path("data/stdlib/train"))
             and not any(train_dir.glob("*.txt"))):

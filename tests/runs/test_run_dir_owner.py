@@ -37,6 +37,10 @@ def test_a_watch_whose_run_dir_is_another_projects_is_refused_naming_both_config
         assert result.returncode == ExitCode.RUN_DIR_TAKEN, (result.returncode, result.stdout, result.stderr)
         assert "belongs to another project" in result.stderr
         assert str(x.config.resolve()) in result.stderr and str(y.config.resolve()) in result.stderr
+    check = subprocess.run([RUNBOOK, "check", str(y.config)], capture_output=True, text=True, cwd=y.root,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert check.returncode == ExitCode.BAD_CONFIG and "run_dir" in check.stderr, (check.stdout, check.stderr)
+    assert "belongs to another project" in check.stderr and "ready to launch" not in check.stdout
     assert (x.run_dir / "journal.jsonl").read_bytes() == journal   # nothing written into X's run folder
     owner = json.loads((x.run_dir / OWNER_NAME).read_text())
     assert owner["config"] == str(x.config.resolve()) and owner["out_dir"] == str(x.out_dir.resolve())
