@@ -4,6 +4,7 @@ what runbook reads, save + exit 75 on a preemption notice, and tell runbook whic
     from runbook import sdk
     sdk.watch_notice()                          # at start: the notice signals (SIGTERM by default)
     sdk.resumed(path)                           # after loading a checkpoint
+    batch = get_batch(sdk.data_position(step))  # the data position: past any window runbook skipped
     sdk.progress(step, loss)                    # after every optimizer step, on every rank
     sdk.validation(step, val_loss)              # after each evaluation on held-out data (optional)
     sdk.saving(folder)                          # before the first byte of <out_dir>/step-<6 digits>/state.pt
@@ -63,6 +64,30 @@ def saving(path) -> None:
 def resumed(path) -> None:
     if is_rank_zero():
         print(f"runbook: resumed {os.path.abspath(path)}", flush=True)
+
+
+def data_position(step: int) -> int:
+    """The position in your data stream that optimizer step `step` (from 1) should train on: `step` itself until
+    runbook skips a window of data after a divergence came back (RUNBOOK_DATA_SKIP, set for every later launch),
+    then past it; the step counter, and so the lr schedule, stays where the checkpoint has it. Use it where your
+    loop picks a batch: `batch = get_batch(sdk.data_position(step))`."""
+    windows = _data_windows()
+    return windows.position(step, windows.parse(os.environ.get(windows.ENV)))
+
+
+def _data_windows():
+    """engine/core/data_windows.py, the one implementation, loaded by its path: nothing of the engine is imported by
+    name here (your folder may hold an `engine` of its own)."""
+    if "data_windows" not in _state:
+        import importlib.util
+        from pathlib import Path
+
+        path = Path(__file__).resolve().parent.parent / "engine" / "core" / "data_windows.py"
+        spec = importlib.util.spec_from_file_location("_runbook_data_windows", path)
+        module = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
+        spec.loader.exec_module(module)   # type: ignore[union-attr]
+        _state["data_windows"] = module
+    return _state["data_windows"]
 
 
 def watch_notice() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from engine.language.actions.base import ActionFailed
+from engine.core import data_windows
 from engine.core.durable import gzip_replace
 from engine.core.state import stall
 from engine.records.incident import Incident
@@ -24,6 +25,7 @@ class EngineRuntime:
         self._ctx = context
         self.escalated_reason: str | None = None
         self.resumed = False
+        self.bad_step: int | None = None   # the first bad step of this incident's rollback
         self.verified_all = False   # a full verification already ran in this incident
 
     @property
@@ -81,12 +83,36 @@ class EngineRuntime:
             self._ctx.control.stop("rollback")
         if bad_step is None:
             bad_step = self.state.metrics.step or 0
+        self.bad_step = bad_step   # a skip_data after it skips from the resume point to past this
         suspect = self._distrust_resume_point(bad_step)
         result = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
         target = result.target
         self.incident.rollback_target_step = target.step if target else 0
         where = f"step {target.step}" if target else "the start (no clean checkpoint left)"
         return (f"{suspect}; " if suspect else "") + f"{result.summary()}; next resume from {where}"   # what moved, and why
+
+    def skip_data(self, margin: int) -> str:
+        """The data window the divergence came from, skipped by every later launch: the positions of the steps from
+        the rollback's resume point to `margin` past the first bad step (engine/core/data_windows.py)."""
+        if self.bad_step is None:
+            raise ActionFailed("skip_data needs a rollback before it in the same playbook (which steps diverged?)")
+        config = self.loaded.config
+        first, last = (self.incident.rollback_target_step or 0) + 1, self.bad_step + margin
+        env = self._ctx.control.env_in_force()
+        try:
+            windows = data_windows.parse(env.get(data_windows.ENV))
+        except ValueError:
+            windows = []   # not runbook's value: replaced by a well-formed one
+        merged, (a, b) = data_windows.skip_steps(windows, first, last)
+        self._ctx.control.set_env({data_windows.ENV: data_windows.format_windows(merged)}, False, self.incident.id)
+        batches, tokens = b - a + 1, (b - a + 1) * config.batch_size * config.model.block_size
+        self._ctx.journal.append("data_skipped", incident=self.incident.id, steps=[first, last], positions=[a, b],
+                                 batches=batches, tokens=tokens)
+        text = (f"skipping the data of steps {first}-{last} (positions {a}-{b}: {batches} batches, {tokens:,} tokens) "
+                f"in every later launch ({data_windows.ENV}={data_windows.format_windows(merged)}); the step counter "
+                "and lr schedule are kept")
+        self.note(text)
+        return text
 
     def _distrust_resume_point(self, bad_step: int) -> str | None:
         """The checkpoint C this launch resumed from, when the divergence began within watch.suspect_within_steps

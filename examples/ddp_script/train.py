@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     for step in range(start + 1, a.steps + 1):
         if fault("EXIT", rank, step):
             return 0                                  # a rank that returns early: its peers wait on it
-        x, y = step_batch(data, a.seed, step, a.batch, a.block)
+        x, y = step_batch(data, a.seed, sdk.data_position(step), a.batch, a.block)   # past any window runbook skipped
         x, y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
         total = torch.zeros(())
         for i in range(accum):

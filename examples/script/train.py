@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     extra_from = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)
     accum = a.batch // a.micro_batch
     for step in range(start + 1, a.steps + 1):
-        x, y = step_batch(data, a.seed, step, a.batch, a.block)
+        x, y = step_batch(data, a.seed, sdk.data_position(step), a.batch, a.block)   # past any window runbook skipped
         total = 0.0
         for i in range(accum):
             armed = extra_mb and step >= extra_from

@@ -21,7 +21,7 @@ from tests.conftest import REPO, RUNBOOK, make_toy_project, stop_process
 @pytest.mark.slow
 def test_a_divergence_soon_after_resuming_from_a_checkpoint_marks_it_suspect_and_resumes_from_an_older_one(tmp_path):
     project = make_toy_project(tmp_path / "project", step_seconds=0.02, save_interval=5)
-    project.set(trainer={"extra": {"lr_jump": {"at_step": 12, "lr": 3.5}}})
+    project.set(trainer={"extra": {"step_seconds": 0.02, "lr_jump": {"at_step": 12, "lr": 3.5}}})
     watcher = project.watch(env={"PYTHONPATH": str(REPO)})
     try:
         code = watcher.wait(timeout=120)

@@ -48,7 +48,7 @@ def watch_exit_code(project) -> int:
 @pytest.mark.slow
 def test_a_toy_run_whose_loss_climbs_over_its_last_steps_is_escalated_not_completed(tmp_path):
     project = make_toy_project(tmp_path / "project", step_seconds=0.02)
-    project.set(trainer={"extra": {"lr_jump": {"at_step": 38, "lr": 3.5}}})
+    project.set(trainer={"extra": {"step_seconds": 0.02, "lr_jump": {"at_step": 38, "lr": 3.5}}})
     assert watch_exit_code(project) == 4, project.watch_output()   # escalated
     [incident] = project.incidents()
     assert incident["playbook"] == "diverged-at-end" and incident["outcome"] == "escalated", incident

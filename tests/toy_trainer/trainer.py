@@ -15,7 +15,9 @@ is the largest weight its number format holds (65504: half precision): a weight 
 at a too-high lr goes non-finite within a dozen steps, as a real one does. RUNBOOK_TOY_HOLD_AT_STEP=N (set
 by tests/failing_litgpt/wrapper.py) makes it stop after logging step N, until it is killed. lr_jump
 ({"at_step": N, "lr": X}) trains with lr X from update N on: above 2 the weights' error grows by |1 - X| a step,
-so the loss climbs from there, deterministically (a schedule gone wrong near the end of a run).
+so the loss climbs from there, deterministically (a schedule gone wrong near the end of a run). poison
+({"from": a, "until": b, "lr": X}) does the same for the updates that train on data positions a..b (a bad window
+of data): step s trains on position s, or past the windows runbook skipped (RUNBOOK_DATA_SKIP).
 
 A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every trainer that takes
 notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
@@ -40,6 +42,18 @@ SIZE = 8
 SAVED_ON_NOTICE = 75   # engine/core/exit_codes.py (the toy imports nothing of runbook's)
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
 _noticed: list[int] = []
+
+
+def data_windows():
+    """engine/core/data_windows.py by its path (the toy imports nothing of runbook's by name): how a step maps to
+    a data position once runbook skipped a window (RUNBOOK_DATA_SKIP)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "engine" / "core" / "data_windows.py"
+    spec = importlib.util.spec_from_file_location("_toy_data_windows", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def targets() -> list[float]:
@@ -130,11 +144,18 @@ def main(config_path: str) -> int:
         cfg.update(save_seconds=0.0, validate_seconds=0.0)
     hold_at = int(os.environ["RUNBOOK_TOY_HOLD_AT_STEP"]) if os.environ.get("RUNBOOK_TOY_HOLD_AT_STEP") else None
     take_notices(cfg.get("notice_save", True))
+    windows = data_windows()
+    skipped = windows.parse(os.environ.get(windows.ENV))
+    if skipped:
+        print(f"toy: skipping data positions {windows.format_windows(skipped)}", flush=True)
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])
         jump = cfg.get("lr_jump")   # {"at_step": N, "lr": X}: a schedule gone wrong, from update N on
         lr = jump["lr"] if jump and state["step"] + 1 >= jump["at_step"] else cfg["lr"]
+        poison = cfg.get("poison")   # {"from": a, "until": b, "lr": X}: the data positions a..b make the update X's
+        if poison and poison["from"] <= windows.position(state["step"] + 1, skipped) <= poison["until"]:
+            lr = poison["lr"]
         loss = train_step(state, lr, cfg.get("max_weight", math.inf))
         took_ms = (time.monotonic() - started) * 1000
         print(f"toy step {state['step']}/{cfg['steps']} loss {loss:.6f} took {took_ms:.1f} ms", flush=True)

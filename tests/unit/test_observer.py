@@ -100,13 +100,31 @@ def test_each_repeated_spike_cuts_the_lr_four_times_harder():
     snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
                                                                           "loss_best_median": 6.4, "last_healthy_step": 3})
     lr, seen = 10.0, []
-    for attempt in (1, 2, 3):
+    for attempt in (1, 2, 3):   # litgpt (the default kind) cannot skip data: no skip rung
         steps = plan(playbook, snapshot, RunConfig.model_validate({"lr": lr}), attempt)
-        [change] = [s for s in steps if s.verb == "set_hyperparameters"]
-        assert change.error is None and change.skipped is None
+        [change] = [s for s in steps if s.verb == "set_hyperparameters" and s.skipped is None]
+        assert change.error is None and not [s for s in steps if s.verb == "skip_data" and s.skipped is None]
         lr = change.params.lr
         seen.append(lr)
     assert seen == [2.5, 2.5 / 16, 2.5 / 16 / 64]
+
+
+def test_a_spike_that_comes_back_after_the_cut_skips_its_data_at_the_old_lr_where_the_trainer_can_skip():
+    """The ladder (issue 48): rung 1 cuts the lr; rung 2 skips the data window and puts the lr back; then / 4 ** n."""
+    from engine.language.planner import plan
+    from engine.core.config import RunConfig
+
+    playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
+    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
+                                                                          "loss_best_median": 6.4, "last_healthy_step": 3})
+    lr, rungs = 10.0, []
+    for attempt in (1, 2, 3):
+        steps = plan(playbook, snapshot, RunConfig.model_validate({"lr": lr, "trainer": {"kind": "script"}}), attempt)
+        [change] = [s for s in steps if s.verb == "set_hyperparameters" and s.skipped is None]
+        skips = [s for s in steps if s.verb == "skip_data" and s.skipped is None]
+        lr = change.params.lr
+        rungs.append((lr, len(skips)))
+    assert rungs == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]
 
 
 def validation(iter_num: int, val_loss: float) -> str:

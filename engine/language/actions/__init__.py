@@ -18,6 +18,7 @@ from engine.language.actions import (
     scan_data,
     set_env,
     set_hyperparameters,
+    skip_data,
     stop,
     verify_checkpoints,
     wait,
@@ -29,7 +30,7 @@ from engine.expr.expressions import compile_expression, compile_template, is_exp
 REGISTRY: dict[str, ActionDef] = {
     module.ACTION.name: module.ACTION
     for module in (
-        resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data,
+        resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data, skip_data,
         verify_checkpoints, notify, record, stop, wait, wait_for, escalate, run, diagnose_slowness,
         advise_save_interval,
     )

@@ -1,0 +1,85 @@
+"""Skip the suspicious batches (issue 48 items 1, 2, 6), on the toy trainer: a deterministic poison window (data
+positions 12-13 make the update's lr 3.5: the loss climbs 6x, then 39x, as a block of junk would) diverges the run
+at step 12 from scratch; loss-spike's rung 1 rolls back and cuts the lr, and the same data diverges it again at the
+same step; rung 2 rolls back, skips the window and restores the lr; the run completes, the skipped tokens are the
+window's, and its final weights are the undisturbed run's (the toy's update depends on the step and the lr, not
+on the data: skipping keeps the step counter, so nothing else changes). Pure arithmetic: the same on every machine.
+
+The window arithmetic itself (engine/core/data_windows.py) is tested here too, as the trainer side uses it
+(runbook.sdk.data_position)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.core.data_windows import format_windows, parse, position, skip_steps
+from tests.conftest import REPO, make_toy_project, stop_process
+
+POISON = {"from": 12, "until": 13, "lr": 3.5}
+
+
+def test_a_skipped_window_shifts_every_later_step_past_it_and_windows_merge():
+    assert [position(s, []) for s in (1, 11, 40)] == [1, 11, 40]
+    windows, new = skip_steps([], 11, 16)
+    assert new == (11, 16) and [position(s, windows) for s in (10, 11, 12)] == [10, 17, 18]
+    windows, new = skip_steps(windows, 11, 12)          # the same steps again: the positions they train on now
+    assert new == (17, 18) and windows == [(11, 18)] and position(11, windows) == 19
+    windows, new = skip_steps(windows, 30, 30)
+    assert windows == [(11, 18), (38, 38)] and position(30, windows) == 39
+    assert parse(format_windows(windows)) == windows and parse("") == [] and parse(None) == []
+
+
+@pytest.mark.parametrize("bad", ["5", "3-2", "0-4", "a-b", "1-2,x"])
+def test_a_malformed_skip_value_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="RUNBOOK_DATA_SKIP"):
+        parse(bad)
+
+
+def test_the_sdk_maps_a_step_to_its_data_position_from_the_environment(monkeypatch):
+    from runbook import sdk
+
+    monkeypatch.setenv("RUNBOOK_DATA_SKIP", "11-16")
+    assert [sdk.data_position(s) for s in (10, 11)] == [10, 17]
+    monkeypatch.delenv("RUNBOOK_DATA_SKIP")
+    assert sdk.data_position(11) == 11
+
+
+def lr_of(project) -> float:
+    from engine.core.yaml_source import round_trip_yaml
+
+    return float(round_trip_yaml().load(project.config.read_text())["lr"])
+
+
+def watch_exit_code(project) -> int:
+    watcher = project.watch(env={"PYTHONPATH": str(REPO)})   # the watcher imports tests.toy_trainer
+    try:
+        return watcher.wait(timeout=180)
+    finally:
+        stop_process(watcher)
+
+
+@pytest.mark.slow
+def test_a_poison_window_that_comes_back_after_the_lr_cut_is_skipped_and_the_run_completes(tmp_path):
+    reference = make_toy_project(tmp_path / "reference", step_seconds=0.02)
+    assert watch_exit_code(reference) == 0, reference.watch_output()
+    project = make_toy_project(tmp_path / "project", step_seconds=0.02)
+    project.set(trainer={"extra": {"step_seconds": 0.02, "poison": POISON}})
+    assert watch_exit_code(project) == 0, project.watch_output()[-4000:]
+
+    incidents = project.incidents()
+    assert [(i["playbook"], i["outcome"]) for i in incidents] == [("loss-spike", "recovered")] * 2, incidents
+    first, second = incidents
+    # today's rung alone: the divergence came back at the same step after the lr cut
+    assert first["step_at_failure"] is not None and second["step_at_failure"] is not None
+    assert "skipping the data" not in json.dumps(first) and "skipping the data" in json.dumps(second)
+    journal = [json.loads(line) for line in (project.run_dir / "journal.jsonl").read_text().splitlines()]
+    [skipped] = [e for e in journal if e["kind"] == "data_skipped"]
+    first_pos, last_pos = skipped["positions"]
+    assert first_pos <= POISON["from"] and last_pos >= POISON["until"], skipped   # the window covers the poison
+    assert skipped["tokens"] == skipped["batches"] * 16 * 64 == (last_pos - first_pos + 1) * 1024, skipped
+    # the lr back where it was, and the final weights the undisturbed run's
+    assert lr_of(project) == lr_of(reference), (lr_of(project), lr_of(reference))
+    assert project.final_state() == reference.final_state()
+    assert "toy: skipping data positions" in "".join(p.read_text() for p in (project.run_dir / "logs").glob("trainer-*.log"))
