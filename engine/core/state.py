@@ -157,6 +157,7 @@ class Metrics(Frozen):
     loss_median: float | None = None    # rolling median of recent train losses
     loss_best_median: float | None = None  # the lowest rolling median seen in this run (spike baseline)
     loss_early_median: float | None = None  # the median of the run's first 3 finite losses (where it started)
+    previous_bad_step: int | None = None   # the first bad step of this run's last divergence rollback (a repeat near it: the data)
     # Last step whose logged loss was <= 1.5 x that baseline (the loss of checkpoint step - 1); lowered
     # to s by a val loss at step s that is non-finite or > 1.5 x the best val loss (checkpoint s is bad).
     last_healthy_step: int | None = None

@@ -74,6 +74,9 @@ class MetricTracker:
     baseline: float | None = None
     best_median: float | None = None
     early_median: float | None = None   # the run's first BEST_MEDIAN_WINDOW finite losses: where it started
+    # the first bad steps of this run's divergence rollbacks, oldest first: the watch shares this list with each
+    # incident's runtime (a rollback appends) and restores it from the journal at start
+    divergences: list = field(default_factory=list)
     last_healthy_step: int | None = None
     val_condemned_step: int | None = None   # this launch's weights failed validation from this step on
     progress_since_launch: int = 0
@@ -196,6 +199,7 @@ class MetricTracker:
             best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
             loss_median=statistics.median(finite) if finite else None, loss_best_median=self.best_median,
             loss_early_median=self.early_median,
+            previous_bad_step=self.divergences[-1] if self.divergences else None,
             last_healthy_step=self.last_healthy_step,
             loss_history=list(self.losses),
             tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,

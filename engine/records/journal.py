@@ -32,6 +32,7 @@ class JournalState:
     trainer_log: str | None = None
     trainer_started: float | None = None       # the trainer's process start time, to recognise it again
     resumed_from: str | None = None            # the last launch's resume file (None: from scratch)
+    divergences: list[int] = field(default_factory=list)   # first bad steps of the divergence rollbacks
     open_incident: dict | None = None          # the incident_opened entry
     done_actions: list[int] = field(default_factory=list)
     history: AttemptHistory = field(default_factory=AttemptHistory)
@@ -203,6 +204,9 @@ def rebuild(entries: list[dict]) -> JournalState:
                                            s.history.recoveries)
             s.open_incident = None
             s.done_actions = []
+        elif kind == "divergence_rollback":
+            if isinstance(e.get("bad_step"), int):
+                s.divergences.append(e["bad_step"])
         elif kind == "trainer_exited":
             s.last_exit_code, s.last_exit_signal = e.get("exit_code"), e.get("signal")
         elif kind == "env":

@@ -33,6 +33,7 @@ class WatchContext:
     save_interval_advice: Callable[[], str | None]
     status: Callable[[], dict]                       # run state, launches, step, tokens, tokens/s (heartbeat)
     held: Callable[[], dict[str, int]]               # what a full disk holds back, by kind
+    divergences: list[int]                           # first bad steps of this run's divergence rollbacks (the tracker's)
 
     @property
     def tokens_per_step(self) -> int:

@@ -84,6 +84,8 @@ class EngineRuntime:
         if bad_step is None:
             bad_step = self.state.metrics.step or 0
         self.bad_step = bad_step   # a skip_data after it skips from the resume point to past this
+        self._ctx.journal.append("divergence_rollback", incident=self.incident.id, bad_step=bad_step)
+        self._ctx.divergences.append(bad_step)   # the next divergence's state.metrics.previous_bad_step
         suspect = self._distrust_resume_point(bad_step)
         result = self._ctx.ledger.rollback(bad_step, steps, scan_nonfinite, f"rollback ({self.incident.id})")
         target = result.target

@@ -26,6 +26,7 @@ def start_or_continue(sup) -> None:
     sup.history = past.history
     sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
     sup.control.extra_env = dict(past.extra_env)
+    sup.observer.tracker.divergences[:] = past.divergences   # the same list the incidents' runtimes append to
     sup.control.diagnostic_env = dict(past.diagnostic_env)
     sup.control.launches = past.launches
     trainer = None

@@ -69,7 +69,7 @@ class Supervisor:
             events=self.events, launch=self.launch, observe=self.observe, transition=self.transition,
             append_run_log=run_log, best_val_step=self.observation.best_val_step,
             saving_from=self.observation.saving_from, save_interval_advice=self.save_interval_advice,
-            status=self.status, held=self.backlog.held)
+            status=self.status, held=self.backlog.held, divergences=self.observer.tracker.divergences)
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
         self.memory = MatchMemory()

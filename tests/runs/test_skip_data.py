@@ -83,3 +83,12 @@ def test_a_poison_window_that_comes_back_after_the_lr_cut_is_skipped_and_the_run
     assert lr_of(project) == lr_of(reference), (lr_of(project), lr_of(reference))
     assert project.final_state() == reference.final_state()
     assert "toy: skipping data positions" in "".join(p.read_text() for p in (project.run_dir / "logs").glob("trainer-*.log"))
+
+
+def test_the_divergences_a_restarted_watcher_knows_are_the_journal_s():
+    from engine.records.journal import rebuild
+
+    entries = [{"kind": "divergence_rollback", "incident": "incident-1", "bad_step": 11},
+               {"kind": "divergence_rollback", "incident": "incident-2", "bad_step": "11"},   # not runbook's: ignored
+               {"kind": "divergence_rollback", "incident": "incident-3", "bad_step": 30}]
+    assert rebuild(entries).divergences == [11, 30]

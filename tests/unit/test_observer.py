@@ -115,16 +115,24 @@ def test_a_spike_that_comes_back_after_the_cut_skips_its_data_at_the_old_lr_wher
     from engine.core.config import RunConfig
 
     playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
-    snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={"step": 7, "loss": 30.0,
-                                                                          "loss_best_median": 6.4, "last_healthy_step": 3})
-    lr, rungs = 10.0, []
-    for attempt in (1, 2, 3):
-        steps = plan(playbook, snapshot, RunConfig.model_validate({"lr": lr, "trainer": {"kind": "script"}}), attempt)
-        [change] = [s for s in steps if s.verb == "set_hyperparameters" and s.skipped is None]
-        skips = [s for s in steps if s.verb == "skip_data" and s.skipped is None]
-        lr = change.params.lr
-        rungs.append((lr, len(skips)))
-    assert rungs == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]
+
+    def rungs(previous_bad_step: int | None, kind: str = "script") -> list[tuple[float, int]]:
+        snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={
+            "step": 7, "loss": 30.0, "loss_best_median": 6.4, "last_healthy_step": 3, "previous_bad_step": previous_bad_step})
+        lr, taken = 10.0, []
+        for attempt in (1, 2, 3):
+            config = RunConfig.model_validate({"lr": lr, "save_interval": 5, "trainer": {"kind": kind}})
+            steps = plan(playbook, snapshot, config, attempt)
+            [change] = [s for s in steps if s.verb == "set_hyperparameters" and s.skipped is None]
+            lr = change.params.lr
+            taken.append((lr, len([s for s in steps if s.verb == "skip_data" and s.skipped is None])))
+        return taken
+
+    assert rungs(previous_bad_step=3) == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]      # the same data: skip, lr back
+    assert rungs(previous_bad_step=8) == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]      # within a save interval
+    assert rungs(previous_bad_step=9) == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]   # elsewhere: the lr
+    assert rungs(previous_bad_step=None) == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]
+    assert rungs(previous_bad_step=3, kind="hf-trainer") == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]
 
 
 def validation(iter_num: int, val_loss: float) -> str:
