@@ -64,6 +64,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 
 # engine/core and engine/process: commands, redaction, locks, durable writes, process identity and control
 MODULES.update({
+    "bounded_command": (["engine/core/bounded_command.py"], ["tests/unit/test_run_action_bounds.py"]),
+    "text_safety": (["engine/core/text_safety.py"], ["tests/unit/test_text_safety.py", "tests/unit/test_known_secrets.py"]),
+    "lock": (["engine/core/lock.py"], ["tests/unit/test_nested_out_dir.py"]),
+    "durable": (["engine/core/durable.py"], ["tests/unit/test_durable.py"]),
+    "identity": (["engine/process/identity.py"], ["tests/unit/test_process_identity.py"]),
+    "trainer_control": (["engine/process/trainer_control.py"], ["tests/unit/test_upkeep.py"]),
 })
 
 # engine/checkpoints
