@@ -129,3 +129,10 @@ def test_head_tail_exactly_full_is_the_whole_text():
     assert kept.text() == "abcdefgh" and kept.kept == kept.total == 8
     kept.add(b"i")
     assert kept.text() == "abcd\n[... 1 bytes left out ...]\nfghi"
+
+
+def test_a_command_that_closed_its_output_is_seen_to_exit_within_a_poll():
+    started = time.monotonic()
+    result = run_bounded(["bash", "-c", "echo bye; exec >&- 2>&-; sleep 0.1"], timeout_s=30)
+    assert not result.timed_out and result.returncode == 0 and result.output == "bye\n"
+    assert time.monotonic() - started < 0.9      # polled every POLL_S (0.05 s), not once a second
