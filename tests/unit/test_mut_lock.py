@@ -106,10 +106,11 @@ def test_lock_holders_reads_the_flock_holders_of_that_file_only(tmp_path):
         f"5: FLOCK  ADVISORY  WRITE x46 {key} 0 EOF",            # no pid
         "6: FLOCK",                                              # cut short
         f"7: FLOCK  ADVISORY  READ 4747 {key} 0 EOF",
+        f"8: FLOCK  ADVISORY  WRITE 4848 {key}",                 # six fields: enough
     ]) + "\n")
     fd = os.open(target, os.O_RDONLY)
     try:
-        assert lock_holders(fd, str(locks)) == {4242, 4747}
+        assert lock_holders(fd, str(locks)) == {4242, 4747, 4848}
         assert lock_holders(fd, str(tmp_path / "no-locks-file")) is None
     finally:
         os.close(fd)
