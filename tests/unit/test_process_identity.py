@@ -16,6 +16,7 @@ import pytest
 
 from engine.process import identity
 from engine.process.identity import START_TIME_TOLERANCE_S, Identity, ProvenProcess, boot_id, start_ticks
+from tests.conftest import require_capability
 
 
 @pytest.fixture
@@ -112,6 +113,10 @@ def test_a_missing_or_foreign_launcher_record_is_not_proven(sleeper, record):
     assert ("names pid" in proof.reason) if isinstance(record, dict) and record else ("no launcher record" in proof.reason)
 
 
+def test_pid_2_is_a_usable_pid_to_check():
+    assert "has no start time" in Identity(2, None, None).proof().reason
+
+
 def test_an_int_start_time_is_a_start_time(sleeper):
     assert Identity(sleeper.pid, round(created(sleeper.pid)), record_of(sleeper.pid)).proof().ours
 
@@ -151,9 +156,9 @@ def test_boot_id_is_this_boots():
 def test_a_proven_process_is_signalled(sleeper):
     handle = ProvenProcess.of(sleeper.pid)
     assert handle.ticks == start_ticks(sleeper.pid)
-    assert handle.send(0) and handle.send(signal.SIGTERM)
+    assert handle.send(0) is True and handle.send(signal.SIGTERM) is True
     assert sleeper.wait(timeout=5) == -signal.SIGTERM
-    assert not handle.send(signal.SIGTERM)                     # reaped: nothing to reach
+    assert handle.send(signal.SIGTERM) is False                # reaped: nothing to reach
     handle.close()
     handle.close()
 
@@ -163,7 +168,7 @@ def test_a_pid_reused_between_the_proof_and_the_handle_is_never_signalled(sleepe
     assert handle.ticks == -1 and handle._fd is None
     reads = []
     monkeypatch.setattr(identity, "start_ticks", lambda pid: reads.append(pid) or -1)   # whatever /proc says now
-    assert not handle.send(signal.SIGTERM)
+    assert handle.send(signal.SIGTERM) is False
     assert reads == []                                         # refused on its mark alone
     assert sleeper.poll() is None
 
@@ -171,16 +176,41 @@ def test_a_pid_reused_between_the_proof_and_the_handle_is_never_signalled(sleepe
 def test_without_pidfds_the_start_time_is_checked_before_each_signal(sleeper, monkeypatch):
     monkeypatch.delattr(os, "pidfd_open")
     wrong = ProvenProcess(sleeper.pid, start_ticks(sleeper.pid) + 1)
-    assert wrong._fd is None and not wrong.send(signal.SIGTERM) and sleeper.poll() is None
+    assert wrong._fd is None and wrong.send(signal.SIGTERM) is False and sleeper.poll() is None
     unknown = ProvenProcess(sleeper.pid, None)
-    assert not unknown.send(signal.SIGTERM) and sleeper.poll() is None
+    assert unknown.send(signal.SIGTERM) is False and sleeper.poll() is None
     right = ProvenProcess.of(sleeper.pid)
-    assert right.send(signal.SIGTERM) and sleeper.wait(timeout=5) == -signal.SIGTERM
-    assert not right.send(signal.SIGTERM)                      # gone: its start time cannot be read
+    assert right.send(signal.SIGTERM) is True and sleeper.wait(timeout=5) == -signal.SIGTERM
+    assert right.send(signal.SIGTERM) is False                 # gone: its start time cannot be read
 
 
 def test_a_handle_on_a_pid_that_is_gone_sends_nothing(sleeper):
     sleeper.kill()
     sleeper.wait()
     handle = ProvenProcess(sleeper.pid, None)
-    assert handle._fd is None and not handle.send(0)
+    assert handle._fd is None and handle.send(0) is False
+    handle.close()
+
+
+def test_with_a_pidfd_a_handle_without_recorded_ticks_signals_through_it(sleeper):
+    handle = ProvenProcess(sleeper.pid, None)
+    assert handle._fd is not None and handle.ticks is None
+    assert handle.send(signal.SIGTERM) is True and sleeper.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_a_process_this_user_may_not_signal_is_not_signalled_and_no_error(sleeper):
+    """As another user (nobody), root's sleep is proven but EPERM refuses the signal: False, through the
+    pidfd and through the start-time fallback alike."""
+    if os.geteuid() != 0:
+        require_capability("root, to become another user")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            handle = ProvenProcess.of(sleeper.pid)
+            os.setgid(65534)
+            os.setuid(65534)
+            os._exit(0 if handle.send(signal.SIGTERM) is False else 1)
+        except BaseException:   # noqa: BLE001 - the child reports by its status only
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and sleeper.poll() is None
