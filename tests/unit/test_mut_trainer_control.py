@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import socket
+import subprocess
 import time
+
+import psutil
 
 import pytest
 
@@ -15,6 +20,7 @@ from engine.core.state import TrainerStatus
 from engine.core.write_trouble import WriteTrouble
 from engine.process import trainer_control
 from engine.process.identity import SecondTrainerRefused
+from engine.process.ranks import RankHeartbeat, heartbeat_path, write_record
 from engine.process.trainer_control import TrainerControl, process_started
 from engine.process.trainer_env import short_link_name
 from engine.process.warm_spare import SparePool
@@ -154,9 +160,18 @@ def test_a_launch_is_journaled_refused_twice_taken_back_by_a_new_watcher_and_sto
         entry = last(newer, "launch")
         assert entry["adopted"] is True and entry["pid"] == process.pid and entry["launch"] == 1
         assert newer.adopt_unjournaled() is None         # journaled now: nothing more to take back
+        assert "ranks_stopped" not in kinds(control)    # no rank outlived an earlier trainer
+        rank = subprocess.Popen(["sleep", "60"])        # a rank that will outlive rank 0 (a stopped one, an orphan)
+        control.ranks.folder.mkdir(parents=True, exist_ok=True)
+        write_record(heartbeat_path(control.ranks.folder, 1), RankHeartbeat(
+            rank=1, world_size=2, pid=rank.pid, started=psutil.Process(rank.pid).create_time(), time=time.time(),
+            host=socket.gethostname()))
     finally:
         text = control.stop("test over")
-    assert text and last(control, "trainer_stopped")["reason"] == "test over"
+    assert rank.wait(timeout=5) == -signal.SIGKILL
+    assert text.endswith(f"; stopped the ranks left over: rank 1 (pid {rank.pid})"), text
+    assert last(control, "ranks_stopped")["ranks"] == [f"rank 1 (pid {rank.pid})"]
+    assert last(control, "trainer_stopped")["reason"] == "test over"
     status = control.status()
     assert not status.alive and status.exit_code is not None and status.pid == process.pid
     control.release_tmpdir_link()                        # no trainer now: the link goes
@@ -181,6 +196,7 @@ class FullDiskAdapter:
 
 def test_a_launch_onto_a_full_run_folder_waits_for_space(cpu_project):
     control = control_of(cpu_project, adapter=FullDiskAdapter(1))
+    control.folder.launch_dir(1).mkdir(parents=True)   # left by a watcher killed before its journal knew launch 1
     started = time.monotonic()
     try:
         control.launch(None)
@@ -206,9 +222,7 @@ def test_a_launch_error_that_is_not_a_full_disk_fails_at_once(cpu_project):
 
 
 def test_process_started_of_a_gone_pid_is_none():
-    import subprocess
-
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert process_started(proc.pid) is None
-    assert abs(process_started(os.getpid()) - __import__("psutil").Process().create_time()) < 1e-6
+    assert abs(process_started(os.getpid()) - psutil.Process().create_time()) < 1e-6
