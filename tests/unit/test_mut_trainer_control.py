@@ -27,7 +27,7 @@ from engine.process.warm_spare import SparePool
 from engine.records.journal import Journal
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
-from tests.conftest import TOY_KIND, make_toy_project
+from tests.conftest import TOY_KIND, fill, make_toy_project
 
 CRASHING = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}   # known to crash on the CPU (engine/process/env_changes.py)
 
@@ -226,3 +226,42 @@ def test_process_started_of_a_gone_pid_is_none():
     proc.wait()
     assert process_started(proc.pid) is None
     assert abs(process_started(os.getpid()) - psutil.Process().create_time()) < 1e-6
+
+
+# --- a real full disk (a small tmpfs, root only: tests/conftest.py's tmpfs) ---------------------------------
+
+
+def test_a_launch_folder_too_full_for_the_config_copy_launches_without_it_and_says_so(tmp_path, tmpfs):
+    project = make_toy_project(tmp_path / "project", step_seconds=1.0)
+    project.set(trainer={"device": "cpu"})
+    with open(project.config, "a") as fh:   # a run config bigger than the launch folder's free space
+        fh.write("".join(f"# padding line {i:06d} {'x' * 80}\n" for i in range(3000)))
+    control = control_of(project)
+    tmpfs(control.folder.launch_dir(1), "64k")   # room for the toy's launch files, not for a 270 KB copy
+    try:
+        control.launch(None)
+        assert control.alive and not (control.folder.launch_dir(1) / "run_config.yaml").exists()
+        assert "launch copies" in control.trouble.failing
+    finally:
+        control.stop("test over")
+
+
+def test_a_trainer_taken_back_on_a_full_run_folder_leaves_no_stale_pid_file(tmp_path, tmpfs):
+    project = make_toy_project(tmp_path / "project", step_seconds=1.0)
+    project.set(trainer={"device": "cpu"})
+    control = control_of(project)
+    run_dir = tmpfs(control.folder.root, "4m")
+    filler = None
+    try:
+        process = control.launch(None)
+        control.folder.trainer_pid.unlink()        # its watcher died before writing it
+        filler = fill(run_dir)
+        newer = control_of(project)
+        newer.launches = 0
+        adopted = newer.adopt_unjournaled()        # the journal line is held in memory meanwhile
+        assert adopted is not None and adopted.pid == process.pid
+        assert not newer.folder.trainer_pid.exists() and "trainer.pid" in newer.trouble.failing
+    finally:
+        if filler is not None:
+            filler.unlink()
+        control.stop("test over")
