@@ -161,6 +161,8 @@ EQUIVALENT.update({
         "U+0100 is no control character: it never reaches _escape",
     (_TS, "exact = sorted((v for v in _known if len(v) < MIN_FOLDED), key=len, reverse=True)", "< -> <="):
         "an 8-character value listed as written too: its case-folded form, listed first, matches it anyway",
+    ("engine/core/lock.py", "os.ftruncate(fd, 0)", "0 -> 1"):
+        "the byte kept is overwritten at once: the pid line written next at offset 0 is always longer than 1 byte",
     (_DU, "mask = os.umask(0)   # the only portable way to read it; done once, at import, before any thread", "0 -> 1"):
         "os.umask returns the old mask whatever the new one, and the next line puts the old one back",
     (_DU, "shutil.copyfileobj(src, dst, 1 << 20)", "1 -> 2"): "the copy's buffer size: the same bytes are compressed",

@@ -5,8 +5,10 @@ holds a lock, told from the pid written and checked against /proc/locks; pid_run
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -16,7 +18,8 @@ from engine.core.run_folder import RunFolder
 
 @pytest.fixture
 def sleeper():
-    proc = subprocess.Popen(["sleep", "60"])
+    # every signal at its default (a runner started under nohup would pass SIGHUP on ignored)
+    proc = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     yield proc.pid
     proc.kill()
     proc.wait()
@@ -64,10 +67,12 @@ def test_a_held_flock_base_cannot_be_acquired_and_releases_nothing():
 
 
 def test_pid_running_edges(sleeper):
-    assert pid_running(os.getpid()) and pid_running(sleeper) and pid_running(1)
-    assert not pid_running(0) and not pid_running(-1)         # never "every process" (kill(-1, 0))
-    assert not pid_running(a_dead_pid())
-    assert not pid_running(2 ** 40)                            # too big to be a pid: not an error
+    assert pid_running(os.getpid()) is True and pid_running(sleeper) is True and pid_running(1) is True
+    time.sleep(0.2)                                            # time for a signal sent by mistake to act
+    assert os.waitid(os.P_PID, sleeper, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None   # only asked (signal 0)
+    assert pid_running(0) is False and pid_running(-1) is False   # never "every process" (kill(-1, 0))
+    assert pid_running(a_dead_pid()) is False
+    assert pid_running(2 ** 40) is False                       # too big to be a pid: not an error
 
 
 def test_another_users_process_counts_as_running():
