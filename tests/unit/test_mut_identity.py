@@ -144,9 +144,9 @@ def test_a_trainer_that_ended_or_cannot_be_the_one_recorded_is_not_live(world, s
 
 def test_a_zombie_does_not_exist_and_a_live_process_does(spawn):
     proc = spawn(["sleep", "60"])
-    assert _exists(proc.pid)
+    assert _exists(proc.pid) is True
     proc.kill()
     until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE)
-    assert not _exists(proc.pid)
+    assert _exists(proc.pid) is False
     proc.wait()
-    assert not _exists(proc.pid)
+    assert _exists(proc.pid) is False
