@@ -123,7 +123,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 _BC, _TS, _DU = "engine/core/bounded_command.py", "engine/core/text_safety.py", "engine/core/durable.py"
 _AT_IMPORT = ("a module constant the benchmark rebinds after import: the patterns were compiled from it at import "
               "(_COMPILED, _TRIGGER) and are not rebuilt, so nothing the module runs changes")
-_NO_PROC = "the fallback for a system without /proc: unreachable on Linux, the only system runbook runs on"
+_NO_PROC = "the fallback for a system without /proc: never reached where /proc exists (Linux: here and CI), no test can run it"
 EQUIVALENT.update({
     (_BC, "CHUNK = 64 * 1024", "64 -> 65"): "the read size: the same bytes arrive, in other chunks",
     (_BC, "CHUNK = 64 * 1024", "1024 -> 1025"): "the read size: the same bytes arrive, in other chunks",
