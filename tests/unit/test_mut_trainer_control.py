@@ -6,6 +6,7 @@ what a control with no trainer says. Everything it does is read back from the re
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import socket
@@ -20,7 +21,7 @@ from engine.core.state import TrainerStatus
 from engine.core.write_trouble import WriteTrouble
 from engine.process import trainer_control
 from engine.process.identity import SecondTrainerRefused
-from engine.process.ranks import RankHeartbeat, heartbeat_path, write_record
+from engine.process.ranks import RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
 from engine.process.trainer_control import TrainerControl, process_started
 from engine.process.trainer_env import short_link_name
 from engine.process.warm_spare import SparePool
@@ -174,8 +175,33 @@ def test_a_launch_is_journaled_refused_twice_taken_back_by_a_new_watcher_and_sto
     assert last(control, "trainer_stopped")["reason"] == "test over"
     status = control.status()
     assert not status.alive and status.exit_code is not None and status.pid == process.pid
+    exit_status = control.folder.exit_status(1)
+    record = json.loads(exit_status.read_text())
+    assert (status.ranks.ranks[0].exit_code, status.ranks.ranks[0].ended_at) == (status.exit_code, record["ended"])
+    del record["ended"]                                  # a launcher record that does not say when it ended
+    exit_status.write_text(json.dumps(record))
+    assert control.status().ranks.ranks[0].exit_code is None
     control.release_tmpdir_link()                        # no trainer now: the link goes
     assert not link.is_symlink()
+
+
+def test_every_rank_gone_a_moment_ago_is_an_exit_pending_while_the_launcher_runs(cpu_project):
+    control = control_of(cpu_project)
+    control.launch(None)
+    try:
+        folder = control.ranks.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        for rank in (0, 1):
+            gone = subprocess.Popen(["true"])
+            gone.wait()
+            write_record(heartbeat_path(folder, rank), RankHeartbeat(
+                rank=rank, world_size=2, pid=gone.pid, started=now - 5, time=now - 1, host=socket.gethostname()))
+            write_record(exit_path(folder, rank), RankExit(rank=rank, pid=gone.pid, exit_code=1, ended=now))
+        status = control.status()
+        assert status.alive and status.exit_pending and not status.stopped
+    finally:
+        control.stop("test over")
 
 
 class FullDiskAdapter:
