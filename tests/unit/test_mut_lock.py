@@ -149,7 +149,7 @@ def text_for(tmp_path, written: str, hold: bool) -> str:
     """holder_text for a lock file holding `written`, held by this process (a RunLock) or by nobody."""
     path = RunFolder(tmp_path).lock
     if hold:
-        with RunLock(tmp_path) as held:
+        with RunLock(tmp_path):
             path.write_text(written)
             fd = os.open(path, os.O_RDONLY)
             try:
