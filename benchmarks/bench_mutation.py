@@ -64,6 +64,12 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 
 # engine/core and engine/process: commands, redaction, locks, durable writes, process identity and control
 MODULES.update({
+    "bounded_command": (["engine/core/bounded_command.py"], ["tests/unit/test_run_action_bounds.py"]),
+    "text_safety": (["engine/core/text_safety.py"], ["tests/unit/test_text_safety.py", "tests/unit/test_known_secrets.py"]),
+    "lock": (["engine/core/lock.py"], ["tests/unit/test_nested_out_dir.py"]),
+    "durable": (["engine/core/durable.py"], ["tests/unit/test_durable.py"]),
+    "identity": (["engine/process/identity.py"], ["tests/unit/test_process_identity.py"]),
+    "trainer_control": (["engine/process/trainer_control.py"], ["tests/unit/test_upkeep.py"]),
 })
 
 # engine/checkpoints
@@ -114,7 +120,62 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
 # Issue 45's areas, as MODULES above.
 
 # engine/core and engine/process
+_BC, _TS, _DU = "engine/core/bounded_command.py", "engine/core/text_safety.py", "engine/core/durable.py"
+_AT_IMPORT = ("a module constant the benchmark rebinds after import: the patterns were compiled from it at import "
+              "(_COMPILED, _TRIGGER) and are not rebuilt, so nothing the module runs changes")
+_NO_PROC = "the fallback for a system without /proc: never reached where /proc exists (Linux: here and CI), no test can run it"
 EQUIVALENT.update({
+    (_BC, "CHUNK = 64 * 1024", "64 -> 65"): "the read size: the same bytes arrive, in other chunks",
+    (_BC, "CHUNK = 64 * 1024", "1024 -> 1025"): "the read size: the same bytes arrive, in other chunks",
+    (_BC, "KEEP_BYTES = 64 * 1024", "64 -> 65"):
+        "rebound after import: run_bounded's default and the run action's import were bound to the old value",
+    (_BC, "KEEP_BYTES = 64 * 1024", "1024 -> 1025"):
+        "rebound after import: run_bounded's default and the run action's import were bound to the old value",
+    (_BC, "READS_PER_TURN = 16        # then look at the clock again: a flood never starves the deadline", "16 -> 17"):
+        "how many chunks are read between two looks at the clock: the same output, a deadline seen 1 chunk later",
+    (_BC, "if room > 0:", "> -> >="): "room 0: chunk[:0] adds nothing to the head and chunk[0:] is the whole chunk",
+    (_BC, "if len(self.tail) > self.half:", "> -> >="): "a tail of exactly `half` bytes: del tail[:0] removes nothing",
+    (_BC, "os.killpg(pgid, 0)", "0 -> 1"): _NO_PROC,
+    (_BC, "return [pgid]", "return None"): _NO_PROC,
+    (_BC, "return []", "return None"): _NO_PROC,
+    (_TS, "_OPTIONS.log_errors = False", "False -> True"):
+        "only adds a line on stderr when a pattern fails to compile; remember_secrets compiles escaped literals",
+    (_TS, "_CASELESS.log_errors = False", "False -> True"): _AT_IMPORT,
+    (_TS, "_CASELESS.case_sensitive = False", "False -> True"): _AT_IMPORT,
+    (_TS, '(rf"{_KEY_BEGIN}(?:[\\s\\S]*?{_KEY_END}|[\\s\\S]*)", "[REDACTED PRIVATE KEY]", False),   # unterminated: to the end',
+     "False -> True"): _AT_IMPORT,
+    (_TS, '(r"\\b(?:xox[abposrce]|xapp)-[A-Za-z0-9-]{8,500}", REDACTED, False),                  # Slack', "False -> True"):
+        _AT_IMPORT,
+    (_TS, '(r"\\bhf_[A-Za-z0-9]{20,200}", REDACTED, False),                                      # Hugging Face',
+     "False -> True"): _AT_IMPORT,
+    (_TS, '(r"\\bgh[pousr]_[A-Za-z0-9]{20,255}", REDACTED, False),                               # GitHub',
+     "False -> True"): _AT_IMPORT,
+    (_TS, '(r"\\bgithub_pat_[A-Za-z0-9_]{20,255}", REDACTED, False),', "False -> True"): _AT_IMPORT,
+    (_TS, '(r"\\b(?:AKIA|ASIA)[0-9A-Z]{16}\\b", REDACTED, False),                                 # AWS access key id',
+     "False -> True"): _AT_IMPORT,
+    (_TS, 'r"\\1" + REDACTED, True),', "True -> False"): _AT_IMPORT,   # the authorization and the name=value rules
+    (_TS, '(r"(\\bbearer\\s{1,5})[A-Za-z0-9._~+/=-]{8,1000}", r"\\1" + REDACTED, True),', "True -> False"): _AT_IMPORT,
+    (_TS, 'return f"\\\\x{code:02x}" if code < 0x100 else f"\\\\u{code:04x}"', "< -> <="):
+        "U+0100 is no control character: it never reaches _escape",
+    (_TS, 'return f"\\\\x{code:02x}" if code < 0x100 else f"\\\\u{code:04x}"', "256 -> 257"):
+        "U+0100 is no control character: it never reaches _escape",
+    (_TS, "exact = sorted((v for v in _known if len(v) < MIN_FOLDED), key=len, reverse=True)", "< -> <="):
+        "an 8-character value listed as written too: its case-folded form, listed first, matches it anyway",
+    ("engine/core/lock.py", "os.ftruncate(fd, 0)", "0 -> 1"):
+        "the byte kept is overwritten at once: the pid line written next at offset 0 is always longer than 1 byte",
+    ("engine/process/trainer_control.py",
+     "LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly",
+     "60.0 -> 61.0"): "a full disk waited for 61 s instead of 60: the same launch or the same failure, one second later",
+    ("engine/process/trainer_control.py", "if not passing(error) or time.monotonic() >= deadline:", ">= -> >"):
+        "differs only when the clock reads the deadline to the nanosecond: one more try, then the same outcome",
+    ("engine/process/trainer_control.py", "time.sleep(0.5)", "0.5 -> 1.5"):
+        "the pause between two tries on a full disk: the same launch, a second later",
+    (_DU, "mask = os.umask(0)   # the only portable way to read it; done once, at import, before any thread", "0 -> 1"):
+        "os.umask returns the old mask whatever the new one, and the next line puts the old one back",
+    (_DU, "shutil.copyfileobj(src, dst, 1 << 20)", "1 -> 2"): "the copy's buffer size: the same bytes are compressed",
+    (_DU, "shutil.copyfileobj(src, dst, 1 << 20)", "20 -> 21"): "the copy's buffer size: the same bytes are compressed",
+    (_DU, "path.unlink(missing_ok=True)", "True -> False"):
+        "the file was seen by is_file() just before: only another process removing it in between tells them apart",
 })
 
 # engine/checkpoints
