@@ -134,8 +134,14 @@ EQUIVALENT.update({
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}
-
+_FIRST_PROGRESS = "if tracker.progress_since_launch > 0 and tracker.last_progress_time is not None:"
 EQUIVALENT.update({
+    # the tracker sets last_progress_time and counts progress_since_launch in one on_event, and new_launch resets
+    # both (engine/observe/observer.py): last_progress_time is not None exactly when progress_since_launch >= 1
+    ("engine/watch/incident_runner.py", _FIRST_PROGRESS, "and -> or"):
+        "the tracker's two fields are set and reset together: either part alone gives the same answer",
+    ("engine/watch/incident_runner.py", _FIRST_PROGRESS, "> -> >="):
+        "progress_since_launch 0 comes with last_progress_time None (reset together): False either way",
 })
 
 _FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],
