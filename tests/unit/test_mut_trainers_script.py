@@ -1,0 +1,202 @@
+"""Kind script (engine/trainers/script/, lines.py aside): the argv and environment of a launch from the run
+config's templates, the launcher's rank count, the checkpoint folders of the sdk's contract, and the adapter
+`runbook check` and the watcher use; each on a real project folder in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.observe.events import CheckpointSaving, Progress
+from engine.trainers.run_config import load_config
+from engine.trainers.script import template
+from engine.trainers.script.adapter import ScriptAdapter, script_index
+from engine.trainers.script.launch import NOTICE_SIGNALS_ENV, argv_of, launch_spec, trainer_env
+from engine.trainers.script.layout import FolderLayout
+from engine.trainers.script.settings import ScriptSettings
+from engine.trainers.script.world import _count, _flag, world_size
+
+COMMAND = ["{python}", "train.py", "--out", "{out_dir}", "--lr", "{lr}", "--micro", "{micro_batch_size}"]
+
+
+def script_project(root: Path, command: list[str] = COMMAND, script: bool = True, **trainer) -> Path:
+    (root / "configs").mkdir(parents=True)
+    if script:
+        (root / "train.py").write_text("print('training')\n")
+    config = {
+        "micro_batch_size": 4, "batch_size": 16, "lr": 0.003, "save_interval": 4, "keep_last_k": 3, "seed": 7,
+        "max_tokens": 24 * 16 * 32, "out_dir": "checkpoints/pretrain", "run_dir": "runs/pretrain",
+        "model": {"block_size": 32},
+        "data": {"train_dir": "data/train", "val_dir": "data/val", "tokenizer_dir": "data/tokenizer", "make_default": False},
+        "trainer": {"kind": "script", "device": "cpu", "command": command, **trainer},
+    }
+    (root / "configs" / "run_config.yaml").write_text(json.dumps(config, indent=1))
+    return root / "configs" / "run_config.yaml"
+
+
+# --- templates ------------------------------------------------------------------------------------------
+
+
+def test_a_template_names_only_known_fields_and_braces_double():
+    template.check("--lr={lr} {{literal}} {world_size}")
+    with pytest.raises(ValueError, match=r"unknown template field \{learning_rate\} in '--lr=\{learning_rate\}'"):
+        template.check("--lr={learning_rate}")
+    with pytest.raises(ValueError, match="unknown template field"):
+        template.check("{}")
+    assert template.render("{{x}} {lr}/{seed}", {"lr": "0.1", "seed": 3}) == "{x} 0.1/3"
+
+
+def test_the_values_of_a_launch_come_from_the_run_config(tmp_path):
+    loaded = load_config(script_project(tmp_path / "p"))
+    values = template.values_of(loaded, None)
+    assert values["python"] == sys.executable and values["resume"] == "" and values["world_size"] == 1
+    assert values["grad_accum"] == 16 // 4 and values["max_steps"] == 24 and values["lr"] == "0.003"
+    assert (values["out_dir"], values["train_dir"]) == (loaded.out_dir, tmp_path / "p" / "data" / "train")
+    assert values["devices"] == 1 and values["num_nodes"] == 1 and values["device"] == "cpu"
+    assert template.values_of(loaded, "/ck/state.pt")["resume"] == "/ck/state.pt"
+    # two ranks share the global batch: half the accumulation; never below one
+    two = template.values_of(loaded, None, ["torchrun", "--nproc-per-node", "2", "train.py", "--out", "{out_dir}"])
+    assert two["world_size"] == 2 and two["grad_accum"] == 2
+    many = template.values_of(loaded, None, ["torchrun", "--nproc-per-node", "8"])
+    assert many["grad_accum"] == 1
+
+
+# --- the launcher's ranks -------------------------------------------------------------------------------
+
+
+def test_a_launcher_flag_is_read_in_both_spellings_and_not_past_the_end():
+    assert _flag(["torchrun", "--nnodes", "2"], ("--nnodes",)) == "2"
+    assert _flag(["torchrun", "--nnodes=3"], ("--nnodes",)) == "3"
+    assert _flag(["torchrun", "--nnodes"], ("--nnodes",)) is None          # a flag with no value after it
+    assert _flag(["torchrun", "--nnodesx", "2"], ("--nnodes",)) is None
+    assert _flag(["--nnodes", "4", "--nnodes", "5"], ("--nnodes",)) == "4"
+
+
+def test_a_rank_count_is_a_positive_number_or_the_most_of_an_elastic_range():
+    assert _count(None) is None and _count("gpu") is None and _count("0") is None
+    assert _count("1") == 1 and _count("2") == 2 and _count("1:4") == 4
+
+
+def test_the_world_is_the_total_else_per_node_times_nodes_else_the_configs():
+    assert world_size(["accelerate", "launch", "--num_processes", "3", "--num_gpus", "2"]) == 3
+    assert world_size(["torchrun", "--nproc-per-node", "2"]) == 2
+    assert world_size(["torchrun", "--nproc-per-node", "2", "--nnodes", "3"], devices=5, num_nodes=7) == 6
+    assert world_size(["python"], devices=1, num_nodes=1) == 1
+    assert world_size(["python"], devices=2, num_nodes=1) == 2
+
+
+# --- a launch -------------------------------------------------------------------------------------------
+
+
+def test_the_resume_arguments_are_added_only_with_a_file_to_resume():
+    values = {"python": "py", "resume": "", "lr": 1}
+    assert argv_of(["{python}", "t.py"], ["--resume", "{resume}"], values) == ["py", "t.py"]
+    assert argv_of(["{python}", "t.py"], ["--resume", "{resume}"], {**values, "resume": "/s.pt"}) == [
+        "py", "t.py", "--resume", "/s.pt"]
+
+
+def test_a_launch_is_written_down_with_its_environment_and_signals(tmp_path):
+    loaded = load_config(script_project(tmp_path / "p", notice_signals=["SIGUSR1"], memory_limit_mb=3,
+                                        env={"MY_FLAG": "1"}))
+    env = trainer_env(loaded)
+    assert env[NOTICE_SIGNALS_ENV] == "SIGUSR1" and env["MY_FLAG"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["RUNBOOK_OUT_DIR"] == str(loaded.out_dir) and env["RUNBOOK_TRAIN_DIR"] == str(tmp_path / "p" / "data" / "train")
+    spec = launch_spec(loaded, tmp_path / "launch" / "1", None, ["py", "t.py"])
+    assert spec.memory_limit_bytes == 3 * 1024 * 1024
+    assert (spec.notice_signal, spec.quit_signal) == ("SIGUSR1", "SIGTERM")
+    assert json.loads(spec.config_file.read_text()) == {"argv": ["py", "t.py"], "hyperparameters": {
+        "lr": 0.003, "micro_batch_size": 4, "batch_size": 16}}
+    default = launch_spec(load_config(script_project(tmp_path / "q")), tmp_path / "launch" / "2", None, ["py"])
+    assert (default.notice_signal, default.quit_signal, default.memory_limit_bytes) == ("SIGTERM", "SIGUSR2", None)
+    none = launch_spec(load_config(script_project(tmp_path / "r", notice_signals=[])), tmp_path / "launch" / "3", None, ["py"])
+    assert (none.notice_signal, none.quit_signal) == (None, "SIGTERM")
+
+
+def test_the_adapter_launches_the_command_and_resumes_with_the_resume_arguments(tmp_path):
+    loaded = load_config(script_project(tmp_path / "p"))
+    adapter = ScriptAdapter()
+    spec = adapter.prepare_launch(loaded, tmp_path / "launch", None, "sha256:x")
+    assert spec.argv == [sys.executable, "train.py", "--out", str(loaded.out_dir), "--lr", "0.003", "--micro", "4"]
+    resumed = adapter.prepare_launch(loaded, tmp_path / "launch2", Path("/ck/step-000008/state.pt"), "sha256:x")
+    assert resumed.argv[-2:] == ["--resume", "/ck/step-000008/state.pt"] and resumed.resume_from == Path("/ck/step-000008/state.pt")
+    assert adapter.tokens_per_progress_line(loaded) == 16 * 32
+    assert adapter.relocate_run_dir(None, tmp_path, tmp_path / "x") == 0
+    assert adapter.share_run_data(tmp_path, tmp_path / "x") == [] and adapter.data_fingerprint(loaded) is None
+    assert adapter.is_installed() is True
+
+
+def test_the_adapter_reads_the_sdks_lines(tmp_path):
+    adapter = ScriptAdapter()
+    assert adapter.parse_line("runbook: step 3 loss 1.5 took 12 ms") == Progress(3, 3, 1.5, 12.0, True)
+    assert adapter.parse_line(f"runbook: saving {tmp_path / 'step-000004'}") == CheckpointSaving(
+        path=str(tmp_path / "step-000004" / "state.pt"))
+
+
+def test_the_script_is_found_after_the_launcher():
+    assert script_index(["python", "train.py"]) == 1
+    assert script_index(["train.py", "x.py"]) == 1                 # the program itself is not the script
+    assert script_index(["torchrun", "--nproc-per-node", "2", "-x.py", "t.py"]) == 4
+    assert script_index(["python", "-m", "mod"]) is None
+
+
+def test_the_check_names_a_missing_program_and_a_missing_script(tmp_path):
+    fine = load_config(script_project(tmp_path / "p"))
+    assert ScriptAdapter().check_environment(fine) == []
+    by_path = load_config(script_project(tmp_path / "q", command=["./run.sh", "--x"], script=False))
+    (tmp_path / "q" / "run.sh").write_text("#!/bin/sh\n")
+    assert ScriptAdapter().check_environment(by_path) == []
+    missing = load_config(script_project(tmp_path / "r", command=["no-such-program-xyz", "train.py"], script=False))
+    program, script = ScriptAdapter().check_environment(missing)
+    assert "trainer.command[0] is 'no-such-program-xyz': no such executable on PATH or file" in program
+    assert f"trainer.command[1] is 'train.py': no file {tmp_path / 'r' / 'train.py'}" in script
+
+
+def test_the_settings_keep_the_command_they_validated():
+    settings = ScriptSettings(kind="script", command=["{python}", "t.py", "{lr}"])
+    assert settings.command == ["{python}", "t.py", "{lr}"] and settings.resume_args == ["--resume", "{resume}"]
+    with pytest.raises(ValueError, match="unknown template field"):
+        ScriptSettings(kind="script", command=["{python}", "{nope}"])
+
+
+# --- the contract's checkpoint folders ------------------------------------------------------------------
+
+
+def test_a_checkpoint_folder_is_named_by_its_padded_step_and_read_back():
+    layout = ScriptAdapter().layout
+    assert layout.folder_name(8) == "step-000008" and layout.step_of("step-000008") == 8
+    assert layout.step_of("step-") is None and layout.step_of("xstep-1") is None and layout.step_of("final") is None
+    assert layout.step_in_path("/o/step-000004/sub/step-000012/state.pt") == 12
+    assert layout.step_in_path("/o/final/state.pt") is None
+    assert layout.resume_file(Path("/o/step-000004")) == Path("/o/step-000004/state.pt")
+    assert layout.writes("state.pt") and not layout.writes("notes.txt")
+
+
+def test_a_layout_writes_its_files_and_its_numbered_ones():
+    import re
+    layout = FolderLayout("ck-", "m.bin", 3, frozenset({"opt.json"}), patterns=(re.compile(r"rng_\d+\.pth"),))
+    assert layout.writes("m.bin") and layout.writes("opt.json") and layout.writes("rng_3.pth")
+    assert not layout.writes("rng_x.pth") and not layout.writes("xrng_3.pth")
+    assert layout.folder_name(7) == "ck-007"
+
+
+def test_a_folder_scan_reads_only_the_trainers_files_and_needs_the_resume_file(tmp_path):
+    layout = ScriptAdapter().layout
+    folder = tmp_path / "step-000004"
+    folder.mkdir()
+    assert layout.scan(folder, True) == ("no state.pt", {})
+    assert not layout.looks_whole(folder)
+    (folder / "state.pt").write_bytes(b"not a zip")
+    problem, _ = layout.scan(folder, False)
+    assert problem.startswith("state.pt: not a readable torch file")
+    assert not layout.looks_whole(folder)
+
+
+def test_the_saves_a_log_announces_are_the_steps_and_final(tmp_path):
+    layout = ScriptAdapter().layout
+    out = tmp_path / "out"
+    log = "\n".join(f"runbook: saving {out / name}" for name in ("step-000004", "final", "other")).encode()
+    assert layout.announced_saves(log, out) == {"step-000004", "final"}
