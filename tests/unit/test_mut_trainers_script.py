@@ -4,16 +4,19 @@ config's templates, the launcher's rank count, the checkpoint folders of the sdk
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from engine.observe.events import CheckpointSaving, Progress
 from engine.trainers.run_config import load_config
-from engine.trainers.script import template
+from engine.trainers.script import formats, template
 from engine.trainers.script.adapter import ScriptAdapter, script_index
 from engine.trainers.script.launch import NOTICE_SIGNALS_ENV, argv_of, launch_spec, trainer_env
 from engine.trainers.script.layout import FolderLayout
@@ -200,3 +203,149 @@ def test_the_saves_a_log_announces_are_the_steps_and_final(tmp_path):
     out = tmp_path / "out"
     log = "\n".join(f"runbook: saving {out / name}" for name in ("step-000004", "final", "other")).encode()
     assert layout.announced_saves(log, out) == {"step-000004", "final"}
+
+
+# --- a checkpoint file's own format (formats.py) -----------------------------------------------------------
+
+
+def safetensors(path: Path, header: object, data: bytes = b"", length: int | None = None) -> Path:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+    return path
+
+
+def test_a_safetensors_file_shorter_than_its_length_field_is_truncated(tmp_path):
+    (tmp_path / "a.safetensors").write_bytes(b"1234567")
+    assert formats.safetensors_problem(tmp_path / "a.safetensors") == \
+        "a.safetensors: 7 bytes, shorter than a safetensors header (truncated)"
+    (tmp_path / "b.safetensors").write_bytes(struct.pack("<Q", 0))      # 8 bytes: a length, an empty header
+    assert formats.safetensors_problem(tmp_path / "b.safetensors") == "b.safetensors: its header is not JSON (corrupted)"
+
+
+def test_a_header_may_fill_the_file_but_not_pass_its_end(tmp_path):
+    exact = safetensors(tmp_path / "exact.safetensors", {})
+    assert formats.safetensors_problem(exact) is None and formats.whole(exact)
+    past = safetensors(tmp_path / "past.safetensors", {}, length=3)
+    assert formats.safetensors_problem(past) == "past.safetensors: header of 3 bytes in a 10-byte file (truncated or not safetensors)"
+    assert not formats.whole(past)
+
+
+def test_a_header_longer_than_safetensors_own_limit_is_refused_unread(tmp_path):
+    path = tmp_path / "big.safetensors"
+    limit = 100 * 1024 * 1024
+    with open(path, "wb") as fh:                                          # sparse: 101 MiB, nothing written
+        fh.write(struct.pack("<Q", limit + 1))
+        fh.truncate(limit + (1 << 20))
+    assert formats.safetensors_problem(path) == (f"big.safetensors: header of {limit + 1} bytes in a "
+                                                 f"{limit + (1 << 20)}-byte file (truncated or not safetensors)")
+
+
+def entry(begin, end) -> dict:
+    return {"dtype": "F32", "shape": [1], "data_offsets": [begin, end]}
+
+
+def test_a_header_describes_exactly_the_bytes_after_it():
+    assert formats.header_problem({"__metadata__": {"format": "pt"}, "a": entry(0, 8), "b": entry(8, 16)}, 20, 36) is None
+    assert formats.header_problem({"b": entry(8, 16), "a": entry(0, 8)}, 20, 36) is None    # the last end counts
+    assert formats.header_problem({"a": entry(0, 0)}, 20, 20) is None                         # an empty tensor
+    assert formats.header_problem({"a": entry(0, 8)}, 20, 27) == "27 bytes but its header describes 28 (truncated)"
+    assert formats.header_problem({"a": entry(0, 8)}, 20, 29) == "1 bytes beyond its tensors (corrupted)"
+    assert formats.header_problem([entry(0, 8)], 20, 28) == "its header is not a mapping (corrupted)"
+
+
+@pytest.mark.parametrize("offsets", [[0, 8, 16], [-1, 8], [9, 8], [0.0, 8], [True, 8], [0], "0-8"])
+def test_malformed_data_offsets_are_named(offsets):
+    problem = formats.header_problem({"w": {"data_offsets": offsets}}, 20, 28)
+    assert problem == f"its header is malformed: tensor 'w' has data_offsets {repr(offsets)[:40]} (corrupted)"
+
+
+def test_a_malformed_entry_is_named_in_a_bounded_line():
+    name, offsets = "n" * 100, list(range(30))
+    problem = formats.header_problem({name: {"data_offsets": offsets}}, 20, 28)
+    assert problem == f"its header is malformed: tensor {name[:80]!r} has data_offsets {repr(offsets)[:40]} (corrupted)"
+
+
+def member(name: str = "archive/data.pkl", compress_type: int = zipfile.ZIP_DEFLATED, file_size: int = 100,
+           compress_size: int = 100, flag_bits: int = 0) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.compress_type, info.file_size, info.compress_size, info.flag_bits = compress_type, file_size, compress_size, flag_bits
+    return info
+
+
+def test_a_members_compression_ratio_is_capped_at_fifty_to_one():
+    assert formats.members_problem([member(file_size=5000, compress_size=100)]) is None
+    assert formats.members_problem([member(file_size=5001, compress_size=100)]) == (
+        "member archive/data.pkl inflates 100 bytes to 5001 (at most 50:1 is read; torch.save stores its members uncompressed)")
+    assert formats.members_problem([member(file_size=50, compress_size=0)]) is None
+    assert formats.members_problem([member(file_size=51, compress_size=0)]).startswith("member archive/data.pkl inflates 0")
+    assert formats.members_problem([member(compress_type=zipfile.ZIP_STORED, file_size=10**12, compress_size=1)]) is None
+
+
+def test_deflated_members_are_capped_in_total():
+    half = 1 << 29
+    assert formats.members_problem([member(file_size=half, compress_size=half), member(file_size=half, compress_size=half)]) is None
+    assert formats.members_problem([member(file_size=half, compress_size=half),
+                                    member(file_size=half + 1, compress_size=half)]) == \
+        f"its deflated members inflate to more than {1 << 30} bytes"
+
+
+def test_only_the_encryption_bit_makes_a_member_encrypted():
+    assert formats.members_problem([member(flag_bits=0x1)]) == "member archive/data.pkl is encrypted"
+    assert formats.members_problem([member(flag_bits=0x2 | 0x8)]) is None
+    assert formats.members_problem([member(name="m" * 200, flag_bits=0x1)]) == f"member {'m' * 120} is encrypted"
+    assert formats.members_problem([member(compress_type=zipfile.ZIP_BZIP2)]) == (
+        "member archive/data.pkl uses compression method 12, which torch.save never writes")
+
+
+def zip_file(path: Path, members: dict[str, bytes], compression=zipfile.ZIP_STORED) -> Path:
+    with zipfile.ZipFile(path, "w", compression) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_a_torch_file_is_read_through_and_a_flipped_byte_fails_its_crc(tmp_path):
+    good = zip_file(tmp_path / "state.pt", {"archive/data.pkl": b"x" * 3000, "archive/version": b"3"})
+    assert formats.zip_problem(good) is None and formats.whole(good)
+    data = bytearray(good.read_bytes())
+    data[data.index(b"x" * 100) + 50] ^= 0xFF
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(bytes(data))
+    assert formats.zip_problem(bad) == "bad.pt: member archive/data.pkl fails its CRC (corrupted)"
+    long = zip_file(tmp_path / "long.pt", {"d" * 200: b"x" * 100})
+    flipped = bytearray(long.read_bytes())
+    flipped[flipped.index(b"x" * 100) + 5] ^= 0xFF
+    long.write_bytes(bytes(flipped))
+    assert formats.zip_problem(long) == f"long.pt: member {'d' * 120} fails its CRC (corrupted)"
+
+
+def test_a_file_that_is_no_zip_is_not_a_readable_torch_file(tmp_path):
+    (tmp_path / "state.pt").write_bytes(b"PK" + b"\0" * 300)
+    problem = formats.zip_problem(tmp_path / "state.pt")
+    assert problem == "state.pt: not a readable torch file (File is not a zip file; truncated?)"
+    assert not formats.whole(tmp_path / "state.pt")
+
+
+def test_json_files_are_parsed_and_other_files_only_exist(tmp_path):
+    (tmp_path / "a.json").write_text('{"step": 4}')
+    (tmp_path / "b.json").write_bytes(b"\xff\xfe{")
+    (tmp_path / "c.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "d.txt").write_text("anything")
+    assert formats.json_problem(tmp_path / "a.json") is None
+    assert formats.json_problem(tmp_path / "b.json") == "b.json: not valid JSON (truncated or corrupted)"
+    assert formats.json_problem(tmp_path / "c.json") == "c.json: not JSON this runbook will read: nested too deep"
+    assert formats.whole(tmp_path / "d.txt") and not formats.whole(tmp_path / "e.txt")
+
+
+def test_a_scan_answers_the_first_problem_or_every_files_digest(tmp_path):
+    good = zip_file(tmp_path / "state.pt", {"archive/data.pkl": b"x" * 10})
+    (tmp_path / "notes.txt").write_bytes(b"hello")
+    (tmp_path / "meta.json").write_text("{")
+    digest = hashlib.sha256(good.read_bytes()).hexdigest()
+    assert formats.scan_files([good, tmp_path / "notes.txt"], True) == (
+        None, {"state.pt": digest, "notes.txt": hashlib.sha256(b"hello").hexdigest()})
+    assert formats.scan_files([good], False) == (None, {})
+    assert formats.scan_files([good, tmp_path / "meta.json"], True) == ("meta.json: not valid JSON (truncated or corrupted)", {})
+    big = tmp_path / "big.bin.txt"
+    big.write_bytes(os.urandom(3 << 20))                                  # more than one read of the file
+    assert formats.sha256(big) == hashlib.sha256(big.read_bytes()).hexdigest()
