@@ -142,6 +142,11 @@ EQUIVALENT.update({
         "the tracker's two fields are set and reset together: either part alone gives the same answer",
     ("engine/watch/incident_runner.py", _FIRST_PROGRESS, "> -> >="):
         "progress_since_launch 0 comes with last_progress_time None (reset together): False either way",
+    ("engine/trainers/hf/layout.py",
+     'super().__init__("checkpoint-", MODEL, 0, FILES, required_files=("trainer_state.json",), patterns=PATTERNS)',
+     "0 -> 1"): "a zero-padded width of 1 pads nothing: every step has at least one digit (checkpoint-4 either way)",
+    ("engine/trainers/hf/settings.py", 'return item[2:].split("=", 1)[0].replace("-", "_")', "1 -> 2"):
+        "the part before the first '=' is the same whatever the number of splits",
 })
 
 _FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],

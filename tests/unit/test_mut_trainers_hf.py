@@ -236,6 +236,7 @@ def test_save_only_model_is_refused_when_it_comes_on():
         assert args_problem(off) is None, off
     assert _truthy("--x", []) and _truthy("--x", ["--y"]) and not _truthy("--x=false", ["true"])
     assert _truthy("--x=true", ["false"]) and not _truthy("--x", ["false", "true"])
+    assert _truthy("--x=no=yes", [])                    # the value is all after the first '=': no bool word
 
 
 def test_the_settings_keep_the_launcher_and_the_args_they_validated():
@@ -261,6 +262,13 @@ def test_a_missing_script_is_named_and_preflight_parse_off_checks_nothing_more(t
 def test_a_script_whose_parser_takes_runbooks_flags_passes_the_check(tmp_path):
     loaded = load_config(hf_project(tmp_path / "p"))
     assert HFTrainerAdapter().check_environment(loaded) == []
+
+
+def test_a_script_that_never_parses_its_arguments_is_refused(tmp_path):
+    loaded = load_config(hf_project(tmp_path / "p", "print('no parser here')\n"))
+    [problem] = HFTrainerAdapter().check_environment(loaded)
+    assert problem.endswith(": trainer.script train.py: the script ended without parsing TrainingArguments with "
+                            "HfArgumentParser: (no output)")
 
 
 def test_a_script_that_forces_its_own_value_is_refused_with_the_field(tmp_path):

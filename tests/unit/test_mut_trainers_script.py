@@ -77,6 +77,8 @@ def test_a_launcher_flag_is_read_in_both_spellings_and_not_past_the_end():
     assert _flag(["torchrun", "--nnodes"], ("--nnodes",)) is None          # a flag with no value after it
     assert _flag(["torchrun", "--nnodesx", "2"], ("--nnodes",)) is None
     assert _flag(["--nnodes", "4", "--nnodes", "5"], ("--nnodes",)) == "4"
+    assert _flag(["torchrun", "--nnodes=1=2"], ("--nnodes",)) == "1=2"
+    assert world_size(["torchrun", "--nproc-per-node=2=3"], devices=5) == 5            # no count: the config's
 
 
 def test_a_rank_count_is_a_positive_number_or_the_most_of_an_elastic_range():
@@ -113,6 +115,8 @@ def test_a_launch_is_written_down_with_its_environment_and_signals(tmp_path):
     assert (spec.notice_signal, spec.quit_signal) == ("SIGUSR1", "SIGTERM")
     assert json.loads(spec.config_file.read_text()) == {"argv": ["py", "t.py"], "hyperparameters": {
         "lr": 0.003, "micro_batch_size": 4, "batch_size": 16}}
+    again = launch_spec(loaded, tmp_path / "launch" / "1", None, ["py", "t.py", "--again"])    # the same folder again
+    assert json.loads(again.config_file.read_text())["argv"] == ["py", "t.py", "--again"]
     default = launch_spec(load_config(script_project(tmp_path / "q")), tmp_path / "launch" / "2", None, ["py"])
     assert (default.notice_signal, default.quit_signal, default.memory_limit_bytes) == ("SIGTERM", "SIGUSR2", None)
     none = launch_spec(load_config(script_project(tmp_path / "r", notice_signals=[])), tmp_path / "launch" / "3", None, ["py"])
@@ -152,10 +156,24 @@ def test_the_check_names_a_missing_program_and_a_missing_script(tmp_path):
     by_path = load_config(script_project(tmp_path / "q", command=["./run.sh", "--x"], script=False))
     (tmp_path / "q" / "run.sh").write_text("#!/bin/sh\n")
     assert ScriptAdapter().check_environment(by_path) == []
-    missing = load_config(script_project(tmp_path / "r", command=["no-such-program-xyz", "train.py"], script=False))
+    missing_config = script_project(tmp_path / "r", command=["no-such-program-xyz", "train.py"], script=False)
+    missing = load_config(missing_config)
     program, script = ScriptAdapter().check_environment(missing)
+    lines = [line.strip() for line in missing_config.read_text().splitlines()]
+    program_line, script_line = lines.index('"no-such-program-xyz",') + 1, lines.index('"train.py"') + 1
+    assert program.startswith(f"{missing_config}:{program_line}:") and script.startswith(f"{missing_config}:{script_line}:")
     assert "trainer.command[0] is 'no-such-program-xyz': no such executable on PATH or file" in program
     assert f"trainer.command[1] is 'train.py': no file {tmp_path / 'r' / 'train.py'}" in script
+
+
+def test_a_program_found_on_path_needs_no_file_and_a_command_without_a_script_needs_none(tmp_path):
+    on_path = load_config(script_project(tmp_path / "p", command=["sh", "train.py"]))
+    assert ScriptAdapter().check_environment(on_path) == []
+    no_script = load_config(script_project(tmp_path / "q", command=["sh", "-c", "true"], script=False))
+    assert ScriptAdapter().check_environment(no_script) == []
+    no_file = load_config(script_project(tmp_path / "r", command=["sh", "gone.py"], script=False))
+    [problem] = ScriptAdapter().check_environment(no_file)
+    assert f"trainer.command[1] is 'gone.py': no file {tmp_path / 'r' / 'gone.py'}" in problem
 
 
 def test_the_settings_keep_the_command_they_validated():
@@ -196,6 +214,11 @@ def test_a_folder_scan_reads_only_the_trainers_files_and_needs_the_resume_file(t
     problem, _ = layout.scan(folder, False)
     assert problem.startswith("state.pt: not a readable torch file")
     assert not layout.looks_whole(folder)
+    zip_file(folder / "state.pt", {"archive/data.pkl": b"x"})
+    (folder / "extra.json").write_text("{")                       # not the trainer's: not checked here
+    (folder / "sub.pt").mkdir()
+    problem, digests = layout.scan(folder, True)
+    assert problem is None and list(digests) == ["state.pt"] and layout.looks_whole(folder)
 
 
 def test_the_saves_a_log_announces_are_the_steps_and_final(tmp_path):
@@ -326,6 +349,13 @@ def test_a_file_that_is_no_zip_is_not_a_readable_torch_file(tmp_path):
     assert not formats.whole(tmp_path / "state.pt")
 
 
+def test_an_unreadable_torch_file_is_said_in_a_bounded_line(tmp_path):
+    gone = tmp_path / ("d" * 150) / "state.pt"
+    problem = formats.zip_problem(gone)
+    assert problem == f"state.pt: not a readable torch file ({str(FileNotFoundError(2, 'No such file or directory', str(gone)))[:120]}; truncated?)"
+    assert "[Errno 2]" in problem
+
+
 def test_json_files_are_parsed_and_other_files_only_exist(tmp_path):
     (tmp_path / "a.json").write_text('{"step": 4}')
     (tmp_path / "b.json").write_bytes(b"\xff\xfe{")
@@ -349,3 +379,75 @@ def test_a_scan_answers_the_first_problem_or_every_files_digest(tmp_path):
     big = tmp_path / "big.bin.txt"
     big.write_bytes(os.urandom(3 << 20))                                  # more than one read of the file
     assert formats.sha256(big) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+# --- a checkpoint's tensors (weights.py) ---------------------------------------------------------------------
+
+from engine.checkpoints.rollback import UnreadableWeights  # noqa: E402
+from engine.trainers.script import weights  # noqa: E402
+
+
+def nested(depth: int, leaf) -> dict:
+    """`leaf` under `depth` levels of one-key dicts, at the name l.l....l."""
+    value = leaf
+    for _ in range(depth):
+        value = {"l": value}
+    return value
+
+
+def test_tensors_are_found_down_to_the_walks_depth_and_named_by_their_path(tmp_path):
+    import torch
+    nan = torch.tensor([float("nan")])
+    # under "model": the state at depth 0, its containers down to depth 63 walked, the tensor at 64 found
+    torch.save({"model": {"deep": nested(63, nan), "list": [torch.ones(1), (nan,)]}}, tmp_path / "ok.pt")
+    assert weights.nonfinite_names(tmp_path / "ok.pt", "model", 5) == ["deep" + ".l" * 63, "list.1.0"]
+    torch.save({"model": {"deep": nested(64, nan), "ok": torch.ones(1)}}, tmp_path / "deeper.pt")
+    assert weights.nonfinite_names(tmp_path / "deeper.pt", "model", 5) == []
+    # a list at depth 63 is walked, one at depth 64 is not
+    torch.save({"model": {"deep": [nested(61, [nan])], "ok": torch.ones(1)}}, tmp_path / "list.pt")
+    assert weights.nonfinite_names(tmp_path / "list.pt", "model", 5) == ["deep.0" + ".l" * 61 + ".0"]
+    torch.save({"model": {"deep": [nested(62, [nan])], "ok": torch.ones(1)}}, tmp_path / "list2.pt")
+    assert weights.nonfinite_names(tmp_path / "list2.pt", "model", 5) == []
+
+
+def test_the_search_stops_at_its_limit_and_needs_a_floating_tensor(tmp_path):
+    import torch
+    nan = torch.tensor([float("nan")])
+    torch.save({"a": nan, "b": nan, "c": nan}, tmp_path / "three.pt")
+    assert weights.nonfinite_names(tmp_path / "three.pt", None, 2) == ["a", "b"]
+    assert weights.nonfinite_names(tmp_path / "three.pt", None, 1) == ["a"]
+    torch.save({"model": {"step": torch.tensor([1, 2])}}, tmp_path / "ints.pt")
+    with pytest.raises(UnreadableWeights, match=r"ints.pt: no floating-point tensor under 'model' to scan"):
+        weights.nonfinite_names(tmp_path / "ints.pt", "model", 3)
+
+
+def test_a_missing_weights_key_lists_ten_keys_or_the_states_type(tmp_path):
+    import torch
+    torch.save({f"k{i:02d}": i for i in range(12)}, tmp_path / "many.pt")
+    with pytest.raises(UnreadableWeights) as raised:
+        weights.nonfinite_names(tmp_path / "many.pt", "model", 3)
+    assert str(raised.value) == ("many.pt: no key 'model' (trainer.weights_key); its keys: "
+                                 + str([f"k{i:02d}" for i in range(10)]))
+    torch.save([torch.ones(2)], tmp_path / "list.pt")
+    with pytest.raises(UnreadableWeights) as raised:
+        weights.nonfinite_names(tmp_path / "list.pt", "model", 3)
+    assert str(raised.value) == "list.pt: no key 'model' (trainer.weights_key); its keys: list"
+
+
+def test_numpy_values_beside_the_tensors_are_read(tmp_path):
+    import numpy
+    import torch
+    torch.save({"model": {"w": torch.ones(2)}, "best": numpy.float64(1.5), "seen": numpy.arange(3)}, tmp_path / "s.pt")
+    assert weights.nonfinite_names(tmp_path / "s.pt", "model", 3) == []
+    state = weights.read_state(tmp_path / "s.pt")
+    assert state["best"] == 1.5 and list(state["seen"]) == [0, 1, 2]
+
+
+def test_why_a_file_is_unreadable_is_one_line():
+    assert weights.why_unreadable(RuntimeError("Unsupported global: GLOBAL os.system was not an allowed global")) == \
+        "it holds os.system, which runbook does not unpickle (loading it could run code)"
+    assert weights.why_unreadable(RuntimeError("expected a tensor but got <class 'mymod.Thing'> here")) == \
+        "it holds mymod.Thing, which runbook does not unpickle (loading it could run code)"
+    assert weights.why_unreadable(ValueError("first\n  second line  \n\n")) == "ValueError: second line"
+    assert weights.why_unreadable(EOFError("")) == "EOFError: "
+    assert weights.why_unreadable(OSError("x" * 300)) == "OSError: " + "x" * 160
