@@ -147,6 +147,22 @@ EQUIVALENT.update({
      "0 -> 1"): "a zero-padded width of 1 pads nothing: every step has at least one digit (checkpoint-4 either way)",
     ("engine/trainers/hf/settings.py", 'return item[2:].split("=", 1)[0].replace("-", "_")', "1 -> 2"):
         "the part before the first '=' is the same whatever the number of splits",
+    ("engine/trainers/script/formats.py", "CHUNK = 1 << 20",
+     "1 -> 2"): "CHUNK is only how much one read takes: every check and digest reads the whole file in any size",
+    ("engine/trainers/script/formats.py", "CHUNK = 1 << 20",
+     "20 -> 21"): "CHUNK is only how much one read takes: every check and digest reads the whole file in any size",
+    ("engine/trainers/script/formats.py", 'return f"{path.name}: member {name}: its compressed data is corrupt ({str(error)[:80]})"',
+     "80 -> 81"): "zlib's inflate messages are at most 71 characters ('Error -3 while decompressing data: ...'): never cut",
+    ("engine/trainers/script/launch.py", 'config_file.write_text(json.dumps({"argv": argv, "hyperparameters": hyper}, indent=1))',
+     "1 -> 2"): "launch.json's indentation: it is read as JSON, by people and json.loads alike",
+    ("engine/trainers/script/template.py", "return m.group(0)[0]",
+     "0 -> 1 #1"): "'{{'[1] and '}}'[1] are the same brace as [0]",
+    ("engine/trainers/script/weights.py", "scalar = numpy.float64(0).__reduce__()[0]               # numpy._core.multiarray.scalar",
+     "0 -> 1"): "numpy.float64(1) reduces with the same function (numpy's scalar) as float64(0)",
+    ("engine/trainers/script/weights.py", "reconstruct = numpy.zeros(0).__reduce__()[0]            # numpy._core.multiarray._reconstruct",
+     "0 -> 1"): "numpy.zeros(1) reduces with the same function (_reconstruct) as zeros(0)",
+    ("engine/trainers/script/weights.py", "scanned += 1",
+     "1 -> 2"): "only whether any floating tensor was scanned is read (scanned is never shown)",
 })
 
 _FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],

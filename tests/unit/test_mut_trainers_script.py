@@ -136,6 +136,25 @@ def test_the_adapter_launches_the_command_and_resumes_with_the_resume_arguments(
     assert adapter.is_installed() is True
 
 
+def test_a_resume_hands_the_checkpoints_state_pt_and_its_nan_search_reads_the_weights_key(tmp_path):
+    import torch
+    loaded = load_config(script_project(tmp_path / "p", weights_key="net"))
+    adapter = ScriptAdapter()
+    folder = loaded.out_dir / "step-000008"
+    folder.mkdir(parents=True)
+
+    class Saved:   # a checkpoint as the ledger lists it
+        path = folder
+        step = 8
+
+    assert adapter.find_nonfinite(Saved, 3) == []                        # no state.pt: nothing to read
+    torch.save({"net": {"w": torch.tensor([float("nan")])}, "model": {"v": torch.ones(1)}}, folder / "state.pt")
+    plan = adapter.prepare_resume(Saved, loaded, tmp_path / "scratch")
+    assert (plan.file, plan.detail, plan.note) == (folder / "state.pt", "from step 8", None)
+    assert adapter.find_nonfinite(Saved, 3) == ["w"]                     # under the bound run config's weights_key
+    assert ScriptAdapter().find_nonfinite(Saved, 3) == []                # unbound: the default key, "model"
+
+
 def test_the_adapter_reads_the_sdks_lines(tmp_path):
     adapter = ScriptAdapter()
     assert adapter.parse_line("runbook: step 3 loss 1.5 took 12 ms") == Progress(3, 3, 1.5, 12.0, True)
@@ -346,7 +365,7 @@ def test_a_file_that_is_no_zip_is_not_a_readable_torch_file(tmp_path):
     (tmp_path / "state.pt").write_bytes(b"PK" + b"\0" * 300)
     problem = formats.zip_problem(tmp_path / "state.pt")
     assert problem == "state.pt: not a readable torch file (File is not a zip file; truncated?)"
-    assert not formats.whole(tmp_path / "state.pt")
+    assert formats.whole(tmp_path / "state.pt") is False
 
 
 def test_an_unreadable_torch_file_is_said_in_a_bounded_line(tmp_path):
