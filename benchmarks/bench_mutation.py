@@ -78,8 +78,19 @@ MODULES.update({
 })
 
 # engine/watch/incident_runner and the trainer kinds engine/trainers/{hf,script}
-
+# (tests/language/test_fuzz_records.py also reaches incident_runner's two formatters, at 5 s a run, and only
+# checks that their output renders; engine/trainers/script/lines.py is another area's; tests/trainers/test_formats.py
+# runs examples/, which the benchmark's copy does not hold)
+HF = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "engine" / "trainers" / "hf").glob("*.py") if p.name != "__init__.py")
+SCRIPT = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "engine" / "trainers" / "script").glob("*.py")
+                if p.name not in ("__init__.py", "lines.py"))
 MODULES.update({
+    "incident_runner": (["engine/watch/incident_runner.py"], ["tests/language/test_drafting.py"]),
+    "trainers_hf": (HF, ["tests/trainers/test_hf_parse_check.py",
+                         "tests/trainers/test_hf_checkpoint_files.py", "tests/trainers/test_hostile_checkpoints.py",
+                         "tests/unit/test_launcher_world.py"]),
+    "trainers_script": (SCRIPT, ["tests/trainers/test_script_weights.py",
+                                 "tests/trainers/test_hostile_checkpoints.py", "tests/unit/test_launcher_world.py"]),
 })
 
 COPIED = ["engine", "runbook", "playbooks", "tests", "configs", "benchmarks", "pyproject.toml", "README.md", "docs"]
@@ -184,8 +195,35 @@ EQUIVALENT.update({
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}
-
+_FIRST_PROGRESS = "if tracker.progress_since_launch > 0 and tracker.last_progress_time is not None:"
 EQUIVALENT.update({
+    # the tracker sets last_progress_time and counts progress_since_launch in one on_event, and new_launch resets
+    # both (engine/observe/observer.py): last_progress_time is not None exactly when progress_since_launch >= 1
+    ("engine/watch/incident_runner.py", _FIRST_PROGRESS, "and -> or"):
+        "the tracker's two fields are set and reset together: either part alone gives the same answer",
+    ("engine/watch/incident_runner.py", _FIRST_PROGRESS, "> -> >="):
+        "progress_since_launch 0 comes with last_progress_time None (reset together): False either way",
+    ("engine/trainers/hf/layout.py",
+     'super().__init__("checkpoint-", MODEL, 0, FILES, required_files=("trainer_state.json",), patterns=PATTERNS)',
+     "0 -> 1"): "a zero-padded width of 1 pads nothing: every step has at least one digit (checkpoint-4 either way)",
+    ("engine/trainers/hf/settings.py", 'return item[2:].split("=", 1)[0].replace("-", "_")', "1 -> 2"):
+        "the part before the first '=' is the same whatever the number of splits",
+    ("engine/trainers/script/formats.py", "CHUNK = 1 << 20",
+     "1 -> 2"): "CHUNK is only how much one read takes: every check and digest reads the whole file in any size",
+    ("engine/trainers/script/formats.py", "CHUNK = 1 << 20",
+     "20 -> 21"): "CHUNK is only how much one read takes: every check and digest reads the whole file in any size",
+    ("engine/trainers/script/formats.py", 'return f"{path.name}: member {name}: its compressed data is corrupt ({str(error)[:80]})"',
+     "80 -> 81"): "zlib's inflate messages are at most 71 characters ('Error -3 while decompressing data: ...'): never cut",
+    ("engine/trainers/script/launch.py", 'config_file.write_text(json.dumps({"argv": argv, "hyperparameters": hyper}, indent=1))',
+     "1 -> 2"): "launch.json's indentation: it is read as JSON, by people and json.loads alike",
+    ("engine/trainers/script/template.py", "return m.group(0)[0]",
+     "0 -> 1 #1"): "'{{'[1] and '}}'[1] are the same brace as [0]",
+    ("engine/trainers/script/weights.py", "scalar = numpy.float64(0).__reduce__()[0]               # numpy._core.multiarray.scalar",
+     "0 -> 1"): "numpy.float64(1) reduces with the same function (numpy's scalar) as float64(0)",
+    ("engine/trainers/script/weights.py", "reconstruct = numpy.zeros(0).__reduce__()[0]            # numpy._core.multiarray._reconstruct",
+     "0 -> 1"): "numpy.zeros(1) reduces with the same function (_reconstruct) as zeros(0)",
+    ("engine/trainers/script/weights.py", "scanned += 1",
+     "1 -> 2"): "only whether any floating tensor was scanned is read (scanned is never shown)",
 })
 
 _FLIPS = {ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.Lt: [ast.GtE, ast.LtE], ast.LtE: [ast.Gt, ast.Lt],
