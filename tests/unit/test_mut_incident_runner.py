@@ -6,7 +6,6 @@ each incident is the answer to a recorded snapshot of a trainer that exited."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path

@@ -10,7 +10,6 @@ parser does. transformers' own parser runs in the slow tier (tests/trainers/test
 from __future__ import annotations
 
 import json
-import struct
 import sys
 from pathlib import Path
 
