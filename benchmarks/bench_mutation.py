@@ -68,7 +68,20 @@ MODULES.update({
 
 # engine/checkpoints
 
+# (tests/trainers/test_formats.py also covers layout, store and script/lines.py: it reads examples/, which the copy lacks)
+_CKPT_TESTS = ["tests/unit/test_checkpoints.py", "tests/unit/test_nested_out_dir.py"]
 MODULES.update({
+    "ckpt_layout": (["engine/checkpoints/layout.py"], [*_CKPT_TESTS, "tests/trainers/test_hf_checkpoint_files.py"]),
+    "ckpt_rollback": (["engine/checkpoints/rollback.py"], ["tests/trainers/test_script_weights.py"]),
+    "ckpt_retention": (["engine/checkpoints/retention.py"], ["tests/unit/test_upkeep.py"]),
+    "ckpt_partial_saves": (["engine/checkpoints/partial_saves.py"], _CKPT_TESTS),
+    "ckpt_out_dir_claim": (["engine/checkpoints/out_dir_claim.py"], ["tests/unit/test_nested_out_dir.py"]),
+    "ckpt_ledger": (["engine/checkpoints/ledger.py"],
+                    [*_CKPT_TESTS, "tests/unit/test_upkeep.py", "tests/trainers/test_script_weights.py", "tests/unit/test_evidence.py"]),
+    "ckpt_store": (["engine/checkpoints/store.py"],
+                   [*_CKPT_TESTS, "tests/unit/test_manifest_confined.py", "tests/trainers/test_hostile_checkpoints.py",
+                    "tests/unit/test_upkeep.py"]),
+    "script_lines": (["engine/trainers/script/lines.py"], ["tests/trainers/test_hf_checkpoint_files.py"]),
 })
 
 # engine/watch/incident_runner and the trainer kinds engine/trainers/{hf,script}
