@@ -132,7 +132,12 @@ EQUIVALENT.update({
 
 # engine/checkpoints
 
+_SDK_CAP = "no sdk line pattern matches a line over 4112 characters (16 + 4096), so MAX_LINE's exact value only bounds the work"
 EQUIVALENT.update({
+    ("engine/trainers/script/lines.py", "MAX_LINE = 8192   # a longer line is no sdk line: never run a regex over megabytes of one line",
+     "8192 -> 8193"): _SDK_CAP,
+    ("engine/trainers/script/lines.py", 'if len(line) > MAX_LINE or not line.startswith("runbook: "):', "> -> >="): _SDK_CAP,
+    ("engine/trainers/script/lines.py", "if len(line) <= MAX_LINE and (m := SAVING.match(line)):", "<= -> <"): _SDK_CAP,
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}

@@ -69,3 +69,75 @@ def test_clear_trainer_tmp_removes_the_trainers_temporaries_and_minds_no_folder(
     (tmp / "sub" / "x.part").write_bytes(b"half")
     partial_saves.clear_trainer_tmp(tmp_path)
     assert not tmp.exists()
+
+
+def test_a_folder_named_last_or_like_the_owner_marker_is_someone_elses(tmp_path):
+    out = tmp_path / "out"
+    (out / "last").mkdir(parents=True)                                  # a user's folder, not runbook's link
+    (out / "runbook-owner.json").mkdir()                                # a folder, not the marker
+    cleanup = partial_saves.find_partial_saves(out, frozenset(), LAYOUT)
+    assert cleanup.foreign == ["last", "runbook-owner.json"] and cleanup.temps == cleanup.partial == []
+    (out / "last").rmdir()
+    (out / "runbook-owner.json").rmdir()
+    (out / "last").symlink_to("step-000010")
+    (out / "runbook-owner.json").write_text("{}")
+    assert partial_saves.find_partial_saves(out, frozenset(), LAYOUT).foreign == []
+
+
+def test_survey_does_not_follow_a_symlink_to_a_folder(tmp_path):
+    out = tmp_path / "out"
+    real = save(tmp_path / "elsewhere", 10)
+    out.mkdir()
+    (out / "step-000010").symlink_to(real)
+    [entry] = partial_saves.survey(out, LAYOUT)
+    assert (entry.name, entry.is_dir, entry.is_symlink, entry.children, entry.looks_whole) == ("step-000010", False, True, (), False)
+    [entry] = partial_saves.survey(real.parent, LAYOUT)
+    assert (entry.is_dir, entry.is_symlink, entry.children, entry.looks_whole) == (True, False, ("state.pt",), True)
+
+
+def _temps(out):
+    prefix = partial_saves.ckpts.own_tmp_prefix(out)
+    return prefix, out / f"{prefix}prune-x", out / f"{prefix}last-1", out / f"{prefix}a.part"
+
+
+def test_remove_temps_deletes_runbooks_temporaries_and_counts_their_own_bytes(tmp_path):
+    out = tmp_path / "out"
+    prefix, folder, link, part = _temps(out)
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a").write_bytes(b"x" * 100)
+    outside = tmp_path / "big"
+    outside.write_bytes(b"y" * 1000)
+    (folder / "to-outside").symlink_to(outside)                         # not ours: not counted, not followed
+    link.symlink_to("step-000010")                                      # a dangling `last` temp
+    part.write_bytes(b"z" * 10)
+    dir_link = out / f"{prefix}dirlink"
+    dir_link.symlink_to(tmp_path)                                       # a link to a folder: removed, not emptied
+    nested = out / "step-000010" / f"{prefix}m.part"
+    nested.parent.mkdir()
+    nested.write_bytes(b"w" * 5)
+    names = [folder.name, link.name, part.name, dir_link.name, f"step-000010/{nested.name}", f"{prefix}gone"]
+    assert partial_saves.remove_temps(out, names) == 115
+    assert sorted(os.listdir(out)) == ["step-000010"] and os.listdir(out / "step-000010") == []
+    assert outside.read_bytes() == b"y" * 1000 and (tmp_path / "big").exists()
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "step-000010/sub/{prefix}deep.part", "../{prefix}x.part"])
+def test_remove_temps_refuses_what_runbook_did_not_name_and_deletes_nothing(tmp_path, name):
+    out = tmp_path / "out"
+    prefix, folder, _link, part = _temps(out)
+    (out / "step-000010" / "sub").mkdir(parents=True)
+    part.write_bytes(b"z")
+    target = out / name.format(prefix=prefix)
+    target.write_bytes(b"keep") if target.parent.exists() else None
+    with pytest.raises(ValueError, match="refusing to delete"):
+        partial_saves.remove_temps(out, [part.name, name.format(prefix=prefix)])
+    assert part.exists() and (not target.parent.exists() or target.read_bytes() == b"keep")
+
+
+def test_only_announced_checkpoints_without_anybody_elses_files_are_owned(tmp_path):
+    out = tmp_path / "out"
+    mine, users, unannounced = save(out, 10), save(out, 20), save(out, 30)
+    (users / "notes.txt").write_text("mine, says the user")
+    owned = partial_saves.owned_checkpoints(out, {mine.name, users.name}, LAYOUT)
+    assert [c.path.name for c in owned] == ["step-000010"]
+    assert unannounced.is_dir()
