@@ -141,3 +141,10 @@ def test_only_announced_checkpoints_without_anybody_elses_files_are_owned(tmp_pa
     owned = partial_saves.owned_checkpoints(out, {mine.name, users.name}, LAYOUT)
     assert [c.path.name for c in owned] == ["step-000010"]
     assert unannounced.is_dir()
+
+
+def test_a_line_of_a_mebibyte_cut_by_a_block_end_is_kept_and_one_over_it_ends_at_its_newline():
+    mebibyte = b"a" * MiB + b"\nrunbook: saving /o/step-000001\n"     # the first block ends just before the newline
+    assert b"".join(line_blocks(io.BytesIO(mebibyte))) == mebibyte
+    over = b"x" * (2 * MiB) + b"\nrunbook: saving /o/step-000002\n"    # left out; its newline opens the third block
+    assert b"".join(line_blocks(io.BytesIO(over))) == b"runbook: saving /o/step-000002\n"
