@@ -138,6 +138,12 @@ EQUIVALENT.update({
      "8192 -> 8193"): _SDK_CAP,
     ("engine/trainers/script/lines.py", 'if len(line) > MAX_LINE or not line.startswith("runbook: "):', "> -> >="): _SDK_CAP,
     ("engine/trainers/script/lines.py", "if len(line) <= MAX_LINE and (m := SAVING.match(line)):", "<= -> <"): _SDK_CAP,
+    ("engine/checkpoints/out_dir_claim.py",
+     "why = error.messages[0] if isinstance(error, SourceError) else (error.strerror or str(error))", "or -> and"):
+        "read_json_record turns every OSError but FileNotFoundError (caught above) into a SourceError: the arm is defensive",
+    ("engine/checkpoints/out_dir_claim.py",
+     'record = json.dumps(marker_record(self.out_dir, self.folder, self.config, mine), indent=1) + "\\n"', "1 -> 2"):
+        "the marker is read back as JSON: its indentation changes none of its fields",
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}
