@@ -177,3 +177,32 @@ def test_a_prune_keeps_the_newest_verified_the_best_the_unverified_and_what_last
     result = led.prune(keep_last_k=0, best_step=30, remove_partial=False, trainer_alive=True)
     assert result.deleted == ["step-000010", "step-000040"] and result.kept_steps == [20, 30, 50, 60]
     assert led.verified == {20, 30, 50}
+
+
+def test_an_empty_out_dir_has_no_checkpoint_and_no_size(tmp_path):
+    status = ledger(tmp_path).status()
+    assert (status.count, status.newest_step, status.newest_verified_step, status.last_size_bytes,
+            status.corrupt_steps) == (0, None, None, 0, [])
+
+
+def test_another_runs_out_dir_inside_is_told_once_and_journaled(tmp_path):
+    journal = Journal(tmp_path / "journal.jsonl")
+    led = ledger(tmp_path, journal=journal)
+    told: list[str] = []
+    led.warn = told.append
+    nested = save(led.out_dir, 10)
+    (nested / "runbook-owner.json").write_text("{}")
+    assert led.refresh() == [] and led.refresh() == [] and led.verified == set()
+    assert told == [f"{nested} is another run's out_dir (it holds runbook-owner.json): never taken for a checkpoint, "
+                    "verified, quarantined or pruned; give the runs separate out_dirs"]
+    assert [e["path"] for e in journal.entries() if e["kind"] == "other_run_inside"] == [str(nested)]
+
+
+def test_a_rollback_names_at_most_three_non_finite_tensors(tmp_path):
+    import torch
+
+    led = saved(tmp_path, 4, 8)
+    nan = torch.tensor([float("nan")])
+    torch.save({"model": {f"t{i}": nan for i in range(5)}}, led.out_dir / "step-000004" / "state.pt")
+    result = led.rollback(bad_step=100, steps=0, scan_nonfinite=True, why="nan")
+    assert result.quarantined == {4: "non-finite weights in t0, t1, t2"}
