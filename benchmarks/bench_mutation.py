@@ -144,6 +144,9 @@ EQUIVALENT.update({
     ("engine/checkpoints/out_dir_claim.py",
      'record = json.dumps(marker_record(self.out_dir, self.folder, self.config, mine), indent=1) + "\\n"', "1 -> 2"):
         "the marker is read back as JSON: its indentation changes none of its fields",
+    ("engine/checkpoints/retention.py", "self._verified_seen = 0   # checkpoints verified when after_new_saves last looked",
+     "0 -> 1"): "a first look at 0 or 1 verified returns None either way (1 <= keep_last_k + 1 for every k >= 0) "
+                "and leaves the count seen the same",
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}
