@@ -64,6 +64,7 @@ def test_another_runs_out_dir_inside_is_never_a_checkpoint(tmp_path):
     (out / "other" / store.OWNER_MARKER_NAME).write_text("{}")
     (out / "step-000030").write_text("a file named like a checkpoint")
     (out / "step-000040").symlink_to(out / "step-000020")
+    (out / "linked").symlink_to(out / "other")                          # a link to another run's: not followed
     assert store.other_runs_inside(out) == ["other", "step-000010"]
     assert [c.path.name for c in store.list_checkpoints(out, LAYOUT)] == ["step-000020"]
     assert store.list_checkpoints(tmp_path / "missing", LAYOUT) == [] and store.other_runs_inside(tmp_path / "missing") == []
@@ -106,11 +107,29 @@ def test_manifest_entries_that_are_links_pipes_or_too_big_are_refused_unread(tmp
     assert store._entry_problem(ckpt, "sparse", {}) == (
         f"{MANIFEST_NAME} is bad: entry 'sparse' is 268,435,457 bytes, more than the 268,435,456 a side file may have (not hashed)")
     assert store._entry_problem(ckpt, "state.pt", {}) is None
+    with open(folder / "sparse", "wb") as f:
+        f.truncate(256 * 2**20)                                           # exactly the cap: a side file may be that big
+    assert store._entry_problem(ckpt, "sparse", {}) is None
+
+
+def test_a_manifest_entry_the_filesystem_cannot_take_is_a_bad_manifest_not_a_crash(tmp_path):
+    folder = save(tmp_path / "out", 10)
+    ckpt = _ckpt(folder)
+    long = "\u00e9" * 200                                                 # 200 characters, 400 bytes: over NAME_MAX
+    assert store._entry_problem(ckpt, long, {}) == f"{MANIFEST_NAME} is bad: entry {long!r} cannot be examined (File name too long)"
+    (folder / MANIFEST_NAME).write_text('{"format": 1, "files": {"\\ud800": {"size": 1, "sha256": "0"}}}')
+    result = store.verify_checkpoint(ckpt)                                # a lone surrogate: no file can have that name
+    assert result == store.Verification(False, f"{MANIFEST_NAME} is bad: entry '\\ud800' is not a name a file can have")
 
 
 def test_the_manifest_records_each_file_and_a_changed_size_or_hash_is_caught(tmp_path):
     folder = save(tmp_path / "out", 10)
     (folder / "extra.json").write_text('{"a": 1}')
+    (folder / "link.json").symlink_to(folder / "extra.json")             # not a file of the folder's own
+    (folder / f"{store.own_tmp_prefix(folder.parent)}x.part").write_text("ours, half written")
+    assert store.write_manifest(_ckpt(folder)) == folder / MANIFEST_NAME
+    assert sorted(json.loads((folder / MANIFEST_NAME).read_text())["files"]) == ["extra.json", "state.pt"]
+    (folder / "link.json").unlink()
     assert store.seal_checkpoint(_ckpt(folder)).ok
     manifest = json.loads((folder / MANIFEST_NAME).read_text())
     assert (manifest["format"], manifest["step"], sorted(manifest["files"])) == (1, 10, ["extra.json", "state.pt"])
@@ -138,7 +157,7 @@ def test_a_missing_empty_or_incomplete_checkpoint_fails_verification(tmp_path):
     folder = save(tmp_path / "out", 10)
     assert store.verify_checkpoint(_ckpt(folder), require_side_files=("config.json",)).reason == "missing side file(s): config.json"
     (folder / "state.pt").write_bytes(b"")
-    assert store.verify_checkpoint(_ckpt(folder)).reason == "state.pt is empty (0 bytes)"
+    assert store.verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is empty (0 bytes)")
     (folder / "state.pt").unlink()
     assert store.verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is missing")
     assert not store.seal_checkpoint(_ckpt(folder)).ok and not (folder / MANIFEST_NAME).exists()
