@@ -23,6 +23,7 @@ def test_the_prune_summary_says_what_moved_went_and_stayed_naming_ten_at_most():
         "deleted 2 checkpoint(s) (step-000010, step-000020), freed 2.5 MB; kept steps [30, 40]; "
         "left alone 11 item(s) that runbook did not write: n0, n1, n2, n3, n4, n5, n6, n7, n8, n9 and 1 more")
     assert PruneResult().summary() == "deleted 0 checkpoint(s), freed 0.0 MB; kept steps []"
+    assert "freed 1.2 MB" in PruneResult(freed_bytes=1_150_001).summary()   # MB: 10^6 bytes
     ten = PruneResult(foreign=[f"n{i}" for i in range(10)])
     assert ten.foreign_warning == "left alone 10 item(s) that runbook did not write: n0, n1, n2, n3, n4, n5, n6, n7, n8, n9"
 
