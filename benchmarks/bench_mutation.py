@@ -163,6 +163,11 @@ EQUIVALENT.update({
     ("engine/checkpoints/store.py",
      'trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"', "8 -> 9"):
         "the trash folder's random part, 8 or 9 hex digits: it is deleted at once, the name is never read",
+    ("engine/checkpoints/ledger.py",
+     'self.journal.append("verified", forced=force, bad=bad, seconds=round(time.monotonic() - started, 3), **read)', "3 -> 4"):
+        "a duration's fourth decimal: no test can pin a timing, and nothing reads it but people",
+    ("engine/checkpoints/ledger.py", "return path.stat().st_size", "return None"):
+        "prune sizes only partial saves, which plan_cleanup takes from folders only: the file arm is never taken",
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}

@@ -8,6 +8,7 @@ import os
 from engine.checkpoints.ledger import PruneResult
 from engine.checkpoints.store import MANIFEST_NAME
 from engine.records.journal import Journal
+from engine.trainers.script.adapter import ScriptAdapter
 from tests.unit.ckpt_files import announce, ledger, save, saved
 
 
@@ -55,7 +56,8 @@ def test_a_refresh_leaves_saves_at_or_after_the_one_in_progress_to_a_later_refre
 def test_a_corrupt_checkpoint_stays_corrupt_until_a_forced_refresh_reads_it_again(tmp_path):
     led = saved(tmp_path, 10, 20, seal=False)
     _corrupt(led.out_dir / "step-000020")
-    assert led.refresh() == ["step-000020"] and led.verified == {10} and 20 in led.corrupt
+    assert led.refresh() == ["step-000020"] and led.verified == {10}
+    assert led.corrupt == {20: ledger_reason(led.out_dir / "step-000020")}
     assert led.status().corrupt_steps == [20] and led.status().newest_verified_step == 10
     save(led.out_dir, 20, name="fixed")
     os.replace(led.out_dir / "fixed" / "state.pt", led.out_dir / "step-000020" / "state.pt")
@@ -104,9 +106,27 @@ def test_quarantine_corrupt_moves_the_bad_one_out_and_relinks_last(tmp_path):
     assert journal.entries()[-1]["reason"].startswith("failed verification: ")
 
 
+def ledger_reason(folder) -> str:
+    from engine.checkpoints import store
+    return store.verify_checkpoint(store.Checkpoint(folder, 20, ScriptAdapter().layout)).reason
+
+
+def test_last_is_moved_only_when_a_checkpoint_is_newly_verified(tmp_path):
+    led = saved(tmp_path, 10, 20)
+    os.remove(led.out_dir / "last")
+    os.symlink("step-000010", led.out_dir / "last")                      # as a user (or an older watcher) left it
+    assert led.refresh() == [] and os.readlink(led.out_dir / "last") == "step-000010"
+    fresh = ledger(tmp_path)                                            # a watcher restarting: nothing verified yet
+    assert fresh.refresh(saving_from_step=0) == [] and fresh.verified == set()
+    assert os.readlink(led.out_dir / "last") == "step-000010"            # not removed for want of a verified one
+    announce(tmp_path / "run", save(led.out_dir, 30))
+    assert led.refresh() == [] and os.readlink(led.out_dir / "last") == "step-000030"
+
+
 def test_last_goes_when_no_verified_checkpoint_is_left(tmp_path):
     led = saved(tmp_path, 10)
-    led.quarantine(led.checkpoints()[0], "test")
+    moved = led.quarantine(led.checkpoints()[0], "test")
+    assert moved.parent == led.quarantine_dir and (moved / "state.pt").is_file()
     assert not os.path.lexists(led.out_dir / "last") and led.newest_verified() is None
     led.relink_last()                                                   # nothing to link, nothing to remove
     assert not os.path.lexists(led.out_dir / "last")
@@ -138,8 +158,8 @@ def test_a_rollback_moves_the_bad_step_and_those_within_steps_before_it(tmp_path
     assert result.quarantined == {16: "saved at step 16, within 0 steps of or after the first bad step 16",
                                   20: "saved at step 20, within 0 steps of or after the first bad step 16"}
     assert result.target.step == 12 and os.readlink(led.out_dir / "last") == "step-000012"
-    result = led.rollback(bad_step=13, steps=4, scan_nonfinite=False, why="loss spike")
-    assert sorted(result.quarantined) == [12] and result.target.step == 8      # 8 is not within 4 steps of 13
+    result = led.rollback(bad_step=12, steps=4, scan_nonfinite=False, why="loss spike")
+    assert sorted(result.quarantined) == [12] and result.target.step == 8      # 8 is not within 4 steps of 12
     assert all(e["reason"].startswith("loss spike: saved at step") for e in journal.entries() if e["kind"] == "quarantined")
 
 
@@ -149,11 +169,12 @@ def test_a_rollback_scan_moves_nan_weights_and_keeps_what_it_cannot_read(tmp_pat
     announce(tmp_path / "run", save(led.out_dir, 4, nan=True), save(led.out_dir, 8), save(led.out_dir, 12))
     led.refresh()
     (led.out_dir / "step-000008" / "state.pt").write_bytes(b"not a torch file")
+    unscanned = led.rollback(bad_step=100, steps=10, scan_nonfinite=False, why="nan")
+    assert unscanned.quarantined == {} and unscanned.unreadable == {} and unscanned.target.step == 12
     result = led.rollback(bad_step=100, steps=10, scan_nonfinite=True, why="nan")
     assert result.quarantined == {4: "non-finite weights in w"} and list(result.unreadable) == [8]
     assert result.target.step == 12 and (led.out_dir / "step-000008").is_dir()
     assert [e["step"] for e in journal.entries() if e["kind"] == "weights_unscanned"] == [8]
-    assert led.rollback(bad_step=100, steps=10, scan_nonfinite=False, why="nan").quarantined == {}
 
 
 def test_a_prune_moves_partial_saves_only_once_the_trainer_is_gone(tmp_path):
@@ -207,3 +228,21 @@ def test_a_rollback_names_at_most_three_non_finite_tensors(tmp_path):
     torch.save({"model": {f"t{i}": nan for i in range(5)}}, led.out_dir / "step-000004" / "state.pt")
     result = led.rollback(bad_step=100, steps=0, scan_nonfinite=True, why="nan")
     assert result.quarantined == {4: "non-finite weights in t0, t1, t2"}
+
+
+def test_weights_a_trainers_reader_fails_on_are_kept_and_its_error_said_in_160_characters(tmp_path):
+    import torch
+
+    from engine.checkpoints.ledger import CheckpointLedger
+    from engine.core.run_folder import RunFolder
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
+
+    folder = tmp_path / "out" / "step-00000008"
+    folder.mkdir(parents=True)
+    torch.save({"model": {"w": tmp_path}}, folder / "lit_model.pth")    # a Path: refused by weights_only loading
+    (tmp_path / "run").mkdir()
+    led = CheckpointLedger(tmp_path / "out", RunFolder(tmp_path / "run"), tmp_path / "q", LitGPTAdapter())
+    result = led.rollback(bad_step=100, steps=0, scan_nonfinite=True, why="nan")
+    assert result.quarantined == {} and folder.is_dir()
+    head = "cannot read its weights (UnpicklingError: "
+    assert result.unreadable[8].startswith(head) and len(result.unreadable[8]) == len(head) + 160 + 1
