@@ -246,3 +246,10 @@ def test_weights_a_trainers_reader_fails_on_are_kept_and_its_error_said_in_160_c
     assert result.quarantined == {} and folder.is_dir()
     head = "cannot read its weights (UnpicklingError: "
     assert result.unreadable[8].startswith(head) and len(result.unreadable[8]) == len(head) + 160 + 1
+
+
+def test_the_ledger_knows_when_the_trainer_saved_its_final_checkpoint(tmp_path):
+    led = saved(tmp_path, 10)
+    assert led.final_exists() is False
+    save(led.out_dir, 20, name="final")
+    assert led.final_exists() is True
