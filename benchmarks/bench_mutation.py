@@ -74,7 +74,20 @@ MODULES.update({
 
 # engine/checkpoints
 
+# (tests/trainers/test_formats.py also covers layout, store and script/lines.py: it reads examples/, which the copy lacks)
+_CKPT_TESTS = ["tests/unit/test_checkpoints.py", "tests/unit/test_nested_out_dir.py"]
 MODULES.update({
+    "ckpt_layout": (["engine/checkpoints/layout.py"], [*_CKPT_TESTS, "tests/trainers/test_hf_checkpoint_files.py"]),
+    "ckpt_rollback": (["engine/checkpoints/rollback.py"], ["tests/trainers/test_script_weights.py"]),
+    "ckpt_retention": (["engine/checkpoints/retention.py"], ["tests/unit/test_upkeep.py"]),
+    "ckpt_partial_saves": (["engine/checkpoints/partial_saves.py"], _CKPT_TESTS),
+    "ckpt_out_dir_claim": (["engine/checkpoints/out_dir_claim.py"], ["tests/unit/test_nested_out_dir.py"]),
+    "ckpt_ledger": (["engine/checkpoints/ledger.py"],
+                    [*_CKPT_TESTS, "tests/unit/test_upkeep.py", "tests/trainers/test_script_weights.py", "tests/unit/test_evidence.py"]),
+    "ckpt_store": (["engine/checkpoints/store.py"],
+                   [*_CKPT_TESTS, "tests/unit/test_manifest_confined.py", "tests/trainers/test_hostile_checkpoints.py",
+                    "tests/unit/test_upkeep.py"]),
+    "script_lines": (["engine/trainers/script/lines.py"], ["tests/trainers/test_hf_checkpoint_files.py"]),
 })
 
 # engine/watch/incident_runner and the trainer kinds engine/trainers/{hf,script}
@@ -191,7 +204,42 @@ EQUIVALENT.update({
 
 # engine/checkpoints
 
+_SDK_CAP = "no sdk line pattern matches a line over 4112 characters (16 + 4096), so MAX_LINE's exact value only bounds the work"
 EQUIVALENT.update({
+    ("engine/trainers/script/lines.py", "MAX_LINE = 8192   # a longer line is no sdk line: never run a regex over megabytes of one line",
+     "8192 -> 8193"): _SDK_CAP,
+    ("engine/trainers/script/lines.py", 'if len(line) > MAX_LINE or not line.startswith("runbook: "):', "> -> >="): _SDK_CAP,
+    ("engine/trainers/script/lines.py", 'if len(line) > MAX_LINE or not line.startswith("runbook: "):', "or -> and"):
+        "a fast path: every pattern starts with '^runbook: ' and none matches over 4112 characters, so what it skips matches nothing",
+    ("engine/trainers/script/lines.py", "if len(line) <= MAX_LINE and (m := SAVING.match(line)):", "<= -> <"): _SDK_CAP,
+    ("engine/checkpoints/out_dir_claim.py",
+     "why = error.messages[0] if isinstance(error, SourceError) else (error.strerror or str(error))", "or -> and"):
+        "read_json_record turns every OSError but FileNotFoundError (caught above) into a SourceError: the arm is defensive",
+    ("engine/checkpoints/out_dir_claim.py",
+     'record = json.dumps(marker_record(self.out_dir, self.folder, self.config, mine), indent=1) + "\\n"', "1 -> 2"):
+        "the marker is read back as JSON: its indentation changes none of its fields",
+    ("engine/checkpoints/retention.py", "self._verified_seen = 0   # checkpoints verified when after_new_saves last looked",
+     "0 -> 1"): "a first look at 0 or 1 verified returns None either way (1 <= keep_last_k + 1 for every k >= 0) "
+                "and leaves the count seen the same",
+    ("engine/checkpoints/store.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
+     "or -> and"): "need_sha only spares a second read: sha() falls back to sha256_file, the same digest",
+    ("engine/checkpoints/store.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
+     "in -> not in"): "need_sha only spares a second read: sha() falls back to sha256_file, the same digest",
+    ("engine/checkpoints/store.py",
+     'data = json.dumps({"format": 1, "step": ckpt.step, "created_utc": created, "files": files}, indent=1)', "1 -> 2 #1"):
+        "the manifest is read back as JSON: its indentation changes none of its fields",
+    ("engine/checkpoints/store.py", 'tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"', "12 -> 13"):
+        "the temp link's random part, 12 or 13 hex digits: it is renamed away at once, the name is never read",
+    ("engine/checkpoints/store.py", "tmp.unlink(missing_ok=True)", "True -> False"):
+        "the temp link was made just before the rename that failed: it exists, missing_ok never matters",
+    ("engine/checkpoints/store.py",
+     'trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"', "8 -> 9"):
+        "the trash folder's random part, 8 or 9 hex digits: it is deleted at once, the name is never read",
+    ("engine/checkpoints/ledger.py",
+     'self.journal.append("verified", forced=force, bad=bad, seconds=round(time.monotonic() - started, 3), **read)', "3 -> 4"):
+        "a duration's fourth decimal: no test can pin a timing, and nothing reads it but people",
+    ("engine/checkpoints/ledger.py", "return path.stat().st_size", "return None"):
+        "prune sizes only partial saves, which plan_cleanup takes from folders only: the file arm is never taken",
 })
 
 # engine/watch/incident_runner and engine/trainers/{hf,script}

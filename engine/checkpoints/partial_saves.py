@@ -20,8 +20,10 @@ from __future__ import annotations
 import gzip
 import shutil
 import threading
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from engine.checkpoints import store as ckpts
@@ -44,12 +46,39 @@ def clear_trainer_tmp(out_dir: Path) -> None:
 # --- the trainer's announcements -------------------------------------------------------------
 
 
+BLOCK = 1 << 20          # bytes read at a time
+LONGEST_LINE = 1 << 20   # a longer line may be left out: an announcement names one path (a few KiB at most)
+
+
+def line_blocks(stream) -> Iterator[bytes]:
+    """The stream's bytes as blocks of whole lines (each ends with a newline, the last one at the end of the
+    stream), each at most BLOCK + LONGEST_LINE bytes: an announcement is one line, so the announcements of the blocks are
+    those of the whole log. A line that runs past LONGEST_LINE bytes without a newline is left out whole."""
+    carry, skipping = b"", False
+    while block := stream.read(BLOCK):
+        if skipping:                          # the rest of a line too long to keep
+            at = block.find(b"\n")
+            if at < 0:
+                continue
+            block, skipping = block[at + 1:], False
+        data = carry + block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+        carry = data[cut:]
+        if len(carry) > LONGEST_LINE:
+            carry, skipping = b"", True
+    if carry:
+        yield carry
+
+
 _cache: dict[tuple, set[str]] = {}  # (path, inode, size, mtime, out_dir, layout) -> names; logs only grow or get gzipped
 _cache_lock = threading.Lock()      # upkeep's thread and the watch loop both ask
 
 
 def read_announced(log_dir: Path, out_dir: Path, layout: CheckpointLayout) -> frozenset[str]:
-    """Every save any launch of this run announced, from ``log_dir/trainer-*.log`` and ``.log.gz``."""
+    """Every save any launch of this run announced, from ``log_dir/trainer-*.log`` and ``.log.gz``, each read
+    a block at a time (a trainer log may be hundreds of MB; the watcher's memory must not grow with it)."""
     found: set[str] = set()
     for path in sorted(Path(log_dir).glob("trainer-*.log*")):
         if not (path.name.endswith(".log") or path.name.endswith(".log.gz")):
@@ -60,13 +89,15 @@ def read_announced(log_dir: Path, out_dir: Path, layout: CheckpointLayout) -> fr
             with _cache_lock:
                 names = _cache.get(key)
             if names is None:
-                data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-                names = layout.announced_saves(data, out_dir)
+                names = set()
+                with (gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")) as stream:
+                    for block in line_blocks(stream):   # a block at a time: memory stays flat, whatever the log's size
+                        names |= layout.announced_saves(block, out_dir)
                 with _cache_lock:  # one entry per log: the live one changes size every few seconds
                     for old in [k for k in _cache if k[0] == key[0]]:
                         del _cache[old]
                     _cache[key] = names
-        except (OSError, EOFError, gzip.BadGzipFile):
+        except (OSError, EOFError, zlib.error):  # (gzip.BadGzipFile is an OSError)
             continue  # a log gzipped away between glob and read is read under its new name next time
         found |= names
     return frozenset(found)

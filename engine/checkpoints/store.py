@@ -136,6 +136,8 @@ def _entry_problem(ckpt: Checkpoint, name: object, expected: dict) -> str | None
         return f"{name} is listed in {MANIFEST_NAME} but missing"
     except OSError as err:
         return f"{MANIFEST_NAME} is bad: entry {name!r} cannot be examined ({err.strerror})"
+    except ValueError:   # UnicodeEncodeError: JSON can hold a lone surrogate ("\ud800"), which no path can
+        return f"{MANIFEST_NAME} is bad: entry {name!r} is not a name a file can have"
     if stat.S_ISLNK(info.st_mode):
         return f"{MANIFEST_NAME} is bad: entry {name!r} is a symlink (a checkpoint's files are its own)"
     if not stat.S_ISREG(info.st_mode):

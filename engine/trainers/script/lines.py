@@ -4,14 +4,17 @@ The two sides must agree: tests/trainers/test_formats.py prints with the sdk and
 
 from __future__ import annotations
 
+import io
 import os
 import re
+from collections.abc import Iterator
 
 from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation
 
 PROGRESS = re.compile(r"^runbook: step (\d{1,12}) loss (\S{1,40}) took (\d{1,12}(?:\.\d*)?) ms$")
 VALIDATION = re.compile(r"^runbook: step (\d{1,12}) val_loss (\S{1,40})$")
 SAVING = re.compile(r"^runbook: saving (.{1,4096})$")
+SAVING_PREFIX = b"runbook: saving "   # every line SAVING matches holds these bytes
 RESUMED = re.compile(r"^runbook: resumed (.{1,4096})$")
 MAX_LINE = 8192   # a longer line is no sdk line: never run a regex over megabytes of one line
 
@@ -44,9 +47,18 @@ def announced_folders(log_text: bytes, out_dir, is_checkpoint_name) -> set[str]:
     """Names of out_dir's children whose save the log announces (`runbook: saving <out_dir>/<name>`)."""
     roots = {os.path.abspath(out_dir), os.path.realpath(out_dir)}
     names = set()
-    for line in log_text.decode("utf-8", "replace").splitlines():
+    for line in _saving_lines(log_text):
         if len(line) <= MAX_LINE and (m := SAVING.match(line)):
             root, name = os.path.split(os.path.normpath(m.group(1)))
             if root in roots and is_checkpoint_name(name):
                 names.add(name)
     return names
+
+
+def _saving_lines(log_text: bytes) -> Iterator[str]:
+    """The lines of `log_text` (as str.splitlines gives them) that may announce a save, one at a time: the text
+    is never decoded or split whole, so memory stays at one line however long the log. A newline ends any
+    undecoded UTF-8 sequence, so each newline-ended piece decodes and splits as it does inside the whole."""
+    for piece in io.BytesIO(log_text):   # newline-ended pieces (BytesIO shares the bytes, no copy)
+        if SAVING_PREFIX in piece:
+            yield from piece.decode("utf-8", "replace").splitlines()
