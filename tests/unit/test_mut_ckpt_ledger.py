@@ -253,3 +253,18 @@ def test_the_ledger_knows_when_the_trainer_saved_its_final_checkpoint(tmp_path):
     assert led.final_exists() is False
     save(led.out_dir, 20, name="final")
     assert led.final_exists() is True
+
+
+def test_a_suspect_checkpoint_is_marked_journaled_and_moved_so_the_resume_point_is_older(tmp_path):
+    journal = Journal(tmp_path / "journal.jsonl")
+    led = ledger(tmp_path, journal=journal)
+    announce(tmp_path / "run", save(led.out_dir, 10), save(led.out_dir, 20))
+    led.refresh()
+    assert led.mark_suspect(30, "no such step") is None and led.newest_verified().step == 20
+    moved = led.mark_suspect(20, "the divergence began at step 21")
+    assert moved is not None and moved.parent == led.quarantine_dir and not (led.out_dir / "step-000020").exists()
+    assert led.newest_verified().step == 10 and os.readlink(led.out_dir / "last") == "step-000010"
+    assert "suspect" in (moved / MANIFEST_NAME).read_text() and \
+        (moved / "QUARANTINE_REASON.txt").read_text().startswith("suspect: the divergence began at step 21")
+    assert [(e["kind"], e.get("step")) for e in journal.entries() if e["kind"] in ("checkpoint_suspect", "quarantined")] == \
+        [("checkpoint_suspect", 20), ("quarantined", 20)]
