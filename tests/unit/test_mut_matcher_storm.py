@@ -50,3 +50,14 @@ def test_the_matcher_escalates_the_fifth_incident_of_a_storm_and_the_journal_kee
     assert decision.reason.startswith("restart storm: 5 incidents of 2 kinds"), decision.reason
     fewer = rebuild(entries[:3]).history
     assert decide(snapshot, config, SHIPPED, MatchMemory(), fewer).decision.kind == "recover"
+
+
+def test_a_playbook_past_its_own_limit_says_so_rather_than_storm():
+    entries = [{"kind": "incident_opened", "incident": f"incident-{i}", "playbook": name, "decision": "recover",
+                "time": 100.0 + i, "snapshot": {"metrics": {"step": 3}}}
+               for i, name in enumerate(["killed", "preemption", "killed", "killed"], start=1)]
+    config = RunConfig()
+    [snapshot] = build_snapshots([{"trainer": {"alive": False, "exit_code": -9}, "metrics": {"step": 3}}], config)
+    snapshot = snapshot.model_copy(update={"time": 200.0})
+    decision = decide(snapshot, config, SHIPPED, MatchMemory(), rebuild(entries).history).decision
+    assert decision.kind == "escalate" and "already fired 3 time(s)" in decision.reason, decision.reason
