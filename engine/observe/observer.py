@@ -14,6 +14,7 @@ from engine.observe.activity import StartupActivity
 from engine.observe.launcher_report import awaiting_first_failure, read_report, with_report
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
+from engine.observe.other_stacks import other_stack_progress
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -139,9 +140,10 @@ class MetricTracker:
                 self.validations_done += 1
                 self.validation_started = None
             self.last_progress_time = now
-            if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
+            timed = math.isfinite(event.iter_time_ms)   # another stack's line may give no time per step (other_stacks.py)
+            if self.progress_since_launch > 1 and timed:  # the first iteration after a start includes set-up time
                 self.iter_times.append(max(event.iter_time_ms, 1e-3))
-            if self.progress_since_launch > WARMUP_PROGRESS_LINES:
+            if self.progress_since_launch > WARMUP_PROGRESS_LINES and self.iter_times:
                 # The baseline is the best sustained speed this run has shown (the highest rolling
                 # median so far): a start on a busy machine must not make later slowness look normal.
                 self.baseline_samples.append(self.throughput())
@@ -215,11 +217,17 @@ class Observer:
         self.activity = StartupActivity(self.launched_at)   # start-up's signs of life (activity.py)
         self.evidence = evidence or EvidenceGatherer(out_dir)   # beyond the log text (evidence.py)
         self.awaiting_since: float | None = None   # when this launch's group began failing (launcher_report.py)
+        # Another stack's progress line waits for the next line or one observation: HF Trainer prints its logged
+        # dict just before runbook's callback prints the same step in runbook's format, which then replaces it
+        # (no step counted twice), whether the two lines are read in one observation or across two.
+        self._other_stack: tuple[Progress, float, int] | None = None   # (event, when read, observation then)
+        self._own_progress = False   # the adapter's parser has read a progress line: other stacks' are not read
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
         self.tracker.new_launch(tokens_per_iter)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
+        self._other_stack = None
         self.log = LogTail(log_path)
         self.launched_at = time.time()
         self.awaiting_since = None
@@ -231,8 +239,22 @@ class Observer:
     def _consume(self, line: str, now: float) -> None:
         self.tail.append(line)
         event = self.adapter.parse_line(line)
+        if isinstance(event, Progress):
+            self._own_progress, self._other_stack = True, None   # the trainer's own line for the same step
+        self._flush_other_stack()
         if event is not None:
             self.tracker.on_event(event, now)
+        elif not self._own_progress:
+            other = other_stack_progress(line, self.tracker.step)   # counted on across launches: never back to 1
+            if other is not None:
+                self._other_stack = (other, now, self.observation)
+
+    def _flush_other_stack(self, read_before: int | None = None) -> None:
+        """Count the waiting line (with the time it was read); with read_before, only one read before that observation."""
+        if self._other_stack is not None and (read_before is None or self._other_stack[2] < read_before):
+            event, seen, _ = self._other_stack
+            self._other_stack = None
+            self.tracker.on_event(event, seen)
 
     def read_lines(self, now: float) -> list[str]:
         before = self.log.offset if self.log else 0
@@ -248,6 +270,7 @@ class Observer:
         exactly as read_lines parses the log's."""
         for line in lines:
             self._consume(line, now)
+        self._flush_other_stack()   # a whole log: no line follows the last
         return lines
 
     def hang_timeout(self, watch) -> float:
@@ -262,6 +285,8 @@ class Observer:
     def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
                  new_lines: list[str], watch) -> StateSnapshot:
         self.observation += 1
+        # Waited a whole observation, or the trainer is gone and prints nothing more: nothing replaces it.
+        self._flush_other_stack(read_before=self.observation - 1 if trainer.alive else None)
         trainer = self._first_failure(trainer, now, watch)
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
