@@ -6,7 +6,8 @@ such a run shows no progress at all, and a healthy run is judged a hang; its NaN
 observer asks this module only when the trainer adapter's own parser recognised nothing in a line.
 
 Bounded whatever the line: at most MAX_LINE characters are looked at, and the patterns are RE2's
-(linear time, engine/expr/patterns.py). Formats, as the stacks print them:
+(google-re2, linear time: the playbooks' own matcher, engine/expr/patterns.py, which this floor may not
+import). Formats, as the stacks print them:
 
   HF Trainer's logged dict:  {'loss': 2.31, 'grad_norm': 0.9, 'learning_rate': 5e-05, 'epoch': 0.5}
   DeepSpeed/Megatron:        iteration      100/  500000 | ... elapsed time per iteration (ms): 4247.9 | ... | lm loss: 2.1E+00 | ... | grad norm: 0.3 |
@@ -23,21 +24,22 @@ from __future__ import annotations
 
 import math
 
-from engine.expr.patterns import compile_pattern
+import re2
+
 from engine.observe.events import Progress
 
 MAX_LINE = 4096   # a progress line is far shorter; a longer one is looked at up to here
 
 _NUM = r"[-+]?(?:\d{1,20}(?:\.\d{0,20})?|\.\d{1,20})(?:[eE][-+]?\d{1,4})?|[-+]?(?:nan|NaN|inf|Inf|Infinity)"
-_HF_DICT = compile_pattern(r"^\s{0,40}\{'loss': '?(" + _NUM + r")'?,.*'epoch': ", False)
-_HF_GRAD = compile_pattern(r"'grad_norm': '?(" + _NUM + r")'?[,}]", False)
-_MEGATRON = compile_pattern(r"^.{0,80}?\biteration\s{1,20}(\d{1,12})/\s{0,20}\d{1,12} \|", False)
-_MEGATRON_LOSS = compile_pattern(r"\| lm loss: (" + _NUM + r") \|", False)
-_MEGATRON_GRAD = compile_pattern(r"\| grad norm: (" + _NUM + r") \|", False)
-_MEGATRON_TIME = compile_pattern(r"\| elapsed time per iteration \(ms\): (" + _NUM + r") \|", False)
-_KERAS = compile_pattern(r"^\s{0,20}\d{1,12}/\d{1,12} \[[=>.]{1,200}\] - .{0,200}?\bloss: (" + _NUM + r")", False)
-_MLX = compile_pattern(r"^Iter (\d{1,12}): Train loss (" + _NUM + r"),", False)
-_NANOGPT = compile_pattern(r"^iter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b", False)
+_HF_DICT = re2.compile(r"^\s{0,40}\{'loss': '?(" + _NUM + r")'?,.*'epoch': ")
+_HF_GRAD = re2.compile(r"'grad_norm': '?(" + _NUM + r")'?[,}]")
+_MEGATRON = re2.compile(r"^.{0,80}?\biteration\s{1,20}(\d{1,12})/\s{0,20}\d{1,12} \|")
+_MEGATRON_LOSS = re2.compile(r"\| lm loss: (" + _NUM + r") \|")
+_MEGATRON_GRAD = re2.compile(r"\| grad norm: (" + _NUM + r") \|")
+_MEGATRON_TIME = re2.compile(r"\| elapsed time per iteration \(ms\): (" + _NUM + r") \|")
+_KERAS = re2.compile(r"^\s{0,20}\d{1,12}/\d{1,12} \[[=>.]{1,200}\] - .{0,200}?\bloss: (" + _NUM + r")")
+_MLX = re2.compile(r"^Iter (\d{1,12}): Train loss (" + _NUM + r"),")
+_NANOGPT = re2.compile(r"^iter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b")
 
 UNKNOWN_MS = math.nan   # the line gives no time per step: the tracker takes no throughput from it
 
