@@ -15,6 +15,7 @@ from engine.observe.launcher_report import awaiting_first_failure, read_report, 
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.other_stacks import other_stack_progress
+from engine.observe.same_start_error import same_error_everywhere
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -222,12 +223,14 @@ class Observer:
         # (no step counted twice), whether the two lines are read in one observation or across two.
         self._other_stack: tuple[Progress, float, int] | None = None   # (event, when read, observation then)
         self._own_progress = False   # the adapter's parser has read a progress line: other stacks' are not read
+        self.lines_since_progress = 0   # lines read after this launch's last progress line
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
         self.tracker.new_launch(tokens_per_iter)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self._other_stack = None
+        self.lines_since_progress = 0
         self.log = LogTail(log_path)
         self.launched_at = time.time()
         self.awaiting_since = None
@@ -238,9 +241,11 @@ class Observer:
 
     def _consume(self, line: str, now: float) -> None:
         self.tail.append(line)
+        self.lines_since_progress += 1
         event = self.adapter.parse_line(line)
         if isinstance(event, Progress):
             self._own_progress, self._other_stack = True, None   # the trainer's own line for the same step
+            self.lines_since_progress = 0
         self._flush_other_stack()
         if event is not None:
             self.tracker.on_event(event, now)
@@ -248,6 +253,7 @@ class Observer:
             other = other_stack_progress(line, self.tracker.step)   # counted on across launches: never back to 1
             if other is not None:
                 self._other_stack = (other, now, self.observation)
+                self.lines_since_progress = 0
 
     def _flush_other_stack(self, read_before: int | None = None) -> None:
         """Count the waiting line (with the time it was read); with read_before, only one read before that observation."""
@@ -303,7 +309,8 @@ class Observer:
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
             startup_timeout_s=watch.startup_timeout_s, save_timeout_s=watch.save_timeout_s,
             new_lines=new_lines,
-            tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
+            tail=list(self.tail), lines_since_progress=min(self.lines_since_progress, len(self.tail)),
+            disk=disk_status(self.out_dir), checkpoints=checkpoints,
             evidence=self.evidence.gather(trainer, checkpoints),
         )
 
@@ -317,6 +324,8 @@ class Observer:
         if trainer.alive and awaiting_first_failure(ranks, tail):
             self.awaiting_since = self.awaiting_since or now
             waiting = now - self.awaiting_since < watch.first_failure_wait_s
+        if not trainer.alive and self.tracker.progress_since_launch == 0:
+            ranks = ranks.model_copy(update={"same_error_before_progress": same_error_everywhere(ranks, tail)})
         return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting})
 
     def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:

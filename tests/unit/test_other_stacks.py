@@ -63,7 +63,7 @@ def test_other_lines_and_hostile_ones_are_no_progress():
         assert other_stack_progress(line, None) is None, line[:80]
 
 
-def _watch(tmp_path, adapter, lines: list[str], silent_for: float):
+def watch_live(tmp_path, adapter, lines: list[str], silent_for: float):
     """The observer following a live trainer's log: `lines` printed one second apart, then `silent_for`
     seconds of nothing; the shipped playbooks' decision on the last snapshot (None: nothing fires)."""
     log = tmp_path / "trainer.log"
@@ -91,29 +91,29 @@ def _hf_steps(count: int) -> list[str]:
 
 
 def test_a_live_hf_run_that_keeps_printing_its_dicts_is_not_a_hang(tmp_path):
-    snapshot, fired = _watch(tmp_path, LitGPTAdapter(), _hf_steps(12) + [HF_HEALTHY], silent_for=1)
+    snapshot, fired = watch_live(tmp_path, LitGPTAdapter(), _hf_steps(12) + [HF_HEALTHY], silent_for=1)
     assert fired is None
     assert (snapshot.trainer.phase, snapshot.metrics.step, snapshot.metrics.loss) == ("training", 13, 2.0491)
 
 
 def test_a_live_hf_run_printing_a_nan_loss_is_nan(tmp_path):
-    _, fired = _watch(tmp_path, LitGPTAdapter(), _hf_steps(5) + [HF_NAN], silent_for=1)
+    _, fired = watch_live(tmp_path, LitGPTAdapter(), _hf_steps(5) + [HF_NAN], silent_for=1)
     assert fired == "nan"
-    _, fired = _watch(tmp_path, LitGPTAdapter(), _hf_steps(5) + [HF_NAN_GRAD], silent_for=1)
+    _, fired = watch_live(tmp_path, LitGPTAdapter(), _hf_steps(5) + [HF_NAN_GRAD], silent_for=1)
     assert fired == "nan"
 
 
 def test_a_live_hf_run_that_prints_then_goes_silent_is_a_hang(tmp_path):
-    snapshot, fired = _watch(tmp_path, LitGPTAdapter(), _hf_steps(12), silent_for=120)
+    snapshot, fired = watch_live(tmp_path, LitGPTAdapter(), _hf_steps(12), silent_for=120)
     assert fired == "hang" and snapshot.metrics.step == 12
 
 
 def test_a_live_megatron_run_that_keeps_printing_is_not_a_hang_and_is_one_when_it_stops(tmp_path):
     lines = [MEGATRON.replace("iteration       50/", f"iteration       {n}/") for n in range(40, 51)]
-    snapshot, fired = _watch(tmp_path, LitGPTAdapter(), lines, silent_for=1)
+    snapshot, fired = watch_live(tmp_path, LitGPTAdapter(), lines, silent_for=1)
     assert fired is None and snapshot.metrics.step == 50
     (tmp_path / "silent").mkdir()
-    _, fired = _watch(tmp_path / "silent", LitGPTAdapter(), lines, silent_for=120)
+    _, fired = watch_live(tmp_path / "silent", LitGPTAdapter(), lines, silent_for=120)
     assert fired == "hang"
 
 
@@ -123,6 +123,6 @@ def test_the_trainers_own_progress_line_is_read_and_another_stacks_copy_of_it_is
     for step in range(1, 6):
         lines += [f"{{'loss': {2.0 + step:.1f}, 'grad_norm': 0.5, 'learning_rate': 5e-05, 'epoch': 0.{step}}}",
                   f"runbook: step {10 * step} loss {2.0 + step:.1f} took 100.0 ms"]
-    snapshot, _ = _watch(tmp_path, ScriptAdapter(), lines, silent_for=1)
+    snapshot, _ = watch_live(tmp_path, ScriptAdapter(), lines, silent_for=1)
     assert snapshot.metrics.step == 50
     assert snapshot.metrics.loss_history == [3.0, 4.0, 5.0, 6.0, 7.0]   # each step's loss once
