@@ -12,6 +12,7 @@ import). Formats, as the stacks print them:
   HF Trainer's logged dict:  {'loss': 2.31, 'grad_norm': 0.9, 'learning_rate': 5e-05, 'epoch': 0.5}
   DeepSpeed/Megatron:        iteration      100/  500000 | ... elapsed time per iteration (ms): 4247.9 | ... | lm loss: 2.1E+00 | ... | grad norm: 0.3 |
   Keras:                     100/100 [==============================] - 328s 3s/step - loss: 0.2445
+                             (Keras 3: 100/100 ━━━━━━━━━━━━━━━━━━━━ 3s 30ms/step - loss: 0.2445)
   mlx (mlx_lm):              Iter 10: Train loss 2.345, Learning Rate 1.000e-05, ...
   nanoGPT:                   iter 100: loss 2.3456, time 123.45ms, mfu 12.34%
 
@@ -37,8 +38,8 @@ _MEGATRON = re2.compile(r"^.{0,80}?\biteration\s{1,20}(\d{1,12})/\s{0,20}\d{1,12
 _MEGATRON_LOSS = re2.compile(r"\| lm loss: (" + _NUM + r") \|")
 _MEGATRON_GRAD = re2.compile(r"\| grad norm: (" + _NUM + r") \|")
 _MEGATRON_TIME = re2.compile(r"\| elapsed time per iteration \(ms\): (" + _NUM + r") \|")
-_KERAS = re2.compile(r"^\s{0,20}\d{1,12}/\d{1,12} \[[=>.]{1,200}\] - .{0,200}?\bloss: (" + _NUM + r")")
-_MLX = re2.compile(r"^Iter (\d{1,12}): Train loss (" + _NUM + r"),")
+_KERAS = re2.compile(r"^\s{0,20}\d{1,12}/\d{1,12} (?:\[[=>.]{1,200}\]|[━─]{1,200}) .{0,200}?\bloss: (" + _NUM + r")")
+_MLX = re2.compile(r"^Iter (\d{1,12}): Train loss (" + _NUM + r")(?:,|$)")
 _NANOGPT = re2.compile(r"^iter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b")
 
 UNKNOWN_MS = math.nan   # the line gives no time per step: the tracker takes no throughput from it

@@ -34,3 +34,12 @@ def test_every_rank_timing_out_at_the_same_barrier_is_still_restarted_as_a_colle
     """megatron-deepspeed-338: one error on every rank before the first step, but its words name a class a restart cures."""
     verdict = judge_ended(config, CASES["megatron-deepspeed-338-store-barrier-two-nodes"])
     assert verdict.playbook == "collective-timeout" and verdict.recovered, verdict
+
+
+# --- one process dying before its first step of an error no class claims: never restarted ---------------------
+def test_a_single_process_dying_before_its_first_step_of_a_code_error_is_escalated_at_once(config):
+    """litgpt-1413 (Lightning-AI/litgpt#1413): IsADirectoryError before any step, one process. unknown-crash's
+    fallback escalates it the first time, so no second or third try happens (the same holds for every
+    single-process exception no restartable class names; a restartable class's own limits bound the rest)."""
+    verdict = judge_ended(config, CASES["litgpt-1413-textfiles-is-a-directory"])
+    assert verdict.escalated and not verdict.recovered, verdict

@@ -51,6 +51,8 @@ def test_each_stacks_line_is_a_progress_event_with_its_step_and_loss():
     mlx = other_stack_progress(MLX_NAN, None)
     assert mlx.step == 10 and math.isnan(mlx.loss)
     assert other_stack_progress(KERAS, 99).loss == 0.2445
+    assert other_stack_progress("100/100 ━━━━━━━━━━━━━━━━━━━━ 3s 30ms/step - loss: 0.2445", 4).step == 5   # Keras 3's bar
+    assert other_stack_progress("Iter 10: Train loss 2.345", None).loss == 2.345   # older mlx examples end the line there
     nano = other_stack_progress(NANOGPT, None)
     assert (nano.step, nano.loss, nano.iter_time_ms) == (100, 2.3456, 123.45)
 
