@@ -117,16 +117,18 @@ class MetricTracker:
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
-            if self.progress_since_launch == 0 and self.last_healthy_step is not None:
+            if self.progress_since_launch == 0 and self.last_healthy_step is not None and event.step_known:
                 # Resumed at event.step - 1: after a rollback, nothing later than that is known healthy.
                 self.last_healthy_step = min(self.last_healthy_step, event.step - 1)
-            self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
+            if event.step_known:   # a count of lines is no step: the metrics say the step is unknown
+                self.step, self.iter_num = event.step, event.iter_num
+            self.loss = event.loss
             self.losses.append(event.loss)
             self._update_best_median()
             healthy = self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median)
             # After a failed validation a train loss that looks fine again (a collapsed model sits near
             # ln(vocab)) vouches for nothing more in this launch.
-            if healthy and self.val_condemned_step is None:
+            if healthy and self.val_condemned_step is None and event.step_known:
                 self.last_healthy_step = event.step
             self.progress_since_launch += 1
             if self.last_progress_time is not None:

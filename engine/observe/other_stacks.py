@@ -55,13 +55,14 @@ def _poisoned(loss: float, grad_norm: str | None) -> float:
 
 def other_stack_progress(line: str, previous_step: int | None) -> Progress | None:
     """The Progress one line of another stack's output reports, or None. A format that prints no step
-    (HF's logged dict, Keras's per-epoch bar) counts one step after `previous_step`."""
+    (HF's logged dict, Keras's bar) counts one after `previous_step`, marked step_known=False: a count of
+    lines is no optimizer step, and no checkpoint step may be derived from it."""
     text = line[:MAX_LINE]
     next_step = 1 if previous_step is None else previous_step + 1
     if (m := _HF_DICT.search(text)) is not None:
         grad = _HF_GRAD.search(text)
         loss = _poisoned(_number(m.group(1)), grad.group(1) if grad else None)
-        return _progress(next_step, loss, UNKNOWN_MS)
+        return _progress(next_step, loss, UNKNOWN_MS, step_known=False)
     if (m := _MEGATRON.search(text)) is not None:
         loss_m = _MEGATRON_LOSS.search(text)
         if loss_m is None:
@@ -75,9 +76,9 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
     if (m := _NANOGPT.search(text)) is not None:
         return _progress(int(m.group(1)), _number(m.group(2)), _number(m.group(3)))
     if (m := _KERAS.search(text)) is not None:
-        return _progress(next_step, _number(m.group(1)), UNKNOWN_MS)
+        return _progress(next_step, _number(m.group(1)), UNKNOWN_MS, step_known=False)
     return None
 
 
-def _progress(step: int, loss: float, took_ms: float) -> Progress:
-    return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=took_ms, is_step=True)
+def _progress(step: int, loss: float, took_ms: float, step_known: bool = True) -> Progress:
+    return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=took_ms, is_step=True, step_known=step_known)

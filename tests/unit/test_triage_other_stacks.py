@@ -35,11 +35,12 @@ def triage_json(tmp_path, lines: list[str], *args: str) -> dict:
     return json.loads(result.output)
 
 
-def test_a_pasted_hf_log_ending_in_nan_is_nan_with_its_steps_counted(tmp_path):
+def test_a_pasted_hf_log_ending_in_nan_is_nan(tmp_path):
     data = triage_json(tmp_path, HF_NAN)   # no exit given: the NaN is in the parsed loss, whatever the ending
     assert data["playbook"] == "nan" and data["verdict"] == "recover", data
-    assert data["metrics"]["step"] == 11 and math.isnan(data["metrics"]["loss"])
-    assert data["metrics"]["last_healthy_step"] == 8   # the rollback's bound: before the 240023.775 spike
+    assert math.isnan(data["metrics"]["loss"])
+    # HF's dicts print no step: none is made up from a count of lines (a rollback bound in the wrong unit)
+    assert data["metrics"]["step"] is None and data["metrics"]["last_healthy_step"] is None
 
 
 def test_a_pasted_deepspeed_iteration_log_that_stops_reads_its_step_and_loss(tmp_path):
