@@ -14,7 +14,7 @@ import). Formats, as the stacks print them:
   Keras:                     100/100 [==============================] - 328s 3s/step - loss: 0.2445
                              (Keras 3: 100/100 ━━━━━━━━━━━━━━━━━━━━ 3s 30ms/step - loss: 0.2445)
   mlx (mlx_lm):              Iter 10: Train loss 2.345, Learning Rate 1.000e-05, ...
-  nanoGPT:                   iter 100: loss 2.3456, time 123.45ms, mfu 12.34%
+  nanoGPT:                   iter 100: loss 2.3456, time 123.45ms, mfu 12.34%   (a timestamp before it, as some forks print)
 
 A step's gradient norm that is non-finite (HF's 'grad_norm': nan, Megatron's grad norm: nan) makes the
 step's loss non-finite here: the update that step applied poisoned the weights, whatever loss it
@@ -40,7 +40,7 @@ _MEGATRON_GRAD = re2.compile(r"\| grad norm: (" + _NUM + r") \|")
 _MEGATRON_TIME = re2.compile(r"\| elapsed time per iteration \(ms\): (" + _NUM + r") \|")
 _KERAS = re2.compile(r"^\s{0,20}\d{1,12}/\d{1,12} (?:\[[=>.]{1,200}\]|[━─]{1,200}) .{0,200}?\bloss: (" + _NUM + r")")
 _MLX = re2.compile(r"^Iter (\d{1,12}): Train loss (" + _NUM + r")(?:,|$)")
-_NANOGPT = re2.compile(r"^iter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b")
+_NANOGPT = re2.compile(r"^.{0,40}?\biter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b")
 
 UNKNOWN_MS = math.nan   # the line gives no time per step: the tracker takes no throughput from it
 

@@ -43,3 +43,24 @@ def test_a_single_process_dying_before_its_first_step_of_a_code_error_is_escalat
     single-process exception no restartable class names; a restartable class's own limits bound the rest)."""
     verdict = judge_ended(config, CASES["litgpt-1413-textfiles-is-a-directory"])
     assert verdict.escalated and not verdict.recovered, verdict
+
+
+# --- another stack's progress lines, read by the live Observer (engine/observe/other_stacks.py) -----------------
+PARSED_NAN = ["hf-trainer-pink-6-grad-norm-nan-loss-zero", "hf-trainer-modernbert-233-grad-norm-nan-mid-epoch",
+              "hf-trainer-vicuna-lora-rlhf-11-loss-inf-then-nan", "hf-trainer-qwen-vl-finetune-10-grad-norm-nan-first-steps",
+              "trl-simpo-35-preference-loss-zero-grad-norm-nan", "keras-relernn-26-loss-nan-epochs",
+              "megatron-deepspeed-203-llama2-grad-norm-nan", "mlx-examples-718-phi3-lora-loss-nan",
+              "nanogpt-215-loss-nan-after-checkpoint-fp16"]
+
+
+@pytest.mark.parametrize("case_id", PARSED_NAN)
+def test_a_live_runs_nan_in_another_stacks_progress_line_is_the_parsed_loss(tmp_path, case_id):
+    """The corpus's live NaN cases of HF, TRL, Keras, Megatron-DeepSpeed, mlx and nanoGPT, printed by a live trainer
+    the Observer follows: the NaN is the parsed loss's (not only text), and nan decides while the run still prints."""
+    import math
+
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
+    from tests.unit.test_other_stacks import watch_live
+
+    snapshot, fired = watch_live(tmp_path, LitGPTAdapter(), CASES[case_id].log.splitlines(), silent_for=1)
+    assert fired == "nan" and snapshot.metrics.loss is not None and not math.isfinite(snapshot.metrics.loss)
