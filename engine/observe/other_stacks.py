@@ -1,6 +1,6 @@
 """PURE. Progress and loss lines of stacks other than runbook's own, read as the same Progress events.
 
-A run whose trainer prints neither litgpt's lines nor runbook's sdk lines (an HF Trainer script without
+A run whose trainer prints none of the lines its adapter reads (an HF Trainer script without
 runbook's callback, DeepSpeed/Megatron, Keras, mlx, nanoGPT) still prints its step and loss. Unread,
 such a run shows no progress at all, and a healthy run is judged a hang; its NaN is text only. The
 observer asks this module only when the trainer adapter's own parser recognised nothing in a line.
