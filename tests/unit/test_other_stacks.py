@@ -132,3 +132,21 @@ def test_the_trainers_own_progress_line_is_read_and_another_stacks_copy_of_it_is
     snapshot, _ = watch_live(tmp_path, ScriptAdapter(), lines, silent_for=1)
     assert snapshot.metrics.step == 50
     assert snapshot.metrics.loss_history == [3.0, 4.0, 5.0, 6.0, 7.0]   # each step's loss once
+
+
+def test_the_reports_curve_reads_another_stacks_steps_and_never_beside_the_trainers_own(tmp_path):
+    """runbook report / status (runbook/report.py parse_launch): a Megatron log's iterations are its curve; HF's
+    dicts print no step, so no curve is drawn over a count of lines; a log with the adapter's own progress
+    lines is read by those alone."""
+    from runbook.report import parse_launch
+
+    megatron = tmp_path / "megatron.log"
+    megatron.write_text("\n".join(MEGATRON.replace("iteration       50/", f"iteration       {n}/") for n in (48, 49, 50)) + "\n")
+    curve = parse_launch(1, megatron, None, LitGPTAdapter())
+    assert curve.steps == [48, 49, 50] and curve.losses == [4.791878e-03] * 3
+    hf = tmp_path / "hf.log"
+    hf.write_text("\n".join(_hf_steps(4)) + "\n")
+    assert parse_launch(1, hf, None, LitGPTAdapter()).steps == []
+    own = tmp_path / "own.log"
+    own.write_text(f"{NANOGPT}\nrunbook: step 10 loss 2.5 took 100.0 ms\n")
+    assert parse_launch(1, own, None, ScriptAdapter()).steps == [10]
