@@ -143,6 +143,9 @@ class TrainerStatus(Frozen):
     # progress line. These are judged by their signs of life, not by progress lines: a first save or a first
     # validation of a big model outlasts a timeout learnt from the training steps before it.
     phase: Literal["startup", "training", "saving", "validating"] = "training"
+    # A trainer that ended before this launch's first progress line: how many launches in a row (this one
+    # included) did so with the same error, its numbers masked (engine/observe/same_start_error.py); 0 otherwise.
+    failed_alike_before_progress: int = 0
     # Start-up, saves and the first validation only: seconds since the trainer last showed life (new output, or
     # CPU time (start-up, validation) or I/O bytes advancing anywhere in its process tree); None when not
     # measured (training, or a dead trainer).

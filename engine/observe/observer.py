@@ -15,7 +15,7 @@ from engine.observe.launcher_report import awaiting_first_failure, read_report, 
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.other_stacks import other_stack_progress
-from engine.observe.same_start_error import same_error_everywhere
+from engine.observe.same_start_error import alike_in_a_row, last_error, same_error_everywhere
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -226,9 +226,14 @@ class Observer:
         self._other_stack: tuple[Progress, float, int] | None = None   # (event, when read, observation then)
         self._own_progress = False   # the adapter's parser has read a progress line: other stacks' are not read
         self.lines_since_progress = 0   # lines read after this launch's last progress line
+        # Each earlier launch's error if it ended before its first progress line (None: it progressed): a
+        # deterministic start-up failure repeats launch after launch (same_start_error.alike_in_a_row).
+        self.earlier_launches: deque[str | None] = deque(maxlen=16)
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
+        if self.log is not None:   # the launch that ends here: its start-up failure, if it never progressed
+            self.earlier_launches.append(last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
         self.tracker.new_launch(tokens_per_iter)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self._other_stack = None
@@ -326,9 +331,12 @@ class Observer:
         if trainer.alive and awaiting_first_failure(ranks, tail):
             self.awaiting_since = self.awaiting_since or now
             waiting = now - self.awaiting_since < watch.first_failure_wait_s
+        alike = 0
         if not trainer.alive and self.tracker.progress_since_launch == 0:
             ranks = ranks.model_copy(update={"same_error_before_progress": same_error_everywhere(ranks, tail)})
-        return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting})
+            alike = alike_in_a_row(list(self.earlier_launches), last_error(tail))
+        return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting,
+                                          "failed_alike_before_progress": alike})
 
     def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line

@@ -65,3 +65,22 @@ def same_error_everywhere(ranks: RanksStatus, tail: list[str]) -> str | None:
     if any(r.peer_loss for r in failed) or len({masked(e) for e in errors}) != 1:
         return None
     return _RANK_PREFIX.sub("", errors[-1].strip())[:500]
+
+
+def last_error(tail: list[str]) -> str | None:
+    """The masked error the tail's last traceback ends with (None: no error line), a launch's failure in one key."""
+    errors = tail_errors(tail)
+    return masked(errors[-1]) if errors else None
+
+
+def alike_in_a_row(earlier: list[str | None], now: str | None) -> int:
+    """How many launches in a row, this one last, failed before their first progress line with the error `now`:
+    `earlier` holds the earlier launches' errors (None: that launch progressed, or showed no error)."""
+    if now is None:
+        return 0
+    count = 1
+    for error in reversed(earlier):
+        if error != now:
+            break
+        count += 1
+    return count

@@ -56,3 +56,40 @@ def test_not_every_rank_one_error_by_exit_code_is_no_evidence():
 def test_a_hostile_tail_is_bounded():
     huge = "RuntimeError: " + "x" * 5_000_000
     assert same_error_everywhere(RanksStatus(), [huge] * 3 + ["A" * 10_000_000]) is not None
+
+
+def test_launches_failing_alike_before_progress_are_counted_in_a_row():
+    from engine.observe.same_start_error import alike_in_a_row
+
+    assert alike_in_a_row([], "E") == 1 and alike_in_a_row(["E", "E"], "E") == 3
+    assert alike_in_a_row(["E", None, "E"], "E") == 2     # a launch that progressed between breaks the row
+    assert alike_in_a_row(["F"], "E") == 1 and alike_in_a_row(["E"], None) == 0
+
+
+def test_a_second_launch_dying_of_the_same_error_before_its_first_step_is_escalated_not_restarted(tmp_path):
+    """The watcher's own path: the Observer follows launch 1's log, then launch 2's (as the supervisor does on a
+    relaunch); each ends before its first progress line with espnet/espnet#4461's ENOSPC (tests/field/corpus
+    espnet-4461). Launch 1 is disk-full's (prune, resume); launch 2 the same again: a human's."""
+    from engine.core.config import WatchSettings
+    from engine.core.state import CheckpointStatus, TrainerStatus
+    from engine.language.matcher import AttemptHistory, MatchMemory, decide
+    from engine.language.playbook_set import load_set
+    from engine.language.playbook_testing import build_config
+    from engine.observe.observer import Observer
+    from engine.trainers.litgpt.adapter import LitGPTAdapter
+    from engine.watch.triage import _NoEvidence
+
+    observer = Observer(LitGPTAdapter(), tmp_path, tokens_per_iter=256)
+    observer.evidence = _NoEvidence()
+    playbooks, config = load_set([], True)[0], build_config({})
+    decided = []
+    for launch in (1, 2):
+        log = tmp_path / f"trainer-{launch:03d}.log"
+        log.write_text("Process SpawnProcess-1:\nOSError: [Errno 28] No space left on device\n")
+        observer.follow(log, 256)
+        now = observer.launched_at + 5
+        dead = TrainerStatus(alive=False, exit_code=1, launches=launch)
+        snapshot = observer.snapshot(now, "running", dead, CheckpointStatus(), observer.read_lines(now), WatchSettings())
+        decision = decide(snapshot, config, playbooks, MatchMemory(), AttemptHistory()).decision
+        decided.append((snapshot.trainer.failed_alike_before_progress, decision.playbook.name))
+    assert decided == [(1, "disk-full"), (2, "same-failure-again")]
