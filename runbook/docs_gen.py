@@ -90,11 +90,16 @@ STATE_NOTES = {
     "trainer.ranks.dead_nodes": "nodes whose agent was killed by a fault signal (SIGKILL, ...), not by runbook, or whose "
                                 "host was lost (its records not renewed for 4 s)",
     "trainer.ranks.noticed_nodes": "nodes whose agent was told to stop from outside (SIGTERM to that node's launcher)",
+    "trainer.failed_alike_before_progress": "a trainer that ended before this launch's first progress line: how many "
+                                            "launches in a row (this one included) did so with the same error; 0 otherwise",
+    "trainer.ranks.same_error_before_progress": "the one error every failed process (two or more, each by an exit code) "
+                                                "ended with before the launch's first progress line; null otherwise",
     "metrics.step": "optimizer steps",
     "metrics.iter_num": "micro-batches",
     "metrics.loss_median": "rolling median of recent train losses",
     "new_lines": "log lines since the previous observation",
     "tail": "the last 200 log lines",
+    "lines_since_progress": "how many of the tail's last lines came after the launch's last progress line (null: unknown)",
 }
 
 TEST_EXAMPLE = """\

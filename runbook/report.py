@@ -17,6 +17,7 @@ from typing import TypeGuard
 from engine.checkpoints import store as ckpts
 from engine.core.durable import atomic_write
 from engine.observe.events import FinalValidation, Progress, Resumed, Validation
+from engine.observe.other_stacks import other_stack_progress
 from engine.records.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
 from runbook.shown_values import checked_incident
@@ -110,8 +111,14 @@ def read_log_lines(path: Path) -> list[str]:
 
 def parse_launch(number: int, path: Path, start_step: int | None, adapter) -> LaunchCurve:
     curve = LaunchCurve(number=number, log=path, start_step=start_step or 0)
-    for line in read_log_lines(path):
-        event = adapter.parse_line(line)
+    lines = read_log_lines(path)
+    events = [adapter.parse_line(line) for line in lines]
+    if not any(isinstance(e, Progress) for e in events):
+        # A log with none of the adapter's progress lines: another stack's (engine/observe/other_stacks.py), those
+        # that print their step (a count of HF's dicts is no step to draw a curve over).
+        others = (other_stack_progress(line, None) for line in lines)
+        events = [e if e is not None else (o if o is not None and o.step_known else None) for e, o in zip(events, others)]
+    for event in events:
         if isinstance(event, Progress):
             curve.steps.append(event.step)
             curve.losses.append(event.loss)

@@ -93,6 +93,9 @@ class RanksStatus(Frozen):
     nodes: list[NodeStatus] = Field(default_factory=list)   # empty on one node
     dead_nodes: list[int] = Field(default_factory=list)     # agents killed by a fault signal (SIGKILL, ...), ranks with them
     noticed_nodes: list[int] = Field(default_factory=list)  # agents told to stop from outside (a SIGTERM to one node's launcher)
+    # Every failed process (two or more) ended with this one error, by exit code, before the launch's first
+    # progress line (engine/observe/same_start_error.py): deterministic, a restart meets it again.
+    same_error_before_progress: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -140,6 +143,9 @@ class TrainerStatus(Frozen):
     # progress line. These are judged by their signs of life, not by progress lines: a first save or a first
     # validation of a big model outlasts a timeout learnt from the training steps before it.
     phase: Literal["startup", "training", "saving", "validating"] = "training"
+    # A trainer that ended before this launch's first progress line: how many launches in a row (this one
+    # included) did so with the same error, its numbers masked (engine/observe/same_start_error.py); 0 otherwise.
+    failed_alike_before_progress: int = 0
     # Start-up, saves and the first validation only: seconds since the trainer last showed life (new output, or
     # CPU time (start-up, validation) or I/O bytes advancing anywhere in its process tree); None when not
     # measured (training, or a dead trainer).
@@ -197,6 +203,9 @@ class StateSnapshot(Frozen):
     save_timeout_s: float = 3600.0      # watch.save_timeout_s: the longest a save may take (from the last progress line)
     new_lines: list[str] = Field(default_factory=list)
     tail: list[str] = Field(default_factory=list)
+    # How many of the tail's last lines came after the launch's last progress line (None: not known, the whole
+    # tail): what a trainer printed before it went silent, apart from what it printed while it still trained.
+    lines_since_progress: int | None = Field(None, ge=0)
     disk: DiskStatus = Field(default_factory=DiskStatus)
     checkpoints: CheckpointStatus = Field(default_factory=CheckpointStatus)
     evidence: Evidence = Field(default_factory=Evidence)   # beyond the log text (engine/observe/evidence.py)

@@ -12,6 +12,9 @@ class Progress:
     loss: float            # may be nan/inf
     iter_time_ms: float
     is_step: bool          # this iteration ended with an optimizer step
+    # False: `step` only counts the progress lines (another stack's line that prints no step: HF's logged dict,
+    # a Keras bar); no checkpoint step may be derived from it (a rollback bound, the last healthy step).
+    step_known: bool = True
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from engine.observe.activity import StartupActivity
 from engine.observe.launcher_report import awaiting_first_failure, read_report, with_report
 from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
+from engine.observe.other_stacks import other_stack_progress
+from engine.observe.same_start_error import alike_in_a_row, last_error, same_error_everywhere
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -118,16 +120,18 @@ class MetricTracker:
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
-            if self.progress_since_launch == 0 and self.last_healthy_step is not None:
+            if self.progress_since_launch == 0 and self.last_healthy_step is not None and event.step_known:
                 # Resumed at event.step - 1: after a rollback, nothing later than that is known healthy.
                 self.last_healthy_step = min(self.last_healthy_step, event.step - 1)
-            self.step, self.iter_num, self.loss = event.step, event.iter_num, event.loss
+            if event.step_known:   # a count of lines is no step: the metrics say the step is unknown
+                self.step, self.iter_num = event.step, event.iter_num
+            self.loss = event.loss
             self.losses.append(event.loss)
             self._update_best_median()
             healthy = self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median)
             # After a failed validation a train loss that looks fine again (a collapsed model sits near
             # ln(vocab)) vouches for nothing more in this launch.
-            if healthy and self.val_condemned_step is None:
+            if healthy and self.val_condemned_step is None and event.step_known:
                 self.last_healthy_step = event.step
             self.progress_since_launch += 1
             if self.last_progress_time is not None:
@@ -142,9 +146,10 @@ class MetricTracker:
                 self.validations_done += 1
                 self.validation_started = None
             self.last_progress_time = now
-            if self.progress_since_launch > 1:  # the first iteration after a start includes set-up time
+            timed = math.isfinite(event.iter_time_ms)   # another stack's line may give no time per step (other_stacks.py)
+            if self.progress_since_launch > 1 and timed:  # the first iteration after a start includes set-up time
                 self.iter_times.append(max(event.iter_time_ms, 1e-3))
-            if self.progress_since_launch > WARMUP_PROGRESS_LINES:
+            if self.progress_since_launch > WARMUP_PROGRESS_LINES and self.iter_times:
                 # The baseline is the best sustained speed this run has shown (the highest rolling
                 # median so far): a start on a busy machine must not make later slowness look normal.
                 self.baseline_samples.append(self.throughput())
@@ -219,11 +224,24 @@ class Observer:
         self.activity = StartupActivity(self.launched_at)   # start-up's signs of life (activity.py)
         self.evidence = evidence or EvidenceGatherer(out_dir)   # beyond the log text (evidence.py)
         self.awaiting_since: float | None = None   # when this launch's group began failing (launcher_report.py)
+        # Another stack's progress line waits for the next line or one observation: HF Trainer prints its logged
+        # dict just before runbook's callback prints the same step in runbook's format, which then replaces it
+        # (no step counted twice), whether the two lines are read in one observation or across two.
+        self._other_stack: tuple[Progress, float, int] | None = None   # (event, when read, observation then)
+        self._own_progress = False   # the adapter's parser has read a progress line: other stacks' are not read
+        self.lines_since_progress = 0   # lines read after this launch's last progress line
+        # Each earlier launch's error if it ended before its first progress line (None: it progressed): a
+        # deterministic start-up failure repeats launch after launch (same_start_error.alike_in_a_row).
+        self.earlier_launches: deque[str | None] = deque(maxlen=16)
 
     def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
+        if self.log is not None:   # the launch that ends here: its start-up failure, if it never progressed
+            self.earlier_launches.append(last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
         self.tracker.new_launch(tokens_per_iter)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
+        self._other_stack = None
+        self.lines_since_progress = 0
         self.log = LogTail(log_path)
         self.launched_at = time.time()
         self.awaiting_since = None
@@ -234,9 +252,26 @@ class Observer:
 
     def _consume(self, line: str, now: float) -> None:
         self.tail.append(line)
+        self.lines_since_progress += 1
         event = self.adapter.parse_line(line)
+        if isinstance(event, Progress):
+            self._own_progress, self._other_stack = True, None   # the trainer's own line for the same step
+            self.lines_since_progress = 0
+        self._flush_other_stack()
         if event is not None:
             self.tracker.on_event(event, now)
+        elif not self._own_progress:
+            other = other_stack_progress(line, self.tracker.step)   # counted on across launches: never back to 1
+            if other is not None:
+                self._other_stack = (other, now, self.observation)
+                self.lines_since_progress = 0
+
+    def _flush_other_stack(self, read_before: int | None = None) -> None:
+        """Count the waiting line (with the time it was read); with read_before, only one read before that observation."""
+        if self._other_stack is not None and (read_before is None or self._other_stack[2] < read_before):
+            event, seen, _ = self._other_stack
+            self._other_stack = None
+            self.tracker.on_event(event, seen)
 
     def read_lines(self, now: float) -> list[str]:
         before = self.log.offset if self.log else 0
@@ -252,6 +287,7 @@ class Observer:
         exactly as read_lines parses the log's."""
         for line in lines:
             self._consume(line, now)
+        self._flush_other_stack()   # a whole log: no line follows the last
         return lines
 
     def hang_timeout(self, watch) -> float:
@@ -266,6 +302,8 @@ class Observer:
     def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
                  new_lines: list[str], watch) -> StateSnapshot:
         self.observation += 1
+        # Waited a whole observation, or the trainer is gone and prints nothing more: nothing replaces it.
+        self._flush_other_stack(read_before=self.observation - 1 if trainer.alive else None)
         trainer = self._first_failure(trainer, now, watch)
         last = self.tracker.last_progress_time
         since = now - last if last else now - self.launched_at
@@ -282,7 +320,8 @@ class Observer:
             metrics=self.tracker.metrics(), seconds_since_progress=since, hang_timeout_s=self.hang_timeout(watch),
             startup_timeout_s=watch.startup_timeout_s, save_timeout_s=watch.save_timeout_s,
             new_lines=new_lines,
-            tail=list(self.tail), disk=disk_status(self.out_dir), checkpoints=checkpoints,
+            tail=list(self.tail), lines_since_progress=min(self.lines_since_progress, len(self.tail)),
+            disk=disk_status(self.out_dir), checkpoints=checkpoints,
             evidence=self.evidence.gather(trainer, checkpoints),
         )
 
@@ -296,7 +335,12 @@ class Observer:
         if trainer.alive and awaiting_first_failure(ranks, tail):
             self.awaiting_since = self.awaiting_since or now
             waiting = now - self.awaiting_since < watch.first_failure_wait_s
-        return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting})
+        alike = 0
+        if not trainer.alive and self.tracker.progress_since_launch == 0:
+            ranks = ranks.model_copy(update={"same_error_before_progress": same_error_everywhere(ranks, tail)})
+            alike = alike_in_a_row(list(self.earlier_launches), last_error(tail))
+        return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting,
+                                          "failed_alike_before_progress": alike})
 
     def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line

@@ -28,6 +28,7 @@ from engine.language.planner import PlannedStep, plan
 from engine.observe.events import Progress
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, Observer
+from engine.observe.other_stacks import other_stack_progress
 from engine.process.trainer_process import exit_from_launcher, signal_name
 from engine.records.attempts import AttemptHistory
 
@@ -211,8 +212,13 @@ def snapshot_from_log(lines: list[str], end: Ending, config, adapter, now: float
     return snapshot.model_copy(update={"disk": DiskStatus()})   # unknown: total_bytes 0
 
 
+def _is_progress(line: str, adapter) -> bool:
+    """A progress line as the Observer reads one: the adapter's own, or another stack's (engine/observe/other_stacks.py)."""
+    return isinstance(adapter.parse_line(line), Progress) or other_stack_progress(line, None) is not None
+
+
 def _after_last_progress(lines: list[str], adapter) -> list[str]:
-    last = max((i for i, line in enumerate(lines) if isinstance(adapter.parse_line(line), Progress)), default=-1)
+    last = max((i for i, line in enumerate(lines) if _is_progress(line, adapter)), default=-1)
     return lines[last + 1:][-200:]
 
 

@@ -48,7 +48,8 @@ CLASS_OF_PLAYBOOK = {
     "bad-data": "bad-data", "hang": "hang", "rank-hang": "hang", "hardware-failure": "hardware-failure",
     "unknown-crash": "needs-human", "unknown-exit": "unknown-exit", "slow-training": "slow",
     "rank-straggler": "slow", "launcher-stopped": "stopped", "environment-fault": "needs-human",
-    "missing-final": "needs-human",
+    "missing-final": "needs-human", "same-error-at-start": "needs-human",
+    "same-failure-again": "needs-human",
 }
 ESCALATE_CLASSES = {"needs-human", "hardware-failure"}   # the "escalate" family
 # Verbs that change the run, its checkpoints or its next launch: none may run before an escalate for a

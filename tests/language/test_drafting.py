@@ -68,7 +68,7 @@ def test_a_failure_like_a_known_class_takes_its_actions_with_the_reason():
     target = record(4, oom, escalation_reason="oom limits ran out")
     drafted = draft_playbook(target, [], SHIPPED)
     assert "closest known class 'oom'" in drafted.choice and "same exception type (torch.OutOfMemoryError)" in drafted.choice
-    assert [list(a)[0] for a in drafted.tree["actions"]] == ["escalate", "set_hyperparameters", "prune_checkpoints",
+    assert [list(a)[0] for a in drafted.tree["actions"]] == ["escalate", "stop", "set_hyperparameters", "prune_checkpoints",
                                                              "verify_checkpoints", "resume"]
 
 

@@ -123,7 +123,7 @@ def test_the_json_shape(tmp_path):
     assert data["explain"]["held"] is True and data["explain"]["children"]          # oom's match, clause by clause
     assert {"clause", "held", "expected", "actual", "children"} == set(data["explain"]["children"][0])
     assert all(set(step) >= {"index", "verb", "description", "params", "skipped"} for step in data["plan"])
-    assert data["plan"][1]["params"]["micro_batch_size"] == 2
+    assert next(s for s in data["plan"] if s["verb"] == "set_hyperparameters")["params"]["micro_batch_size"] == 2
     assert any("disk free space unknown" in note for note in data["missing"])
     assert data["lines"] == 3 and data["bytes_read"] == data["log_bytes"] == len(OOM_LOG)
 

@@ -14,7 +14,9 @@ from engine.expr.patterns import MAX_LINE, compile_pattern
 class LogSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     pattern: str = Field(description="regular expression searched in each line (RE2 syntax: Python's without backreferences and lookaround; matched in linear time)")
-    scope: Literal["new", "tail"] = Field("new", description="new: lines since the last observation; tail: recent lines")
+    scope: Literal["new", "tail", "since_progress"] = Field(
+        "new", description="new: lines since the last observation; tail: recent lines; since_progress: the tail's lines "
+                           "after the last progress line (what the trainer printed before going silent)")
     ignore_case: bool = False
 
     @field_validator("pattern")
@@ -27,7 +29,9 @@ class LogSpec(BaseModel):
 class LogClause(Clause):
     kind = "log"
     doc = ("A log line matches a regular expression: `scope: new` searches the lines printed since the last "
-           "observation, `scope: tail` the last 200 lines.")
+           "observation, `scope: tail` the last 200 lines, `scope: since_progress` the last 200 lines' part after "
+           "the launch's last progress line (`state.lines_since_progress`; all of them where that is unknown): "
+           "what a trainer printed before it went silent, not what it printed and trained on past.")
     example = "log:\n  pattern: 'CUDA out of memory'\n  scope: new"
 
     log: LogSpec
@@ -43,6 +47,9 @@ class LogClause(Clause):
             # The matcher's index of the tail: the same first line a scan finds, each line searched once per set.
             return ctx.first_tail_lines().get(regex)
         lines = ctx.state.new_lines if self.log.scope == "new" else ctx.state.tail
+        if self.log.scope == "since_progress":
+            since = ctx.state.lines_since_progress
+            lines = lines if since is None else lines[len(lines) - min(since, len(lines)):]
         return next((line for line in lines if regex.search(line if len(line) <= MAX_LINE else line[:MAX_LINE])), None)
 
     def holds(self, observed: str | None) -> bool:
