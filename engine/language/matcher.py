@@ -131,8 +131,11 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
     not_counted = frozenset(p.name for p in playbooks if not p.counts_toward_breaker)
     verdict, why = limit_verdict(chosen, history, now, config.watch.max_recoveries_per_hour, not_counted)
     if verdict == "ok" and chosen.counts_toward_breaker:
-        storm = restart_storm(history.recoveries, chosen.name, state.metrics.step, config.watch.restart_storm_incidents,
-                              not_counted)
+        # A divergence ladder (rollback, lower lr, again) resumes below its failure by design: not a storm's links.
+        rolls_back = frozenset(p.name for p in playbooks if any(step.verb == "rollback" for step in p.actions))
+        storm = None if chosen.name in rolls_back else restart_storm(
+            history.recoveries, chosen.name, state.metrics.step, config.watch.restart_storm_incidents,
+            not_counted | rolls_back)
         if storm is not None:
             verdict, why = "storm", storm.reason(now)
     kind = {"ok": "recover", "cooldown": "wait", "exhausted": "escalate", "breaker": "escalate", "storm": "escalate"}[verdict]

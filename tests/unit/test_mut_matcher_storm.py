@@ -61,3 +61,17 @@ def test_a_playbook_past_its_own_limit_says_so_rather_than_storm():
     snapshot = snapshot.model_copy(update={"time": 200.0})
     decision = decide(snapshot, config, SHIPPED, MatchMemory(), rebuild(entries).history).decision
     assert decision.kind == "escalate" and "already fired 3 time(s)" in decision.reason, decision.reason
+
+
+def test_a_divergence_ladder_rolling_back_below_its_failures_is_no_storm():
+    entries = [{"kind": "incident_opened", "incident": f"incident-{i}", "playbook": name, "decision": "recover",
+                "time": 100.0 + i, "snapshot": {"metrics": {"step": step}}}
+               for i, (name, step) in enumerate([("nan", 22), ("nan", 10), ("loss-spike", 12), ("loss-spike", 6)], start=1)]
+    config = RunConfig()
+    [snapshot] = build_snapshots([{"trainer": {"alive": True}, "metrics": {
+        "step": 17, "loss": 40.0, "loss_best_median": 6.0, "loss_history": [40.0, 40.0, 40.0, 40.0]}}], config)
+    decision = decide(snapshot, config, SHIPPED, MatchMemory(), rebuild(entries).history).decision
+    assert decision.playbook.name == "loss-spike" and decision.kind == "recover", decision
+    # a crash of another kind in the same chain counts only the crashes: one kind, no storm either
+    [crash] = build_snapshots([{"trainer": {"alive": False, "exit_code": -9}, "metrics": {"step": 5}}], config)
+    assert decide(crash, config, SHIPPED, MatchMemory(), rebuild(entries).history).decision.kind == "recover"

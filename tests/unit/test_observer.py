@@ -116,9 +116,10 @@ def test_a_spike_that_comes_back_after_the_cut_skips_its_data_at_the_old_lr_wher
 
     playbook = load_playbook_file(REPO / "playbooks" / "loss_spike.yaml")
 
-    def rungs(previous_bad_step: int | None, kind: str = "script") -> list[tuple[float, int]]:
+    def rungs(previous_bad_step: int | None, kind: str = "script", healthy: int = 13) -> list[tuple[float, int]]:
         snapshot = StateSnapshot(trainer=TrainerStatus(alive=True), metrics={
-            "step": 7, "loss": 30.0, "loss_best_median": 6.4, "last_healthy_step": 3, "previous_bad_step": previous_bad_step})
+            "step": 17, "loss": 30.0, "loss_best_median": 6.4, "last_healthy_step": healthy,
+            "previous_bad_step": previous_bad_step})
         lr, taken = 10.0, []
         for attempt in (1, 2, 3):
             config = RunConfig.model_validate({"lr": lr, "save_interval": 5, "trainer": {"kind": kind}})
@@ -128,11 +129,13 @@ def test_a_spike_that_comes_back_after_the_cut_skips_its_data_at_the_old_lr_wher
             taken.append((lr, len([s for s in steps if s.verb == "skip_data" and s.skipped is None])))
         return taken
 
-    assert rungs(previous_bad_step=3) == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]      # the same data: skip, lr back
-    assert rungs(previous_bad_step=8) == [(2.5, 0), (10.0, 1), (10.0 / 64, 0)]      # within a save interval
-    assert rungs(previous_bad_step=9) == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]   # elsewhere: the lr
-    assert rungs(previous_bad_step=None) == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]
-    assert rungs(previous_bad_step=3, kind="hf-trainer") == [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]
+    skipped, cut = [(2.5, 0), (10.0, 1), (10.0 / 64, 0)], [(2.5, 0), (2.5 / 16, 0), (2.5 / 16 / 64, 0)]
+    assert rungs(previous_bad_step=13) == skipped                  # the same data: skip, the lr back
+    assert rungs(previous_bad_step=18) == skipped                  # within a save interval
+    assert rungs(previous_bad_step=19) == cut                      # elsewhere: the lr
+    assert rungs(previous_bad_step=None) == cut
+    assert rungs(previous_bad_step=3, healthy=3) == cut            # diverged at once, twice: the lr's, not data
+    assert rungs(previous_bad_step=13, kind="hf-trainer") == cut   # a kind that cannot skip
 
 
 def validation(iter_num: int, val_loss: float) -> str:
