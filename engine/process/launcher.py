@@ -96,6 +96,7 @@ def boot_id() -> str | None:
 
 PR_SET_CHILD_SUBREAPER = 36
 LEFTOVER_WAIT_S = 5.0   # SIGKILLed leftovers are reaped within this (a process in uninterruptible I/O may take longer)
+LEFTOVER_GRACE_S = 2.0  # a rank or helper still ending on its own (its exit record) is left this long first
 
 
 def become_subreaper() -> bool:
@@ -121,9 +122,26 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def end_leftovers(wait_s: float = LEFTOVER_WAIT_S) -> list[int]:
+def _reap() -> None:
+    """Reap every child that has died (a leftover's own children are reparented here meanwhile)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_leftovers(wait_s: float = LEFTOVER_WAIT_S, grace_s: float = LEFTOVER_GRACE_S) -> list[int]:
     """SIGKILL and reap every process reparented to this launcher (the trainer has ended; these are what it left:
-    their own children come to us in turn as they die). Returns the pids ended."""
+    their own children come to us in turn as they die), after grace_s for them to end on their own: a rank that
+    saved on the same notice is still writing its exit record a moment after rank 0 ended. Returns the pids
+    ended by the SIGKILL."""
+    grace = time.monotonic() + grace_s
+    while children_of(os.getpid()) and time.monotonic() < grace:
+        _reap()
+        time.sleep(0.02)
     ended: list[int] = []
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -137,13 +155,7 @@ def end_leftovers(wait_s: float = LEFTOVER_WAIT_S) -> list[int]:
                 pass
             if pid not in ended:
                 ended.append(pid)
-        while True:   # reap what has died; a leftover's own children are reparented here meanwhile
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        _reap()
         time.sleep(0.02)
     return ended
 

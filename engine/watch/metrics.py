@@ -128,7 +128,9 @@ class _IncidentReader:
                     record = self.store.read(incident_id)
                     self.cache[incident_id] = (stamp, IncidentFigures(record.playbook, record.outcome, record.steps_lost))
                 figures.append(self.cache[incident_id][1])
-            except (OSError, self.bad):   # half-written or unreadable: `runbook incidents` says why; skip it here
+            except (OSError, self.bad):   # half-written or unreadable: `runbook incidents` says why
+                if incident_id in self.cache:   # a record being rewritten keeps its last figures: counters never fall
+                    figures.append(self.cache[incident_id][1])
                 continue
         return tuple(figures)
 
