@@ -113,7 +113,7 @@ def test_yaml_load_smoke(untouched_repo):
 
     paths = sorted((REPO / "playbooks").glob("*.yaml"))
     assert bench_yaml_load.read_through_libyaml(paths) == paths   # the fast path in use, for every shipped playbook
-    times = bench_yaml_load.measure(paths, samples=2)
+    times = bench_yaml_load.measure(paths, samples=3)   # the median of 3: one sample slowed by the machine is outvoted
     assert bench_yaml_load.speedup(times) > 1.5, times             # ~3x measured (docs/benchmarks.md): faster is > 1
 
 
