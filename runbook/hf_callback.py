@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from runbook import sdk   # standard library only: the user's folder may hold an engine.py of its own
+from runbook import hf_data_skip, sdk   # standard library only: the user's folder may hold an engine.py of its own
 
 
 def _restore_cpu_with_index(storage, location: str):
@@ -34,8 +34,10 @@ class RunbookCallback(TrainerCallback):
     def __init__(self):
         sdk.watch_notice()
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         self._lr_set = False
+        if train_dataloader is not None and (said := hf_data_skip.install(train_dataloader, args)):
+            hf_data_skip.say(said)   # before the Trainer's resume skips the batches it trained (hf_data_skip.py)
         self._beat(state, "work")
 
     def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):

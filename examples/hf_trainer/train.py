@@ -15,6 +15,7 @@ on rank R (several ranks under torchrun).
 A user's bug, armed from outside for the multi-rank scenarios (tests/cluster/test_launcher_ranks.py):
 RUNBOOK_EXAMPLE_BUG_AT_STEP=N with RUNBOOK_EXAMPLE_BUG_RANK=R: rank R raises in this script's own code at
 step N; RUNBOOK_EXAMPLE_EXIT_AT_STEP=N with RUNBOOK_EXAMPLE_EXIT_RANK=R: rank R leaves (exit 0) at step N.
+RUNBOOK_EXAMPLE_RECORD_SAMPLES=FILE appends the index of every training sample read to FILE (which data trained).
 """
 
 from __future__ import annotations
@@ -38,14 +39,18 @@ class DataArguments:
 
 
 class Blocks(torch.utils.data.Dataset):
-    def __init__(self, train_dir: Path, block: int):
+    def __init__(self, train_dir: Path, block: int, record: str | None = None):
         data = b"".join(p.read_bytes() for p in sorted(Path(train_dir).rglob("*.txt")))
         self.ids = torch.tensor(list(data[: len(data) // block * block]), dtype=torch.long).view(-1, block)
+        self.record = record
 
     def __len__(self):
         return len(self.ids)
 
     def __getitem__(self, i):
+        if self.record:   # which samples were trained, in order (the data-skip test reads it)
+            with open(self.record, "a") as f:
+                f.write(f"{i}\n")
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
@@ -94,7 +99,8 @@ def main() -> int:
     # Evaluated only when asked (--eval_strategy steps --eval_steps N): the callback reports HF's eval_loss.
     evaluated = Blocks(Path(data_args.val_dir), data_args.block_size) if args.eval_strategy != "no" else None
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, callbacks=callbacks,
-                      train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size), eval_dataset=evaluated)
+                      train_dataset=Blocks(Path(data_args.train_dir), data_args.block_size,
+                                          os.environ.get("RUNBOOK_EXAMPLE_RECORD_SAMPLES")), eval_dataset=evaluated)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     return RunbookCallback.finish(trainer)
 

@@ -16,16 +16,17 @@ The order of start-up, each step at one named place:
 3. prepare_ranks(): the multi-rank hook (engine/trainers/litgpt/ranks.py, issue 15): it may replace
    litgpt's strategy choice or write per-rank heartbeats before litgpt constructs its Fabric.
 4. notice_save.attach(pretrain): the save-on-notice guard at litgpt's optimizer-step boundary.
-5. hyperparameters.parse_once(pretrain): each checkpoint's hyperparameters.yaml from one parse of the argv,
+5. data_skip.attach(pretrain): a resumed loader moved past the data windows runbook skips (RUNBOOK_DATA_SKIP).
+6. hyperparameters.parse_once(pretrain): each checkpoint's hyperparameters.yaml from one parse of the argv,
    not litgpt's re-parse at every save (hyperparameters.py says why that is the same file).
-6. litgpt's CLI (as litgpt.__main__.main sets it up, for its pretrain command) with the argv above.
+7. litgpt's CLI (as litgpt.__main__.main sets it up, for its pretrain command) with the argv above.
 """
 
 from __future__ import annotations
 
 import sys
 
-from engine.trainers.litgpt import hyperparameters, lean_imports, notice_save
+from engine.trainers.litgpt import data_skip, hyperparameters, lean_imports, notice_save
 
 
 def prepare_ranks() -> None:
@@ -49,6 +50,7 @@ def main(argv: list[str]) -> int:
 
     prepare_ranks()
     notice_save.attach(pretrain)
+    data_skip.attach(pretrain)   # RUNBOOK_DATA_SKIP: the resumed loader moved past a skipped window
     hyperparameters.parse_once(pretrain)
     run_litgpt_cli(pretrain)   # reads sys.argv[1:]: `pretrain --config FILE ...`
     return 0

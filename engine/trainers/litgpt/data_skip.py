@@ -1,0 +1,89 @@
+"""litgpt's side of a skipped data window (RUNBOOK_DATA_SKIP, engine/core/data_windows.py): on a resume, the
+restored litdata loader is moved past the windows the next step would otherwise train on.
+
+Why here and not in a rewritten checkpoint copy: the windows are in the launch's environment, whichever way it
+was started (an incident's resume, a watcher restarted, a requeued job), and every rank moves its own loader.
+How: litgpt's `fabric.load(resume, state)` hands the loader its saved dict (`load_state_dict`); we keep that dict,
+and when `fit` starts (the step counter known: state["step_count"]) the loader is loaded again with its position
+advanced by the skipped positions' samples: micro_batch_size x accumulation per position on each rank. The
+step counter and iter_num are untouched, so the lr schedule and the number of steps trained stay the run's;
+only the data moves. Windows already behind the loader (a checkpoint saved after the skip) move nothing.
+
+A window that begins after the checkpoint's next position (a rollback to well before it) is not skipped by
+this launch: litdata cannot jump mid-epoch once iterating, so that data is trained again (docs/trainers.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+from engine.core import data_windows
+
+SAVED = "_runbook_saved_loader_state"
+
+
+def say(text: str) -> None:
+    print(f"runbook: {text}", file=sys.stderr, flush=True)
+
+
+def advanced(loader_state: dict, samples: int) -> dict:
+    """PURE. A copy of a litdata StreamingDataLoader state `samples` further into its epoch (this rank's count)."""
+    state = copy.deepcopy(loader_state)
+    dataset = state["dataset"]
+    length = sum(last - first for first, last in dataset.get("region_of_interest") or [])
+    if length and dataset["num_samples_yielded"] + samples > length:
+        raise ValueError(f"cannot skip {samples} samples: the epoch holds {length} and "
+                         f"{dataset['num_samples_yielded']} were read (a window past the epoch's end)")
+    state["num_samples_yielded"] += samples
+    dataset["num_samples_yielded"] += samples
+    if "sample_in_epoch" in dataset:   # litdata's count over every rank
+        dataset["sample_in_epoch"] += samples * int(dataset.get("world_size") or 1)
+    return state
+
+
+def positions_to_skip(step_count: int, samples_yielded: int, samples_per_position: int,
+                      windows: list[tuple[int, int]]) -> int:
+    """PURE. How many positions the loader, having read `samples_yielded`, must pass so that the next step
+    (step_count + 1) trains on its own position."""
+    read = samples_yielded // samples_per_position
+    return max(0, data_windows.position(step_count + 1, windows) - 1 - read)
+
+
+def attach(pretrain, environ=os.environ) -> None:
+    """Wrap litdata's loader restore (to keep the saved dict) and litgpt's `fit` (to move it); nothing without
+    windows to skip."""
+    try:
+        windows = data_windows.parse(environ.get(data_windows.ENV))
+    except ValueError as error:
+        say(f"{error}: no data skipped")
+        return
+    if not windows:
+        return
+    from litdata import StreamingDataLoader
+
+    original_load = StreamingDataLoader.load_state_dict
+
+    def load_state_dict(self, obj):
+        setattr(self, SAVED, obj)
+        return original_load(self, obj)
+
+    StreamingDataLoader.load_state_dict = load_state_dict   # type: ignore[method-assign]
+    original_fit = pretrain.fit
+
+    def fit(**kwargs):
+        loader, state, train = kwargs["train_dataloader"], kwargs["state"], kwargs["train"]
+        saved = getattr(getattr(loader, "_dataloader", loader), SAVED, None)   # fabric may wrap the loader
+        if saved is not None:
+            per_position = train.micro_batch_size * train.gradient_accumulation_iters(kwargs["devices"],
+                                                                                      kwargs.get("num_nodes", 1))
+            skip = positions_to_skip(state["step_count"], saved["num_samples_yielded"], per_position, windows)
+            if skip:
+                target = getattr(loader, "_dataloader", loader)
+                original_load(target, advanced(saved, skip * per_position))
+                say(f"skipping data positions: {skip} position(s), {skip * per_position} samples on this rank, "
+                    f"after step {state['step_count']} ({data_windows.ENV}={data_windows.format_windows(windows)})")
+        return original_fit(**kwargs)
+
+    pretrain.fit = fit
