@@ -5,7 +5,9 @@ announced before it is written to <out>/step-<6 digits>/state.pt, a save and exi
 resume / micro-batch / lr taken as arguments (the run config's trainer.command templates them).
 Byte-level (vocabulary 256), so it needs no tokenizer; the data are the .txt files of --train-dir.
 Each step's sequences are drawn from a generator seeded by (seed, step): a resumed run sees exactly
-the sequences an undisturbed one would, whatever its micro-batch.
+the sequences an undisturbed one would, whatever its micro-batch. With --sequential the data are read in
+order instead: data position p trains on the p-th run of batch x block bytes of the files, sorted by name
+(so a block of junk in a file is reached at a known step: tests/trainers/test_skip_data_scenarios.py).
 
 RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more (think activations) from
 step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which fails only where
@@ -45,9 +47,13 @@ def corpus(train_dir: Path) -> torch.Tensor:
     return torch.tensor(list(data), dtype=torch.long)
 
 
-def step_batch(data: torch.Tensor, seed: int, step: int, batch: int, block: int):
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    starts = torch.randint(0, len(data) - block - 1, (batch,), generator=g)
+def step_batch(data: torch.Tensor, seed: int, step: int, batch: int, block: int, sequential: bool = False):
+    if sequential:   # position `step` (from 1): the step-th run of batch x block bytes, wrapping at the end
+        runs = (len(data) - 1) // (batch * block)
+        starts = ((step - 1) % runs) * batch * block + torch.arange(batch) * block
+    else:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        starts = torch.randint(0, len(data) - block - 1, (batch,), generator=g)
     x = torch.stack([data[s:s + block] for s in starts])
     y = torch.stack([data[s + 1:s + block + 1] for s in starts])
     return x, y
@@ -68,6 +74,7 @@ def main(argv: list[str]) -> int:
     for name, kind, default in (("steps", int, 40), ("save-interval", int, 10), ("micro-batch", int, 4), ("batch", int, 16),
                                 ("lr", float, 3e-3), ("seed", int, 1337), ("block", int, 64)):
         p.add_argument(f"--{name}", type=kind, default=default)
+    p.add_argument("--sequential", action="store_true", help="read the data in order (see the module docstring)")
     a = p.parse_args(argv)
     torch.manual_seed(a.seed)
     sdk.watch_notice()
@@ -86,7 +93,7 @@ def main(argv: list[str]) -> int:
     extra_from = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)
     accum = a.batch // a.micro_batch
     for step in range(start + 1, a.steps + 1):
-        x, y = step_batch(data, a.seed, sdk.data_position(step), a.batch, a.block)   # past any window runbook skipped
+        x, y = step_batch(data, a.seed, sdk.data_position(step), a.batch, a.block, a.sequential)   # past any window runbook skipped
         total = 0.0
         for i in range(accum):
             armed = extra_mb and step >= extra_from

@@ -42,3 +42,4 @@ def test_the_divergences_a_restarted_watcher_knows_are_the_journal_s():
                {"kind": "divergence_rollback", "incident": "incident-2", "bad_step": "11"},   # not runbook's: ignored
                {"kind": "divergence_rollback", "incident": "incident-3", "bad_step": 30}]
     assert rebuild(entries).divergences == [11, 30]
+
