@@ -32,7 +32,7 @@ from engine.watch.observation import Observation
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
 from engine.watch.stopping import stop_on_request
-from engine.core.state import TERMINAL_STATES, RunState
+from engine.core.state import TERMINAL_STATES, RunState, StateSnapshot
 from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
 from engine.process.warm_spare import SparePool
@@ -66,10 +66,7 @@ class Supervisor:
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.context = WatchContext(
             control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
-            events=self.events, launch=self.launch, observe=self.observe, transition=self.transition,
-            append_run_log=run_log, best_val_step=self.observation.best_val_step,
-            saving_from=self.observation.saving_from, save_interval_advice=self.save_interval_advice,
-            status=self.status, held=self.backlog.held, divergences=self.observer.tracker.divergences)
+            events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
@@ -132,7 +129,7 @@ class Supervisor:
             services.callback(service.shutdown)
         return service
 
-    def observe(self, retain: bool = False):
+    def observe(self, retain: bool = False) -> StateSnapshot:
         """One observation (engine/watch/observation.py): the process, its log, the checkpoints -> a snapshot."""
         return self.observation.take(self.state, retain)
 
@@ -222,7 +219,17 @@ class Supervisor:
         self.observation.retain_at_completion()
         self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
-    # --- effects lent to the incident runtime --------------------------------------------------
+    # --- the session port (engine/language/actions/ports.SessionPort): what actions ask of the loop --
+    @property
+    def divergences(self) -> list[int]:
+        return self.observer.tracker.divergences   # the next divergence's state.metrics.previous_bad_step
+
+    def best_val_step(self) -> int | None:
+        return self.observation.best_val_step()   # the one source of "best" (the observer's tracker)
+
+    def saving_from(self) -> int | None:
+        return self.observation.saving_from()   # a live trainer may still be writing saves from this step on
+
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
