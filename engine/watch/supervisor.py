@@ -20,7 +20,7 @@ from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.watch.incident_runner import IncidentRunner
 from engine.records.attempts import AttemptHistory
-from engine.records.journal import Journal
+from engine.records.journal import Journal, JournalState
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
@@ -163,12 +163,12 @@ class Supervisor:
         if decision is not None and decision.kind in ("recover", "escalate"):
             self.dead_observations = 0
             self.incidents.handle(decision, snapshot, self.attempt(decision.playbook), self.loaded.config)
-            self.history = self.journal.replay().history   # limits count this firing from now on
+            self.reread_history()   # limits count this firing from now on
         elif not trainer.alive and decision is None:
             self.dead_observations += 1
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
-                self.history = self.journal.replay().history
+                self.reread_history()
 
     def _warn_when_blind(self, snapshot) -> None:
         """A user's script that prints but never speaks runbook's contract is supervised blind (no progress, no saves
@@ -245,6 +245,23 @@ class Supervisor:
 
     def attempt(self, playbook) -> int:
         return attempt_number(self.history, playbook, time.time())
+
+    # --- the session's state: assigned here only (start-up and the dry run call these) ------------
+    def continue_from(self, past: JournalState, acting: bool = True) -> None:
+        """What the journal says the run had: its attempts and launches; acting, also the environment its remedies
+        set and its divergences (a dry run launches nothing, so it needs neither)."""
+        self.history = past.history
+        self.control.continue_from(past.launches, past.extra_env if acting else None,
+                                   past.diagnostic_env if acting else None)
+        if acting:
+            self.observer.tracker.divergences[:] = past.divergences   # the list rollback actions append to
+
+    def reread_history(self) -> None:
+        self.history = self.journal.replay().history
+
+    def settle(self, state: RunState) -> None:
+        """A state the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled."""
+        self.state = state
 
     # --- helpers -------------------------------------------------------------------------------
     def transition(self, to: RunState, reason: str) -> None:
