@@ -5,7 +5,7 @@ a spike and skipped 200-500 batches). A skip keeps the step counter, and so the 
 has it; only the data position moves past the window. Positions count batches, one per optimizer step, from 1:
 with no skip, step s trains on position s; each window [a, b] passed shifts every later step by b - a + 1.
 
-The windows reach every later launch as RUNBOOK_DATA_SKIP="a-b,c-d" (engine/watch/runtime.py sets it like any
+The windows reach every later launch as RUNBOOK_DATA_SKIP="a-b,c-d" (engine/language/actions/skip_data.py sets it like any
 remedy's variable); the trainer maps its step to a position with `position` (runbook.sdk.data_position for a
 script, the toy's own loop). PURE and standard library only: the trainer side imports it.
 """

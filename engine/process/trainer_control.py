@@ -254,6 +254,16 @@ class TrainerControl:
                 self.extra_env[name] = value
         self.journal.append("env_restored", values=values, reason=reason)
 
+    def continue_from(self, launches: int, extra_env: dict[str, str] | None = None,
+                      diagnostic_env: dict[str, str] | None = None) -> None:
+        """A restarted watcher's control: the launches and (None: left as they are) the remedies' variables the
+        journal holds."""
+        self.launches = launches
+        if extra_env is not None:
+            self.extra_env = dict(extra_env)
+        if diagnostic_env is not None:
+            self.diagnostic_env = dict(diagnostic_env)
+
     def env_in_force(self) -> dict[str, str]:
         """What remedies add to the next launch's environment."""
         return {**self.extra_env, **self.diagnostic_env}

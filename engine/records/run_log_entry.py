@@ -35,12 +35,6 @@ def _clip(text: Any, limit: int = MAX_SUMMARY) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _code(text: str) -> str:
-    """Inline Markdown code that survives backticks in the text."""
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
-
-
 def ran_actions(incident: dict) -> list[dict]:
     return [a for a in incident.get("actions") or [] if isinstance(a, dict) and not a.get("skipped")]
 

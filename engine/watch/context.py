@@ -1,19 +1,26 @@
-"""What the watch loop lends to the parts it runs: the incident runner, each incident's runtime and
-upkeep. One typed bag, built once by the supervisor; nothing outside watch/ reaches into the
-supervisor itself."""
+"""What the watch loop lends to the parts it runs: the incident runner (which hands the actions their ports,
+engine/language/actions/ports.py) and upkeep. One typed bag, built once by the supervisor; the supervisor
+itself is reached only as the RunSession below, the one owner of the loop's state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.notifier import Notifier
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunState
+from engine.language.actions.ports import SessionPort
 from engine.process.trainer_control import TrainerControl
 from engine.records.incident_store import IncidentStore
 from engine.records.journal import Journal
+
+
+class RunSession(SessionPort, Protocol):
+    """The run session (engine/watch/supervisor.Supervisor): what actions may ask of it, and its state machine."""
+
+    def transition(self, to: RunState, reason: str) -> None: ...   # the run's state machine, journaled
+    def status(self) -> dict: ...   # run state, launches, step, tokens, tokens/s (heartbeat)
 
 
 @dataclass(frozen=True)
@@ -24,16 +31,9 @@ class WatchContext:
     store: IncidentStore                             # incident records (held in memory on a full disk)
     notifier: Notifier
     events: Callable[..., None]                      # the CLI's live view listens here
-    launch: Callable[[Path | None], None]            # start the trainer and follow its log
-    observe: Callable[[], StateSnapshot]             # one more observation
-    transition: Callable[[RunState, str], None]      # the run's state machine, journaled
+    session: RunSession                              # the loop's owner: launch, observe, transition
     append_run_log: Callable[[dict], None]           # docs/run-log.md (held on a full disk)
-    best_val_step: Callable[[], int | None]          # the one source of "best" (the observer's tracker)
-    saving_from: Callable[[], int | None]            # a live trainer may still be writing saves from this step on
-    save_interval_advice: Callable[[], str | None]
-    status: Callable[[], dict]                       # run state, launches, step, tokens, tokens/s (heartbeat)
     held: Callable[[], dict[str, int]]               # what a full disk holds back, by kind
-    divergences: list[int]                           # first bad steps of this run's divergence rollbacks (the tracker's)
 
     @property
     def tokens_per_step(self) -> int:

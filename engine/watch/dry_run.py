@@ -15,9 +15,8 @@ def observe_without_acting(sup) -> RunState:
     """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
     recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
     past = sup.journal.replay()
-    sup.history = past.history
+    sup.continue_from(past, acting=False)
     control = sup.control
-    control.launches = past.launches
     attached = (control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
                 if past.trainer_pid else None)
     if attached is not None and not attached.alive:
@@ -37,13 +36,14 @@ def observe_without_acting(sup) -> RunState:
         else:
             _show_plan(sup, outcome.decision, snapshot)
         return RunState.STOPPED
-    sup.state = RunState.RUNNING
+    sup.settle(RunState.RUNNING)
     sup.events("dry_run", text=f"watching trainer pid {attached.pid} without acting")
     sup.install_signal_handlers()
+    memory = MatchMemory()   # this watch's own: nothing it decides is acted on
     while attached.alive and not sup.stop_requested:
         snapshot = sup.observe()
-        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, sup.memory, sup.history)
-        sup.memory = outcome.memory
+        outcome = decide(snapshot, sup.loaded.config, sup.playbooks, memory, sup.history)
+        memory = outcome.memory
         if outcome.decision is not None and outcome.decision.kind != "wait":
             _show_plan(sup, outcome.decision, snapshot)
         time.sleep(sup.loaded.config.watch.poll_interval_s)

@@ -10,28 +10,24 @@ each boundary for the crash tests (engine/core/crash_points.py).
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING, AbstractSet, Callable
+from typing import AbstractSet
 
 from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
 from engine.watch.remedy_guard import change_summary, remedy_to_blame
-from engine.watch.runtime import EngineRuntime
 from engine.watch.stopping import stop_on_request
 from engine.core.state import RunState
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
+from engine.language.actions.ports import ActionContext, IncidentEffects
 from engine.language.matcher import Decision
 from engine.language.playbook import unclaimed_failure_playbook
 from engine.records.incident import ActionRecord, Outcome
-from engine.records.run_log import append_entry
 from engine.records.run_log_entry import relaunch_failed
 from engine.records.signature import first_with
 from engine.records.signature import repeat_phrase
-
-if TYPE_CHECKING:
-    from engine.core.config import LoadedConfig
 
 
 class IncidentRunner:
@@ -61,14 +57,14 @@ class IncidentRunner:
         s.journal.append("incident_opened", incident=incident.id, playbook=playbook.name, decision=decision.kind,
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
-        s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
+        s.session.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
         self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
                                             {"step": str(snapshot.metrics.step), "decision": decision.reason,
                                              **signature_fields(incident)})
         self.ctx.events("incident_opened", record=incident.to_json())
         if decision.kind == "escalate":
             self.escalation = decision.reason
-            self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
+            self._close(incident, IncidentEffects(), "escalated")
             return incident
         self._run(incident, steps)
         return incident
@@ -102,18 +98,18 @@ class IncidentRunner:
         self._save(incident)
         s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
                          decision="recover", snapshot=incident.snapshot)
-        s.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
+        s.session.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
         s.notifier.incident_opened(incident.id, f"{decision.playbook.name} ({decision.playbook.severity})",
                                    f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
                                    {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"})
         s.events("incident_opened", record=incident.to_json())
-        s.transition(RunState.RECOVERING, incident.id)
-        runtime = EngineRuntime(incident, self.ctx)
-        resumed = self._run_step(retry, runtime)
+        s.session.transition(RunState.RECOVERING, incident.id)
+        ports = self.ports(incident)
+        resumed = self._run_step(retry, ports)
         incident.actions.append(resumed)
         self._save(incident)
         s.journal.append("action_done", incident=incident.id, index=retry.index, ok=resumed.ok)
-        self._close(incident, runtime, "recovered" if resumed.ok else "failed")
+        self._close(incident, ports.effects, "recovered" if resumed.ok else "failed")
         return incident
 
     def _first_same(self, incident: Incident) -> str | None:
@@ -140,7 +136,7 @@ class IncidentRunner:
             playbook = next((p for p in playbooks if p.name == incident.playbook), None)
             if playbook is None:
                 self.escalation = f"playbook '{incident.playbook}' of the open {incident.id} no longer exists"
-                self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
+                self._close(incident, IncidentEffects(), "escalated")
                 return incident
             steps = plan(playbook, incident.state, self.ctx.control.loaded.config, incident.attempt)
         self._run(incident, steps, skip=skip)
@@ -173,14 +169,15 @@ class IncidentRunner:
     # --- running -------------------------------------------------------------------------------
     def _run(self, incident: Incident, steps: list[PlannedStep], skip: AbstractSet[int] = frozenset()) -> None:
         s = self.ctx
-        s.transition(RunState.RECOVERING, incident.id)
-        runtime = EngineRuntime(incident, self.ctx)
+        s.session.transition(RunState.RECOVERING, incident.id)
+        ports = self.ports(incident)
+        effects = ports.effects
         aborted = None
         for step in steps:
             if step.index in skip:
                 continue
             crash_point(f"before-action-{step.index}")
-            result = self._run_step(step, runtime)
+            result = self._run_step(step, ports)
             incident.actions.append(result)
             crash_point(f"after-action-{step.index}")
             self._save(incident)
@@ -189,25 +186,30 @@ class IncidentRunner:
             crash_point(f"journaled-action-{step.index}")
             self.ctx.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
             self.ctx.events("action", record=incident.to_json(), result=result.model_dump())
-            if runtime.escalated_reason:
+            if effects.escalated_reason:
                 break
             if not result.ok and step.on_failure != "continue":
                 aborted = step.on_failure
                 if aborted == "escalate":
-                    runtime.escalate(f"{step.verb} failed: {result.summary}")
+                    effects.escalated_reason = f"{step.verb} failed: {result.summary}"
                 break
         outcome: Outcome
-        if runtime.escalated_reason:
-            self.escalation = runtime.escalated_reason
+        if effects.escalated_reason:
+            self.escalation = effects.escalated_reason
             outcome = "escalated"
         elif aborted:
             outcome = "failed"
             self.escalation = f"{incident.id}: recovery aborted at a failed action"
         else:
             outcome = "recovered"
-        self._close(incident, runtime, outcome)
+        self._close(incident, effects, outcome)
 
-    def _run_step(self, step: PlannedStep, runtime: EngineRuntime):
+    def ports(self, incident: Incident) -> ActionContext:
+        """The typed ports the actions of one incident act through (engine/language/actions/ports.py)."""
+        s = self.ctx
+        return ActionContext(incident, s.control, s.ledger, s.journal, s.notifier, s.session, s.events)
+
+    def _run_step(self, step: PlannedStep, ports: ActionContext) -> ActionRecord:
         import time
 
 
@@ -218,7 +220,7 @@ class IncidentRunner:
         if step.error:
             return ActionRecord(**base, ok=False, summary=f"could not plan: {step.error}")
         try:
-            result = REGISTRY[step.verb].apply(step.params, runtime)
+            result = REGISTRY[step.verb].apply(step.params, ports)
             ok, summary = result.ok, result.summary
         except ActionFailed as err:
             ok, summary = False, str(err)
@@ -228,7 +230,7 @@ class IncidentRunner:
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
-    def _close(self, incident: Incident, runtime: EngineRuntime, outcome: Outcome) -> None:
+    def _close(self, incident: Incident, effects: IncidentEffects, outcome: Outcome) -> None:
         s = self.ctx
         if outcome != "recovered" and s.control.alive:   # nobody supervises it from here on: stop it (stopping.py)
             detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.ledger)
@@ -240,10 +242,10 @@ class IncidentRunner:
         s.journal.append("incident_closed", incident=incident.id, outcome=outcome, awaits_report=True)
         crash_point("incident-closed")
         if outcome == "recovered":
-            s.transition(RunState.RUNNING, f"{incident.id} recovered")
+            s.session.transition(RunState.RUNNING, f"{incident.id} recovered")
         else:
-            s.transition(RunState.ESCALATED, self.escalation or outcome)
-        if outcome == "recovered" and runtime.resumed:
+            s.session.transition(RunState.ESCALATED, self.escalation or outcome)
+        if outcome == "recovered" and effects.resumed:
             self.awaiting_progress = incident   # reported once the trainer makes progress again
         else:
             self._report(incident)
@@ -305,18 +307,4 @@ def closing_summary(incident: Incident) -> str:
     return f"{incident.outcome}: {actions}" + (f" (lost {lost} steps)" if lost is not None else "")
 
 
-def run_log_writer(loaded_getter: Callable[[], LoadedConfig], events) -> Callable[[dict], None]:
-    """Append an incident's entry to the run log (docs/run-log.md); a failure is said, never raised."""
-
-    def append(record: dict) -> None:
-        loaded = loaded_getter()
-        template = loaded.config.run_log_template
-        try:
-            append_entry(loaded.run_log, record, loaded.resolve(template) if template else None)
-        except Exception as err:  # noqa: BLE001 - the record on disk is complete; say what went wrong
-            events("warning", text=f"could not append to {loaded.run_log}: {err}")
-
-    return append
-
-
-__all__ = ["IncidentRunner", "closing_summary", "run_log_writer", "signature_fields"]
+__all__ = ["IncidentRunner", "closing_summary", "signature_fields"]

@@ -19,16 +19,12 @@ from engine.trainers import adapter_for
 
 
 def start_or_continue(sup) -> None:
-    """`sup` is the engine.watch.supervisor.Supervisor; only its public members are used."""
+    """`sup` is the engine.watch.supervisor.Supervisor; only its public methods are used (it assigns its own state)."""
     past = sup.journal.replay()
     if sup.incidents.adopt_unjournaled(past.incidents) is not None:
         past = sup.journal.replay()
-    sup.history = past.history
+    sup.continue_from(past)
     sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
-    sup.control.extra_env = dict(past.extra_env)
-    sup.observer.tracker.divergences[:] = past.divergences   # the same list the incidents' runtimes append to
-    sup.control.diagnostic_env = dict(past.diagnostic_env)
-    sup.control.launches = past.launches
     trainer = None
     if past.trainer_pid:
         # Whatever the run's state: a trainer left running (a watcher killed or crashed; an escalation
@@ -58,7 +54,7 @@ def start_or_continue(sup) -> None:
     for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
         remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
     if past.run_state == RunState.COMPLETED:
-        sup.state = RunState.COMPLETED
+        sup.settle(RunState.COMPLETED)
         return
     if trainer is not None:
         sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
@@ -75,7 +71,7 @@ def start_or_continue(sup) -> None:
             return
     if past.open_incident is not None:
         sup.incidents.continue_open(past.open_incident, past.done_actions, sup.playbooks)
-        sup.history = sup.journal.replay().history
+        sup.reread_history()
         return
     newest = sup.ledger.newest_verified()
     if newest is None:

@@ -20,7 +20,7 @@ from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.watch.incident_runner import IncidentRunner
 from engine.records.attempts import AttemptHistory
-from engine.records.journal import Journal
+from engine.records.journal import Journal, JournalState
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
@@ -32,7 +32,7 @@ from engine.watch.observation import Observation
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
 from engine.watch.stopping import stop_on_request
-from engine.core.state import TERMINAL_STATES, RunState
+from engine.core.state import TERMINAL_STATES, RunState, StateSnapshot
 from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
 from engine.process.warm_spare import SparePool
@@ -66,10 +66,7 @@ class Supervisor:
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.context = WatchContext(
             control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
-            events=self.events, launch=self.launch, observe=self.observe, transition=self.transition,
-            append_run_log=run_log, best_val_step=self.observation.best_val_step,
-            saving_from=self.observation.saving_from, save_interval_advice=self.save_interval_advice,
-            status=self.status, held=self.backlog.held, divergences=self.observer.tracker.divergences)
+            events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
@@ -132,7 +129,7 @@ class Supervisor:
             services.callback(service.shutdown)
         return service
 
-    def observe(self, retain: bool = False):
+    def observe(self, retain: bool = False) -> StateSnapshot:
         """One observation (engine/watch/observation.py): the process, its log, the checkpoints -> a snapshot."""
         return self.observation.take(self.state, retain)
 
@@ -166,12 +163,12 @@ class Supervisor:
         if decision is not None and decision.kind in ("recover", "escalate"):
             self.dead_observations = 0
             self.incidents.handle(decision, snapshot, self.attempt(decision.playbook), self.loaded.config)
-            self.history = self.journal.replay().history   # limits count this firing from now on
+            self.reread_history()   # limits count this firing from now on
         elif not trainer.alive and decision is None:
             self.dead_observations += 1
             if self.dead_observations >= DEAD_TRAINER_GRACE_OBSERVATIONS:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
-                self.history = self.journal.replay().history
+                self.reread_history()
 
     def _warn_when_blind(self, snapshot) -> None:
         """A user's script that prints but never speaks runbook's contract is supervised blind (no progress, no saves
@@ -222,7 +219,17 @@ class Supervisor:
         self.observation.retain_at_completion()
         self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
 
-    # --- effects lent to the incident runtime --------------------------------------------------
+    # --- the session port (engine/language/actions/ports.SessionPort): what actions ask of the loop --
+    @property
+    def divergences(self) -> list[int]:
+        return self.observer.tracker.divergences   # the next divergence's state.metrics.previous_bad_step
+
+    def best_val_step(self) -> int | None:
+        return self.observation.best_val_step()   # the one source of "best" (the observer's tracker)
+
+    def saving_from(self) -> int | None:
+        return self.observation.saving_from()   # a live trainer may still be writing saves from this step on
+
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
@@ -238,6 +245,23 @@ class Supervisor:
 
     def attempt(self, playbook) -> int:
         return attempt_number(self.history, playbook, time.time())
+
+    # --- the session's state: assigned here only (start-up and the dry run call these) ------------
+    def continue_from(self, past: JournalState, acting: bool = True) -> None:
+        """What the journal says the run had: its attempts and launches; acting, also the environment its remedies
+        set and its divergences (a dry run launches nothing, so it needs neither)."""
+        self.history = past.history
+        self.control.continue_from(past.launches, past.extra_env if acting else None,
+                                   past.diagnostic_env if acting else None)
+        if acting:
+            self.observer.tracker.divergences[:] = past.divergences   # the list rollback actions append to
+
+    def reread_history(self) -> None:
+        self.history = self.journal.replay().history
+
+    def settle(self, state: RunState) -> None:
+        """A state the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled."""
+        self.state = state
 
     # --- helpers -------------------------------------------------------------------------------
     def transition(self, to: RunState, reason: str) -> None:

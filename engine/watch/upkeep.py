@@ -33,7 +33,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from engine.core.durable import atomic_write_text, gzip_replace
+from engine.core.durable import atomic_write_text
+from engine.core.log_compression import compress_finished_logs
 from engine.core.write_trouble import WriteTrouble, passing, reason
 from engine.core.settings import UpkeepSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import IncidentsUnreadable, IncidentStore
@@ -92,7 +93,7 @@ class SupervisorContext:
         return self.ctx.notifier
 
     def best_step(self) -> int | None:
-        return self.ctx.best_val_step()   # the watch loop's one source of "best"
+        return self.ctx.session.best_val_step()   # the watch loop's one source of "best"
 
     def trainer_alive(self) -> bool:
         return self.ctx.control.alive
@@ -105,7 +106,7 @@ class SupervisorContext:
         return self.ctx.held()
 
     def status(self) -> dict:
-        return self.ctx.status()
+        return self.ctx.session.status()
 
 
 @dataclass(frozen=True)
@@ -244,16 +245,7 @@ class Upkeep:
 
     def _gzip_logs(self) -> str:
         ctx = self.context
-        logs = sorted(p for p in (Path(ctx.run_dir) / "logs").glob("*.log") if p.is_file())
-        live = {p.resolve() for p in [ctx.current_log()] if p is not None}
-        if ctx.trainer_alive() and logs:  # belt and braces: the newest log of a live trainer is in use
-            live.add(max(logs, key=lambda p: p.stat().st_mtime).resolve())
-        count, saved = 0, 0
-        for log in logs:
-            if log.resolve() in live:
-                continue
-            saved += gzip_replace(log)
-            count += 1
+        count, saved = compress_finished_logs(Path(ctx.run_dir) / "logs", ctx.current_log(), ctx.trainer_alive())
         return f"compressed {count} finished log(s), saved {saved / 1e6:.2f} MB"
 
     def _digest(self) -> str:

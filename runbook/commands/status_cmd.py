@@ -33,11 +33,6 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def watcher_holding(run_dir: Path) -> int | None:
-    """The pid of the `runbook watch` holding the run folder's lock, or None when nobody does."""
-    return watcher_lock(run_dir)[0]
-
-
 def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
     """(pid, None) of the `runbook watch` holding the run folder's lock; (pid or -1, why) when the lock
     is held but the pid written in it is not running (stale) or not the holder; (None, None) when free."""

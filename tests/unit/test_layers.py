@@ -31,7 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"core"},
     "process": {"core", "records", "observe", "checkpoints"},
     "trainers": {"core", "observe", "checkpoints", "process"},
-    "language": {"core", "expr", "records", "observe"},
+    "language": {"core", "expr", "records", "observe", "checkpoints", "datascan"},
     "watch": {"core", "expr", "records", "observe", "checkpoints", "datascan", "cluster", "process", "trainers",
               "language"},
 }

@@ -1,6 +1,6 @@
 """Property tests of the checkpoint ledger: random histories of saves (complete, partial, truncated),
 rot, validations, verification, quarantine, upkeep retention, playbook and disk-full prunes, and
-resumes, run on real files through the engine's real Supervisor, EngineRuntime and Upkeep.
+resumes, run on real files through the engine's real Supervisor, the real actions through their ports and Upkeep.
 
 The one stand-in is the trainer process: `launch` records what it would resume from and opens a
 fresh trainer log, and the test writes into that log the lines litgpt prints (saves, progress,
@@ -41,7 +41,8 @@ from engine.checkpoints import store as ckpts
 from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES, LitGPTLayout
 from engine.trainers.litgpt.resume import read_progress
-from engine.watch.runtime import EngineRuntime
+from engine.language.actions import REGISTRY, ActionResult
+from engine.language.actions.ports import ActionContext
 from engine.records.incident import Incident
 from engine.watch.supervisor import Supervisor
 from engine.core.durable import gzip_replace as gzip_file
@@ -193,8 +194,14 @@ class World:
             self.put_foreign(path, f"dropped {name}\n".encode())
 
     # --- what runbook does ------------------------------------------------------------------------
-    def runtime(self) -> EngineRuntime:
-        return EngineRuntime(Incident(id="incident-1", playbook="property-test"), self.sup.context)
+    def ports(self) -> ActionContext:
+        return self.sup.incidents.ports(Incident(id="incident-1", playbook="property-test"))
+
+    @staticmethod
+    def act(ports: ActionContext, verb: str, **params) -> ActionResult:
+        """One action of a playbook, the real one, through the ports an incident lends it."""
+        action = REGISTRY[verb]
+        return action.apply(action.params.model_validate(params), ports)
 
     def prune_guarded(self, prune, keep_best: bool = True) -> None:
         """Run a prune and check that the newest verified and (unless the playbook said keep_best:
@@ -214,7 +221,8 @@ class World:
     def do(self, op: tuple) -> None:
         kind, *args = op
         STATS[f"op_{kind}"] += 1
-        rt = self.runtime()
+        rt = self.ports()
+        act = self.act
         if kind == "save":
             self.save(args[0])
         elif kind == "validate":
@@ -226,23 +234,24 @@ class World:
         elif kind == "observe":
             self.sup.observe()
         elif kind == "verify_all":
-            rt.verify_all()
+            act(rt, "verify_checkpoints")
             self.damaged = False
         elif kind == "retention":
             upkeep = Upkeep(UpkeepSettings(), SupervisorContext(self.sup.context))
             self.prune_guarded(lambda: self.check_job(upkeep.retention()))
         elif kind == "prune":  # prune_checkpoints from a playbook (the killed one keeps 1000)
             keep_last_k, keep_best, remove_partial = args
-            self.prune_guarded(lambda: rt.prune(keep_last_k, keep_best, remove_partial), keep_best)
+            self.prune_guarded(lambda: act(rt, "prune_checkpoints", keep_last_k=keep_last_k, keep_best=keep_best,
+                                                          remove_partial=remove_partial), keep_best)
         elif kind == "disk_full":  # disk_full.yaml: prune (remove_partial), compress logs, verify, resume
-            self.prune_guarded(lambda: rt.prune(None, True, True))
-            rt.verify_all()
-            rt.resume("newest_verified")
+            self.prune_guarded(lambda: act(rt, "prune_checkpoints"))
+            act(rt, "verify_checkpoints")
+            act(rt, "resume")
             self.after_resume()
         elif kind == "resume":  # killed.yaml: verify, prune partial saves, resume
-            rt.verify_all()
-            self.prune_guarded(lambda: rt.prune(1000, True, True))
-            rt.resume("newest_verified")
+            act(rt, "verify_checkpoints")
+            self.prune_guarded(lambda: act(rt, "prune_checkpoints", keep_last_k=1000))
+            act(rt, "resume")
             self.after_resume()
         elif kind == "gzip_logs":
             for log in sorted((self.run_dir / "logs").glob("trainer-*.log")):

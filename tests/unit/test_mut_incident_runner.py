@@ -21,7 +21,7 @@ from engine.records.incident import Incident
 from engine.language.loader import load_playbooks
 from engine.language.matcher import AttemptHistory, Decision, MatchMemory, decide
 from engine.trainers.run_config import load_config
-from engine.watch.incident_runner import run_log_writer, signature_fields
+from engine.watch.incident_runner import signature_fields
 from engine.watch.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -492,23 +492,6 @@ def test_a_recovered_run_keeps_the_trainer_it_relaunched(projects):
     incident = project.handle(snapshot())
     assert incident.outcome == "recovered" and project.supervisor.control.alive
     assert project.journal("trainer_noticed") + project.journal("trainer_stopped") == []
-
-
-def test_the_run_log_writer_appends_the_entry_and_says_why_it_could_not(projects):
-    project = projects({"crash": playbook_yaml("crash", [record_step("first")])})
-    incident = project.handle(snapshot())
-    record = incident.to_json()
-    said: list[tuple[str, dict]] = []
-    append = run_log_writer(lambda: project.supervisor.loaded, lambda kind, **data: said.append((kind, data)))
-
-    other = tmp_record(record, "inc-9999")
-    append(other)
-    assert "inc-9999" in project.run_log() and said == []
-
-    project.loaded.run_log.unlink()
-    project.loaded.run_log.mkdir()                                       # the run log cannot be written
-    append(tmp_record(record, "inc-9998"))
-    assert said and said[0][0] == "warning" and said[0][1]["text"].startswith(f"could not append to {project.loaded.run_log}")
 
 
 def tmp_record(record: dict, incident_id: str) -> dict:

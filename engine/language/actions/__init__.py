@@ -24,7 +24,8 @@ from engine.language.actions import (
     wait,
     wait_for,
 )
-from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params, Runtime
+from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
+from engine.language.actions.ports import ActionContext, IncidentEffects
 from engine.expr.expressions import compile_expression, compile_template, is_expression, is_template
 
 REGISTRY: dict[str, ActionDef] = {
@@ -72,4 +73,5 @@ def validate_params(verb: str, params: dict[str, Any]) -> None:
             raise ValueError(f"{verb}: {where}: {reason}" if where else f"{verb}: {reason}") from None
 
 
-__all__ = ["REGISTRY", "ActionDef", "ActionFailed", "ActionResult", "Params", "Runtime", "validate_params"]
+__all__ = ["REGISTRY", "ActionContext", "ActionDef", "ActionFailed", "ActionResult", "IncidentEffects", "Params",
+           "validate_params"]

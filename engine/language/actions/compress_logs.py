@@ -3,18 +3,24 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.log_compression import compress_finished_logs
+from engine.core.state import StateSnapshot
 
 
 class CompressLogsParams(Params):
     min_bytes: int = Field(0, ge=0, description="only logs at least this large")
 
 
-def describe(p: CompressLogsParams, state) -> str:
+def describe(p: CompressLogsParams, state: StateSnapshot) -> str:
     return "gzip the trainer logs of earlier launches and old metrics files in the run folder"
 
 
-def apply(p: CompressLogsParams, rt) -> ActionResult:
-    return ActionResult(True, rt.compress_logs(p.min_bytes))
+def apply(p: CompressLogsParams, ctx: ActionContext) -> ActionResult:
+    process = ctx.trainer.process
+    count, saved = compress_finished_logs(ctx.loaded.folder.logs, process.log_path if process else None,
+                                          ctx.trainer.alive, p.min_bytes)
+    return ActionResult(True, f"compressed {count} log(s), saved {saved / 1e6:.2f} MB")
 
 
 ACTION = ActionDef(

@@ -3,6 +3,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 from engine.observe.diagnosis import report
 from engine.observe.slowness_sampling import sample
 
@@ -11,20 +13,20 @@ class DiagnoseParams(Params):
     sample_seconds: float = Field(3.0, gt=0, le=60, description="how long to sample CPU and I/O")
 
 
-def describe(p: DiagnoseParams, state) -> str:
+def describe(p: DiagnoseParams, state: StateSnapshot) -> str:
     return (f"sample the machine for {p.sample_seconds:g} s: the trainer's ranks and data workers, other processes' "
             "CPU (pids, commands), cgroup throttling, steal, iowait, stopped ranks, each rank's own work per micro-batch, the "
             "data folder's read speed; say which one slows the run")
 
 
-def apply(p: DiagnoseParams, rt) -> ActionResult:
+def apply(p: DiagnoseParams, ctx: ActionContext) -> ActionResult:
     import psutil
 
 
-    trainer, loaded = rt.trainer, rt.loaded
+    trainer, loaded = ctx.trainer.process, ctx.loaded
     if trainer is None or not trainer.alive:
         return ActionResult(False, "no live trainer to sample", {})
-    ranks = rt.state.trainer.ranks
+    ranks = ctx.state.trainer.ranks
     try:
         evidence = sample(
             trainer.pid, p.sample_seconds, num_workers=loaded.config.trainer.num_workers,
@@ -34,8 +36,8 @@ def apply(p: DiagnoseParams, rt) -> ActionResult:
     except psutil.Error as error:
         return ActionResult(False, f"could not sample the trainer: {error}", {})
     found = report(evidence)
-    rt.record_diagnosis(found)
-    rt.note(found["verdict"])
+    ctx.incident.diagnosis = found
+    ctx.note(found["verdict"])
     return ActionResult(True, found["verdict"], found)
 
 

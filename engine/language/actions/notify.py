@@ -3,18 +3,20 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class NotifyParams(Params):
     text: str = Field(min_length=1)
 
 
-def describe(p: NotifyParams, state) -> str:
+def describe(p: NotifyParams, state: StateSnapshot) -> str:
     return f"post to the incident's Slack thread: {p.text!r}"
 
 
-def apply(p: NotifyParams, rt) -> ActionResult:
-    rt.notify(p.text)
+def apply(p: NotifyParams, ctx: ActionContext) -> ActionResult:
+    ctx.notices.incident_update(ctx.incident.id, p.text)
     return ActionResult(True, "notified")
 
 

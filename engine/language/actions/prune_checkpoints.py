@@ -3,6 +3,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.checkpoints.retention import retain
+from engine.core.state import StateSnapshot
 
 
 class PruneParams(Params):
@@ -11,14 +14,24 @@ class PruneParams(Params):
     remove_partial: bool = Field(True, description="remove leftovers of interrupted saves first")
 
 
-def describe(p: PruneParams, state) -> str:
+def describe(p: PruneParams, state: StateSnapshot) -> str:
     k = p.keep_last_k or "config.keep_last_k"
     return (f"{'remove partial saves, then ' if p.remove_partial else ''}delete checkpoints except the newest {k}"
             f"{' and the best' if p.keep_best else ''} (never the newest verified one nor the resume point)")
 
 
-def apply(p: PruneParams, rt) -> ActionResult:
-    return ActionResult(True, rt.prune(p.keep_last_k, p.keep_best, p.remove_partial))
+def apply(p: PruneParams, ctx: ActionContext) -> ActionResult:
+    ledger, incident = ctx.checkpoints, ctx.incident
+    ledger.refresh(saving_from_step=ctx.session.saving_from())
+    result = retain(ledger, p.keep_last_k or ctx.loaded.config.keep_last_k,
+                    ctx.session.best_val_step() if p.keep_best else None, ctx.trainer.alive, p.remove_partial)
+    incident.freed_bytes += result.freed_bytes
+    incident.deleted.extend(result.removed + result.deleted)
+    if result.foreign:
+        incident.left_alone = list(result.foreign)
+        ctx.note(result.foreign_warning + f" (in {ctx.loaded.out_dir})")
+        ctx.events("warning", text=result.foreign_warning)
+    return ActionResult(True, result.summary())
 
 
 ACTION = ActionDef(

@@ -3,18 +3,20 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class RecordParams(Params):
     note: str = Field(min_length=1)
 
 
-def describe(p: RecordParams, state) -> str:
+def describe(p: RecordParams, state: StateSnapshot) -> str:
     return f"add to the incident record: {p.note!r}"
 
 
-def apply(p: RecordParams, rt) -> ActionResult:
-    rt.note(p.note)
+def apply(p: RecordParams, ctx: ActionContext) -> ActionResult:
+    ctx.note(p.note)
     return ActionResult(True, "recorded")
 
 

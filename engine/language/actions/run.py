@@ -12,6 +12,8 @@ from pydantic import Field
 
 from engine.core.bounded_command import KEEP_BYTES, CommandResult, run_bounded
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 SUMMARY_TAIL = 300   # characters of output in a failure's one-line summary
 
@@ -22,7 +24,7 @@ class RunParams(Params):
                            "stopped (SIGTERM, then SIGKILL)")
 
 
-def describe(p: RunParams, state) -> str:
+def describe(p: RunParams, state: StateSnapshot) -> str:
     return f"run {p.argv!r} (no shell, timeout {p.timeout:g} s)"
 
 
@@ -36,14 +38,14 @@ def output_note(argv0: str, done: CommandResult) -> str:
     return f"run {argv0}: output ({size}):\n{done.output}"
 
 
-def apply(p: RunParams, rt) -> ActionResult:
+def apply(p: RunParams, ctx: ActionContext) -> ActionResult:
     argv0 = p.argv[0]
     try:
-        done = run_bounded(p.argv, p.timeout, cwd=rt.loaded.project_dir)
+        done = run_bounded(p.argv, p.timeout, cwd=ctx.loaded.project_dir)
     except OSError as err:
         raise ActionFailed(f"{argv0}: {err}") from None
     if done.output_bytes:
-        rt.note(output_note(argv0, done))
+        ctx.note(output_note(argv0, done))
     data = {"output": done.output, "output_bytes": done.output_bytes, "output_truncated": done.truncated,
             "killed_left_behind": done.killed_left_behind}
     tail = " ".join(done.output.split())[-SUMMARY_TAIL:]

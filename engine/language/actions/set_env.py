@@ -4,6 +4,8 @@ from pydantic import Field, field_validator
 
 from engine.core.env_names import check_env, env_problem
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class SetEnvParams(Params):
@@ -17,16 +19,28 @@ class SetEnvParams(Params):
         return check_env(variables)   # at load (lint, file:line) and again on the rendered values
 
 
-def describe(p: SetEnvParams, state) -> str:
+def describe(p: SetEnvParams, state: StateSnapshot) -> str:
     until = " until the next launch has trained healthily" if p.diagnostic else ""
     return "set " + ", ".join(f"{k}={v}" for k, v in p.vars.items()) + " for the next launches" + until
 
 
-def apply(p: SetEnvParams, rt) -> ActionResult:
+def apply(p: SetEnvParams, ctx: ActionContext) -> ActionResult:
     problems = [problem for name, value in p.vars.items() if (problem := env_problem(name, value))]
     if problems:   # a templated value can only be checked once rendered; nothing is set or journaled
         return ActionResult(False, "set_env refused: " + "; ".join(problems))
-    return ActionResult(True, rt.set_env(dict(p.vars), p.diagnostic))
+    trainer, incident, variables = ctx.trainer, ctx.incident, dict(p.vars)
+    before = trainer.env_in_force()
+    notes = trainer.set_env(variables, p.diagnostic, incident.id)
+    after = trainer.env_in_force()
+    for name in variables:   # what the next launch gets differently, so it can be undone (engine/watch/remedy_guard.py)
+        first = incident.env_changes.get(name, [before.get(name)])[0]
+        incident.env_changes[name] = [first, after.get(name)]
+    metrics = ctx.state.metrics
+    trainer.note_env_change(incident.id, list(incident.env_changes),
+                            metrics.tokens_per_sec or metrics.baseline_tokens_per_sec)
+    text = "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())
+    text += " (diagnostic: lifted once the next launch trains healthily)" if p.diagnostic else ""
+    return ActionResult(True, text + "".join(f"; {note}" for note in notes))
 
 
 ACTION = ActionDef(

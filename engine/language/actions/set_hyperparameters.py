@@ -3,6 +3,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class SetHyperparametersParams(Params):
@@ -15,16 +17,20 @@ class SetHyperparametersParams(Params):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
-def describe(p: SetHyperparametersParams, state) -> str:
+def describe(p: SetHyperparametersParams, state: StateSnapshot) -> str:
     changes = ", ".join(f"{k}={v}" for k, v in p.updates().items()) or "nothing"
     return f"write {changes} into the run config (comments kept) for the next launch"
 
 
-def apply(p: SetHyperparametersParams, rt) -> ActionResult:
+def apply(p: SetHyperparametersParams, ctx: ActionContext) -> ActionResult:
     updates = p.updates()
     if not updates:
         return ActionResult(True, "no change")
-    return ActionResult(True, rt.update_config(updates), {"updates": updates})
+    before = {k: getattr(ctx.loaded.config, k) for k in updates}
+    ctx.trainer.write_config(updates)
+    ctx.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
+    summary = "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
+    return ActionResult(True, summary, {"updates": updates})
 
 
 ACTION = ActionDef(

@@ -1,18 +1,20 @@
 from __future__ import annotations
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class StopParams(Params):
     pass
 
 
-def describe(p: StopParams, state) -> str:
+def describe(p: StopParams, state: StateSnapshot) -> str:
     return "stop the trainer (SIGCONT, SIGTERM, SIGKILL after the grace period) if it is alive"
 
 
-def apply(p: StopParams, rt) -> ActionResult:
-    return ActionResult(True, rt.stop_trainer("playbook stop"))
+def apply(p: StopParams, ctx: ActionContext) -> ActionResult:
+    return ActionResult(True, ctx.trainer.stop("playbook stop"))
 
 
 ACTION = ActionDef(

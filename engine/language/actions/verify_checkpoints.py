@@ -1,18 +1,23 @@
 from __future__ import annotations
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class VerifyParams(Params):
     pass
 
 
-def describe(p: VerifyParams, state) -> str:
+def describe(p: VerifyParams, state: StateSnapshot) -> str:
     return "verify every checkpoint (zip CRCs, side files, manifest) and quarantine the corrupt ones"
 
 
-def apply(p: VerifyParams, rt) -> ActionResult:
-    return ActionResult(True, rt.verify_all())
+def apply(p: VerifyParams, ctx: ActionContext) -> ActionResult:
+    bad = ctx.checkpoints.refresh(quarantine_corrupt=True, force=True)
+    ctx.effects.verified_all = True   # a resume after it in this incident need not read them all again
+    return ActionResult(True, f"quarantined {len(bad)} corrupt checkpoint(s): {', '.join(bad)}" if bad
+                        else "all checkpoints verified")
 
 
 ACTION = ActionDef(

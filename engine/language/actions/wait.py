@@ -6,6 +6,8 @@ from pydantic import Field
 
 from engine.language.types import Duration
 from engine.language.actions.base import ActionDef, ActionResult, Params
+from engine.language.actions.ports import ActionContext
+from engine.core.state import StateSnapshot
 
 
 class WaitParams(Params):
@@ -13,11 +15,11 @@ class WaitParams(Params):
 
 
 
-def describe(p: WaitParams, state) -> str:
+def describe(p: WaitParams, state: StateSnapshot) -> str:
     return f"wait {p.seconds:g} s"
 
 
-def apply(p: WaitParams, rt) -> ActionResult:
+def apply(p: WaitParams, ctx: ActionContext) -> ActionResult:
     time.sleep(p.seconds)
     return ActionResult(True, f"waited {p.seconds:g} s")
 
