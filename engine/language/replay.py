@@ -24,6 +24,7 @@ from typing import Iterable
 
 from pydantic import ValidationError
 
+from engine.language import ladder
 from engine.language.matcher import AttemptHistory, MatchMemory, Streak, decide
 from engine.language.planner import plan
 from engine.language.playbook import Playbook, unclaimed_failure_playbook
@@ -70,6 +71,12 @@ class Verdict:
     playbook_hash: str | None
     reason: str
     actions: tuple[PlannedAction, ...] = ()
+    attempt: int = 1
+
+    @property
+    def rung(self) -> str | None:
+        """The divergence ladder's rung of this plan (engine/language/ladder.py), or None."""
+        return ladder.rung((a.verb for a in self.actions if a.note is None), self.attempt)
 
     def headline(self) -> str:
         if self.kind is None:
@@ -105,6 +112,10 @@ class ReplayResult:
     def render(self) -> str:
         lines = [f"{self.incident_id}: {self.summary()}",
                  f"  then: {self.then.headline()}", f"  now:  {self.now.headline()}"]
+        if self.then.rung or self.now.rung:
+            same = self.then.rung == self.now.rung
+            lines.append(f"  rung: {self.now.rung or 'none'}" if same else
+                         f"  rung: then {self.then.rung or 'none'}; now {self.now.rung or 'none'}")
         if self.diff:
             differs = any(d[:1] in "-+" for d in self.diff)
             lines.append("  actions (- then only, + now only):" if differs else "  actions:")
@@ -115,7 +126,7 @@ class ReplayResult:
     def to_dict(self) -> dict:
         def side(v: Verdict) -> dict:
             return {"decision": v.kind, "playbook": v.playbook, "playbook_hash": v.playbook_hash,
-                    "reason": v.reason, "actions": [a.line() for a in v.actions]}
+                    "reason": v.reason, "actions": [a.line() for a in v.actions], "attempt": v.attempt, "rung": v.rung}
 
         return {"id": self.incident_id, "verdict": self.verdict, "changed": self.changed,
                 "summary": self.summary(), "then": side(self.then), "now": side(self.now),
@@ -213,7 +224,7 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
     snapshot = snapshot_of(record)
     then = Verdict(record.get("decision") if isinstance(record.get("decision"), str) else None,
                    record["playbook"], record.get("playbook_hash"), str(record.get("decision_reason", "")),
-                   _recorded_actions(record))
+                   _recorded_actions(record), int(_number(record.get("attempt"), 1)))
 
     history = history_before(record, earlier)
     matched = decide(snapshot, config, playbooks, persisted_memory(playbooks, snapshot.time), history)
@@ -225,7 +236,7 @@ def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[di
         opened = _number(record.get("opened_at"), snapshot.time)
         attempt = 1 + sum(1 for t in history.fired.get(chosen.name, ()) if opened - t < chosen.limits.window)
         now = Verdict(decision.kind, chosen.name, chosen.content_hash, decision.reason,
-                      _planned(plan(chosen, snapshot, config, attempt)))
+                      _planned(plan(chosen, snapshot, config, attempt)), attempt)
         if chosen.persist.observations > 1 or chosen.persist.seconds > 0:
             notes.append(f"assumed '{chosen.name}' matched for its whole `for:` ({chosen.persist.observations} "
                          f"observation(s), {chosen.persist.seconds:g} s); the record holds only the snapshot that fired")

@@ -30,6 +30,7 @@ from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, Observer
 from engine.observe.other_stacks import other_stack_progress
 from engine.process.trainer_process import exit_from_launcher, signal_name
+from engine.language import ladder
 from engine.records.attempts import AttemptHistory
 
 TAIL_BYTES = MAX_READ_BYTES   # what one observation of the watcher reads at most; a longer log: its end
@@ -181,6 +182,11 @@ class Triage:
     steps: list[PlannedStep] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)   # the evidence a log cannot give
     errors: list[str] = field(default_factory=list)    # expression errors (fail closed)
+
+    @property
+    def rung(self) -> str | None:
+        """The divergence ladder's rung of the plan (engine/language/ladder.py): a log alone is a first attempt."""
+        return ladder.rung((s.verb for s in self.steps if s.skipped is None and s.error is None), attempt=1)
 
     @property
     def verdict(self) -> str:

@@ -120,6 +120,7 @@ def triage(
             "explain": _explanation_dict(result.explanation),
             "missing": result.missing,
             "plan": [step.to_dict() for step in result.steps],
+            "rung": result.rung,
             "metrics": {"step": metrics.step, "iter_num": metrics.iter_num, "loss": metrics.loss,
                         "val_loss": metrics.val_loss, "last_healthy_step": metrics.last_healthy_step},
             "expression_errors": result.errors,
@@ -170,6 +171,8 @@ def _report(log: Path, result, used: str, code: ExitCode) -> list[str]:
         for step in result.steps:
             status = f" (skipped: {step.skipped})" if step.skipped else f" (cannot plan: {step.error})" if step.error else ""
             lines.append(printable(f"  {step.index + 1}. {step.description}{status}"))
+    if result.rung:
+        lines.append(f"rung: {result.rung} (a log alone is a first attempt; `runbook replay` counts the run's)")
     verdict = {"recover": f"runbook would recover this run by '{decision.playbook.name}'" if decision else "",
                "completed": "nothing to recover", "escalate": "runbook would escalate to a human"}[result.verdict]
     lines.append(f"verdict: {verdict} (exit {int(code)})")
