@@ -135,7 +135,8 @@ def test_a_spike_that_comes_back_after_the_cut_skips_its_data_at_the_old_lr_wher
     assert rungs(previous_bad_step=19) == cut                      # elsewhere: the lr
     assert rungs(previous_bad_step=None) == cut
     assert rungs(previous_bad_step=3, healthy=3) == cut            # diverged at once, twice: the lr's, not data
-    assert rungs(previous_bad_step=13, kind="hf-trainer") == cut   # a kind that cannot skip
+    for kind in ("hf-trainer", "litgpt", "default"):   # every shipped kind skips (litgpt/data_skip.py, runbook/hf_data_skip.py)
+        assert rungs(previous_bad_step=13, kind=kind) == skipped
 
 
 def validation(iter_num: int, val_loss: float) -> str:
