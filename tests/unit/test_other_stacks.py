@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from engine.observe.throughput import ProgressMeaning
 from engine.core.config import WatchSettings
 from engine.core.state import CheckpointStatus, TrainerStatus
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
@@ -72,9 +73,9 @@ def watch_live(tmp_path, adapter, lines: list[str], silent_for: float):
     seconds of nothing; the shipped playbooks' decision on the last snapshot (None: nothing fires)."""
     log = tmp_path / "trainer.log"
     log.write_text("")
-    observer = Observer(adapter, tmp_path, tokens_per_iter=256)
+    observer = Observer(adapter, tmp_path, ProgressMeaning(256))
     observer.evidence = _NoEvidence()
-    observer.follow(log, 256)
+    observer.follow(log, ProgressMeaning(256))
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=30, startup_timeout_s=600)
     trainer = TrainerStatus(alive=True, pid=None, launches=1)
     t0, snapshot = observer.launched_at, None
