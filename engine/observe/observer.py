@@ -215,10 +215,10 @@ class MetricTracker:
 
 class Observer:
     def __init__(self, adapter, out_dir: Path, meaning: ProgressMeaning, tail_lines: int = 200,
-                 evidence: EvidenceGatherer | None = None):
+                 evidence: EvidenceGatherer | None = None, tracker: MetricTracker | None = None):
         self.adapter = adapter
         self.out_dir = out_dir
-        self.tracker = MetricTracker(meaning)
+        self.tracker = tracker or MetricTracker(meaning)   # a finished log's reader keeps its events (log_replay.py)
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.log: LogTail | None = None
         self.observation = 0

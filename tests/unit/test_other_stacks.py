@@ -143,11 +143,11 @@ def test_the_reports_curve_reads_another_stacks_steps_and_never_beside_the_train
 
     megatron = tmp_path / "megatron.log"
     megatron.write_text("\n".join(MEGATRON.replace("iteration       50/", f"iteration       {n}/") for n in (48, 49, 50)) + "\n")
-    curve = parse_launch(1, megatron, None, LitGPTAdapter())
+    curve = parse_launch(1, megatron, None, LitGPTAdapter(), ProgressMeaning(256))
     assert curve.steps == [48, 49, 50] and curve.losses == [4.791878e-03] * 3
     hf = tmp_path / "hf.log"
     hf.write_text("\n".join(_hf_steps(4)) + "\n")
-    assert parse_launch(1, hf, None, LitGPTAdapter()).steps == []
+    assert parse_launch(1, hf, None, LitGPTAdapter(), ProgressMeaning(256)).steps == []
     own = tmp_path / "own.log"
     own.write_text(f"{NANOGPT}\nrunbook: step 10 loss 2.5 took 100.0 ms\n")
-    assert parse_launch(1, own, None, ScriptAdapter()).steps == [10]
+    assert parse_launch(1, own, None, ScriptAdapter(), ProgressMeaning(256)).steps == [10]
