@@ -1,5 +1,5 @@
 """Playbooks against what the run's trainer prints: a `metric` clause on a metric its trainer kind never fills
-(litgpt prints no grad norm) would validate and never fire; it is refused at load, with its file:line."""
+(a trainer that prints no grad norm) would validate and never fire; it is refused at load, with its file:line."""
 
 from __future__ import annotations
 

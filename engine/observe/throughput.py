@@ -31,12 +31,12 @@ class ProgressMeaning:
 
 
 def accumulation(batch_size: int, micro_batch_size: int, world_size: int) -> int:
-    """Micro-batches per optimizer step on each rank, as the trainers are told (litgpt, HF, a script's {grad_accum})."""
+    """Micro-batches per optimizer step on each rank, as every trainer kind is told."""
     return max(1, batch_size // (micro_batch_size * world_size))
 
 
 def micro_batch_meaning(config) -> ProgressMeaning:
-    """A progress line per micro-batch iteration timed alone (litgpt's; an adapter that declares nothing):
+    """A progress line per micro-batch iteration timed alone (a pretrain loop's `iter`; an adapter that declares nothing):
     one micro-batch on each of devices x num_nodes ranks; an optimizer step is `accumulation` of them."""
     world = config.trainer.devices * config.trainer.num_nodes
     per_iter = config.micro_batch_size * config.model.block_size * world
