@@ -85,7 +85,6 @@ class ToyAdapter:
     name = "toy"
     settings_model = ToySettings
     metrics_provided = EVERY_TRAINER_METRICS   # its line prints step, loss and time only
-
     install_hint = f"{TRAINER} is part of runbook's repository: run from a checkout that has tests/toy_trainer/"
 
     def __init__(self):
