@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.observe.throughput import ProgressMeaning
 from engine.language.matcher import AttemptHistory, MatchMemory, decide  # noqa: E402
 from engine.observe.observer import MetricTracker  # noqa: E402
 from engine.language.playbook import build_playbook  # noqa: E402
@@ -81,7 +82,7 @@ class LogReplayer:
 
     def __init__(self):
         self.adapter = LitGPTAdapter()
-        self.tracker = MetricTracker(TOKENS_PER_ITER)
+        self.tracker = MetricTracker(ProgressMeaning(TOKENS_PER_ITER))
         self.tail: deque[str] = deque(maxlen=TAIL)
         self.observation = 0
         self.trainer = TrainerStatus(pid=4242, alive=True, launches=1)

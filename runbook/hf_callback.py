@@ -66,7 +66,7 @@ class RunbookCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs and state.is_world_process_zero:
-            sdk.progress(state.global_step, logs["loss"])
+            sdk.progress(state.global_step, logs["loss"], logs.get("grad_norm"), logs.get("learning_rate"))
         if control.should_save:   # the save follows this log in the same step
             self._announce(args, state)
 

@@ -16,8 +16,10 @@ from typing import TypeGuard
 
 from engine.checkpoints import store as ckpts
 from engine.core.durable import atomic_write
+from engine.core.state import Metrics
 from engine.observe.events import FinalValidation, Progress, Resumed, Validation
-from engine.observe.other_stacks import other_stack_progress
+from engine.observe.log_replay import replay
+from engine.observe.throughput import ProgressMeaning, progress_meaning_of
 from engine.records.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
 from runbook.shown_values import checked_incident
@@ -34,10 +36,10 @@ class LaunchCurve:
     start_step: int = 0                       # the checkpoint step it resumed from (0: from scratch)
     steps: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
-    iter_times_ms: list[float] = field(default_factory=list)
     val_steps: list[int] = field(default_factory=list)
     val_losses: list[float] = field(default_factory=list)
     final_val_loss: float | None = None
+    metrics: Metrics | None = None   # the watch's model of this log (engine/observe/log_replay.py): tokens, tokens/s
 
     @property
     def last_step(self) -> int:
@@ -65,6 +67,7 @@ class RunHistory:
     checkpoints: list[CheckpointInfo]
     final_exists: bool
     total_steps: int
+    meaning: ProgressMeaning   # what one progress line stands for (the trainer adapter's word): tokens, tokens/s, ETA
     problems: list[str] = field(default_factory=list)   # skipped journal lines and records: file and reason
 
     @property
@@ -109,20 +112,16 @@ def read_log_lines(path: Path) -> list[str]:
         return []
 
 
-def parse_launch(number: int, path: Path, start_step: int | None, adapter) -> LaunchCurve:
+def parse_launch(number: int, path: Path, start_step: int | None, adapter, meaning: ProgressMeaning) -> LaunchCurve:
+    """One launch's log read by the watch's own parser and tracker (engine/observe/log_replay.py): its curve, and
+    the figures the watch would show for it."""
     curve = LaunchCurve(number=number, log=path, start_step=start_step or 0)
-    lines = read_log_lines(path)
-    events = [adapter.parse_line(line) for line in lines]
-    if not any(isinstance(e, Progress) for e in events):
-        # A log with none of the adapter's progress lines: another stack's (engine/observe/other_stacks.py), those
-        # that print their step (a count of HF's dicts is no step to draw a curve over).
-        others = (other_stack_progress(line, None) for line in lines)
-        events = [e if e is not None else (o if o is not None and o.step_known else None) for e, o in zip(events, others)]
-    for event in events:
+    tracker = replay(read_log_lines(path), adapter, meaning)
+    for event, _ in tracker.events:
         if isinstance(event, Progress):
-            curve.steps.append(event.step)
-            curve.losses.append(event.loss)
-            curve.iter_times_ms.append(event.iter_time_ms)
+            if event.step_known:   # a count of HF's logged dicts is no step to draw a curve over
+                curve.steps.append(event.step)
+                curve.losses.append(event.loss)
         elif isinstance(event, Validation):
             # validation is printed right after the progress line of that step (as observer.py assumes)
             curve.val_steps.append(curve.last_step)
@@ -131,6 +130,7 @@ def parse_launch(number: int, path: Path, start_step: int | None, adapter) -> La
             curve.final_val_loss = event.val_loss
         elif isinstance(event, Resumed) and start_step is None and (step := adapter.layout.step_in_path(event.path)):
             curve.start_step = step
+    curve.metrics = tracker.metrics()
     return curve
 
 
@@ -184,7 +184,8 @@ def read_history(loaded, only_newest_launch: bool = False, with_incidents: bool 
     logs = trainer_logs(run_dir)
     if only_newest_launch:
         logs = logs[-1:]
-    launches = [parse_launch(n, path, starts.get(n), adapter) for n, path in logs]
+    meaning = progress_meaning_of(adapter, loaded.config)
+    launches = [parse_launch(n, path, starts.get(n), adapter, meaning) for n, path in logs]
     incidents, bad_records = read_incident_records(run_dir) if with_incidents else ([], [])
     checked = [checked_incident(record) for record in incidents]   # a step of -5 is shown as unknown, and said
     incidents = [record for record, _ in checked]
@@ -193,7 +194,7 @@ def read_history(loaded, only_newest_launch: bool = False, with_incidents: bool 
         journal=rebuild(entries), journal_entries=entries, launches=launches, incidents=incidents,
         checkpoints=read_checkpoints(loaded.out_dir, adapter.layout),
         final_exists=ckpts.final_exists(loaded.out_dir, adapter.layout),
-        total_steps=total_steps(loaded.config), problems=[str(p) for p in journal.problems] + bad_records,
+        total_steps=total_steps(loaded.config), meaning=meaning, problems=[str(p) for p in journal.problems] + bad_records,
     )
 
 

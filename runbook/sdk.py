@@ -5,13 +5,13 @@ what runbook reads, save + exit 75 on a preemption notice, and tell runbook whic
     sdk.watch_notice()                          # at start: the notice signals (SIGTERM by default)
     sdk.resumed(path)                           # after loading a checkpoint
     batch = get_batch(sdk.data_position(step))  # the data position: past any window runbook skipped
-    sdk.progress(step, loss)                    # after every optimizer step, on every rank
+    sdk.progress(step, loss)                    # after every optimizer step, on every rank (grad_norm=, lr=: optional)
     sdk.validation(step, val_loss)              # after each evaluation on held-out data (optional)
     sdk.saving(folder)                          # before the first byte of <out_dir>/step-<6 digits>/state.pt
     if sdk.notice(): save(); sys.exit(sdk.NOTICE_EXIT)
 
 The lines it prints (rank 0 only: under torchrun, accelerate, deepspeed or srun every rank calls it,
-one speaks) are `runbook: step N loss X took T ms`, `runbook: step N val_loss X`, `runbook: saving PATH`,
+one speaks) are `runbook: step N loss X took T ms [grad_norm G] [lr L]`, `runbook: step N val_loss X`, `runbook: saving PATH`,
 `runbook: resumed PATH` (their grammar: docs/trainers.md, "The lines runbook reads").
 Every rank writes its heartbeat (at import and each progress()) and its exit (an uncaught exception with
 its message and, when raised in your own code, its file:line) where runbook asks (RUNBOOK_RANKS_DIR):
@@ -39,14 +39,25 @@ def is_rank_zero() -> bool:
     return RANK.me.rank == 0
 
 
-def progress(step: int, loss: float) -> None:
+def progress(step: int, loss: float, grad_norm: float | None = None, lr: float | None = None) -> None:
     """Call after every optimizer step, on every rank: `step` counts optimizer steps from the run's start,
-    resumes included. Rank 0 prints the line; every rank renews its heartbeat."""
+    resumes included; grad_norm and lr, where given, are what playbooks' `metric: {name: grad_norm}` read.
+    Rank 0 prints the line; every rank renews its heartbeat."""
     now = time.monotonic()
     took, _state["last"] = (now - _state["last"]) * 1000, now
     RANK.heartbeat(int(step))
     if is_rank_zero():
-        print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms", flush=True)
+        extra = "".join(f" {name} {number:.6g}" for name, value in (("grad_norm", grad_norm), ("lr", lr))
+                        if (number := _float_or_none(value)) is not None)
+        print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms{extra}", flush=True)
+
+
+def _float_or_none(value) -> float | None:
+    """A number to print, or None: an optional metric of an odd type must never stop the training."""
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def validation(step: int, val_loss: float) -> None:

@@ -129,6 +129,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     from engine.checkpoints.out_dir_claim import OutDirBlocked, OutDirTaken
     from engine.process.identity import SecondTrainerRefused
     from engine.language.playbook_set import load_run_playbooks
+    from engine.trainers import adapter_for
     from engine.core.state import RunState
     from engine.watch.supervisor import Supervisor
     from engine.process.warm_spare import SparePool
@@ -150,7 +151,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
             err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
                       f"change run_dir and out_dir in {loaded.path} or remove {loaded.run_dir}")
             return ExitCode.OK
-        playbooks = load_run_playbooks(loaded)
+        playbooks = load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
         check_trainer(loaded)
         if not dry_run:   # trainer.warm_spare: the first launch's spare imports while the checks below run
             prestart_spare(loaded, spares)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, read_playbook_files, set_problems
+from engine.language.metric_needs import unprovided_metrics
 from engine.core.yaml_source import SourceError
 
 def _shipped_dir() -> Path:
@@ -69,6 +70,11 @@ def load_set(project_paths: list[Path], include_shipped: bool = True) -> tuple[l
     return playbooks, replaced
 
 
-def load_run_playbooks(loaded) -> list[Playbook]:
-    """The playbooks of a run config: shipped (unless playbooks.shipped is false) + playbooks.paths."""
-    return load_set(loaded.playbook_paths, loaded.config.playbooks.shipped)[0]
+def load_run_playbooks(loaded, adapter) -> list[Playbook]:
+    """The playbooks of a run config: shipped (unless playbooks.shipped is false) + playbooks.paths; refused
+    (SourceError, file:line) where one's metric clause names a metric the run's trainer (`adapter`) never prints."""
+    playbooks = load_set(loaded.playbook_paths, loaded.config.playbooks.shipped)[0]
+    kind = getattr(adapter, "name", loaded.config.trainer.kind)
+    if errors := unprovided_metrics(playbooks, getattr(adapter, "metrics_provided", None), kind):
+        raise SourceError(errors)
+    return playbooks

@@ -15,6 +15,8 @@ class Progress:
     # False: `step` only counts the progress lines (another stack's line that prints no step: HF's logged dict,
     # a Keras bar); no checkpoint step may be derived from it (a rollback bound, the last healthy step).
     step_known: bool = True
+    grad_norm: float | None = None   # where the trainer prints them (HF's logged dict, runbook.sdk's line)
+    lr: float | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from engine.observe.events import CheckpointSaving, FinalValidation, Progress, V
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.other_stacks import other_stack_progress
 from engine.observe.same_start_error import alike_in_a_row, last_error, same_error_everywhere
+from engine.observe.throughput import ProgressMeaning, tokens_per_sec, tokens_so_far
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
@@ -68,7 +69,7 @@ class LogTail:
 
 @dataclass
 class MetricTracker:
-    tokens_per_iter: int
+    meaning: ProgressMeaning   # what one progress line stands for (the trainer adapter's word)
     loss_window: int = 20
     losses: deque = field(default_factory=lambda: deque(maxlen=20))
     iter_times: deque = field(default_factory=lambda: deque(maxlen=10))
@@ -89,6 +90,8 @@ class MetricTracker:
     best_val_loss: float | None = None
     best_val_step: int | None = None
     final_val_loss: float | None = None
+    grad_norm: float | None = None   # as the newest progress line printed it (None: its trainer prints none)
+    lr: float | None = None
     last_progress_time: float | None = None
     longest_gap_s: float | None = None     # between two progress lines of any launch (covers eval + save)
     save_started: float | None = None
@@ -99,10 +102,10 @@ class MetricTracker:
     progress_lines_since_launch_at: float | None = None
     saving: list[str] = field(default_factory=list)
 
-    def new_launch(self, tokens_per_iter: int) -> None:
+    def new_launch(self, meaning: ProgressMeaning) -> None:
         """A relaunch keeps what describes the run (throughput baseline, longest progress gap, the
         spike baseline and the last healthy step) and forgets what describes the old process."""
-        self.tokens_per_iter = tokens_per_iter
+        self.meaning = meaning
         self.progress_since_launch = 0
         self.iter_times.clear()
         self.baseline_samples.clear()  # a new process warms up again; the baseline itself is kept
@@ -117,6 +120,7 @@ class MetricTracker:
         self.losses.clear()
         self.val_condemned_step = None   # a relaunch starts from other (checkpointed) weights
         self.loss = None   # the old process's: a NaN it printed would match again before the relaunch prints a loss
+        self.grad_norm = self.lr = None
 
     def on_event(self, event, now: float) -> None:
         if isinstance(event, Progress):
@@ -125,7 +129,7 @@ class MetricTracker:
                 self.last_healthy_step = min(self.last_healthy_step, event.step - 1)
             if event.step_known:   # a count of lines is no step: the metrics say the step is unknown
                 self.step, self.iter_num = event.step, event.iter_num
-            self.loss = event.loss
+            self.loss, self.grad_norm, self.lr = event.loss, event.grad_norm, event.lr
             self.losses.append(event.loss)
             self._update_best_median()
             healthy = self.best_median is None or (math.isfinite(event.loss) and event.loss <= HEALTHY_RATIO * self.best_median)
@@ -191,14 +195,12 @@ class MetricTracker:
     def throughput(self) -> float | None:
         """Tokens/s over the recent iterations: total tokens / total wall time, so a process that is
         stopped now and then shows up (a median of iteration times would hide it)."""
-        if not self.iter_times:
-            return None
-        return self.tokens_per_iter * len(self.iter_times) / (sum(self.iter_times) / 1000)
+        return tokens_per_sec(self.meaning, self.iter_times)
 
     def metrics(self) -> Metrics:
         finite = [x for x in self.losses if math.isfinite(x)]
         tps = self.throughput()
-        tokens = self.iter_num * self.tokens_per_iter if self.iter_num is not None else None
+        tokens = tokens_so_far(self.meaning, self.iter_num)
         return Metrics(
             step=self.step, iter_num=self.iter_num, tokens=tokens, loss=self.loss, val_loss=self.val_loss,
             best_val_loss=self.best_val_loss, best_val_step=self.best_val_step,
@@ -207,16 +209,16 @@ class MetricTracker:
             previous_bad_step=self.divergences[-1] if self.divergences else None,
             last_healthy_step=self.last_healthy_step,
             loss_history=list(self.losses),
-            tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline,
+            tokens_per_sec=tps, baseline_tokens_per_sec=self.baseline, grad_norm=self.grad_norm, lr=self.lr,
         )
 
 
 class Observer:
-    def __init__(self, adapter, out_dir: Path, tokens_per_iter: int, tail_lines: int = 200,
-                 evidence: EvidenceGatherer | None = None):
+    def __init__(self, adapter, out_dir: Path, meaning: ProgressMeaning, tail_lines: int = 200,
+                 evidence: EvidenceGatherer | None = None, tracker: MetricTracker | None = None):
         self.adapter = adapter
         self.out_dir = out_dir
-        self.tracker = MetricTracker(tokens_per_iter)
+        self.tracker = tracker or MetricTracker(meaning)   # a finished log's reader keeps its events (log_replay.py)
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.log: LogTail | None = None
         self.observation = 0
@@ -234,11 +236,11 @@ class Observer:
         # deterministic start-up failure repeats launch after launch (same_start_error.alike_in_a_row).
         self.earlier_launches: deque[str | None] = deque(maxlen=16)
 
-    def follow(self, log_path: Path, tokens_per_iter: int, replay_existing: bool = False) -> None:
+    def follow(self, log_path: Path, meaning: ProgressMeaning, replay_existing: bool = False) -> None:
         """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
         if self.log is not None:   # the launch that ends here: its start-up failure, if it never progressed
             self.earlier_launches.append(last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
-        self.tracker.new_launch(tokens_per_iter)
+        self.tracker.new_launch(meaning)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self._other_stack = None
         self.lines_since_progress = 0

@@ -34,6 +34,7 @@ MAX_LINE = 4096   # a progress line is far shorter; a longer one is looked at up
 _NUM = r"[-+]?(?:\d{1,20}(?:\.\d{0,20})?|\.\d{1,20})(?:[eE][-+]?\d{1,4})?|[-+]?(?:nan|NaN|inf|Inf|Infinity)"
 _HF_DICT = re2.compile(r"^\s{0,40}\{'loss': '?(" + _NUM + r")'?,.*'epoch': ")
 _HF_GRAD = re2.compile(r"'grad_norm': '?(" + _NUM + r")'?[,}]")
+_HF_LR = re2.compile(r"'learning_rate': '?(" + _NUM + r")'?[,}]")
 _MEGATRON = re2.compile(r"^.{0,80}?\biteration\s{1,20}(\d{1,12})/\s{0,20}\d{1,12} \|")
 _MEGATRON_LOSS = re2.compile(r"\| lm loss: (" + _NUM + r") \|")
 _MEGATRON_GRAD = re2.compile(r"\| grad norm: (" + _NUM + r") \|")
@@ -60,9 +61,9 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
     text = line[:MAX_LINE]
     next_step = 1 if previous_step is None else previous_step + 1
     if (m := _HF_DICT.search(text)) is not None:
-        grad = _HF_GRAD.search(text)
+        grad, lr = _HF_GRAD.search(text), _HF_LR.search(text)
         loss = _poisoned(_number(m.group(1)), grad.group(1) if grad else None)
-        return _progress(next_step, loss, UNKNOWN_MS, step_known=False)
+        return _progress(next_step, loss, UNKNOWN_MS, step_known=False, grad_norm=_optional(grad), lr=_optional(lr))
     if (m := _MEGATRON.search(text)) is not None:
         loss_m = _MEGATRON_LOSS.search(text)
         if loss_m is None:
@@ -70,7 +71,7 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
         grad = _MEGATRON_GRAD.search(text)
         took = _MEGATRON_TIME.search(text)
         loss = _poisoned(_number(loss_m.group(1)), grad.group(1) if grad else None)
-        return _progress(int(m.group(1)), loss, _number(took.group(1)) if took else UNKNOWN_MS)
+        return _progress(int(m.group(1)), loss, _number(took.group(1)) if took else UNKNOWN_MS, grad_norm=_optional(grad))
     if (m := _MLX.search(text)) is not None:
         return _progress(int(m.group(1)), _number(m.group(2)), UNKNOWN_MS)
     if (m := _NANOGPT.search(text)) is not None:
@@ -80,5 +81,11 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
     return None
 
 
-def _progress(step: int, loss: float, took_ms: float, step_known: bool = True) -> Progress:
-    return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=took_ms, is_step=True, step_known=step_known)
+def _optional(match) -> float | None:
+    return _number(match.group(1)) if match is not None else None
+
+
+def _progress(step: int, loss: float, took_ms: float, step_known: bool = True, grad_norm: float | None = None,
+              lr: float | None = None) -> Progress:
+    return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=took_ms, is_step=True, step_known=step_known,
+                    grad_norm=grad_norm, lr=lr)

@@ -16,6 +16,7 @@ from engine.checkpoints.partial_saves import clear_trainer_tmp
 from engine.process.identity import SecondTrainerRefused, live_trainers_of
 from engine.process.ranks import RANKS_DIR_ENV, RankWatch, group_exit_pending
 from engine.core.state import TrainerStatus
+from engine.observe.throughput import ProgressMeaning, progress_meaning_of
 from engine.process.env_changes import on_gpu, without_known_crashes
 from engine.process.trainer_env import release_short_tmpdir, trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
@@ -53,15 +54,10 @@ class TrainerControl:
         return self.process is not None and self.process.alive
 
     @property
-    def tokens_per_iter(self) -> int:
-        """Tokens of one logged iteration, all ranks together: the adapter's word where it has one (a script's progress
-        line is an optimizer step: the global batch, whatever the ranks and accumulation), else one micro-batch on
-        each of trainer.devices x num_nodes ranks."""
-        cfg = self.loaded.config
-        per_line = getattr(self.adapter, "tokens_per_progress_line", None)
-        if per_line is not None:
-            return per_line(self.loaded)
-        return cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
+    def progress_meaning(self) -> ProgressMeaning:
+        """What one progress line stands for under the run config in force (the adapter's word): a recovery that
+        changes the micro-batch changes it for the next launch."""
+        return progress_meaning_of(self.adapter, self.loaded.config)
 
     def launch(self, resume_file: Path | None) -> TrainerProcess:
         self.refuse_second_trainer()

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from engine.checkpoints.layout import CheckpointLayout  # noqa: F401 - part of the adapter's interface
 from engine.observe.events import Event
+from engine.observe.throughput import (  # noqa: F401 - part of the adapter's interface
+    ProgressMeaning, accumulation, micro_batch_meaning, optimizer_step_meaning)
 from engine.process.launch_spec import LaunchSpec  # noqa: F401 - part of the adapter's interface
 
 if TYPE_CHECKING:
@@ -28,10 +30,26 @@ class ResumePlan:
     note: str | None = None
 
 
+# The Metrics (engine/core/state.py) a playbook's `metric` clause may name, and those every trainer's progress
+# and validation lines give; an adapter says in `metrics_provided` which of the others its output fills.
+PLAYBOOK_METRICS = frozenset({"loss", "val_loss", "tokens_per_sec", "grad_norm", "lr", "step", "tokens"})
+EVERY_TRAINER_METRICS = frozenset({"loss", "val_loss", "tokens_per_sec", "step", "tokens"})
+
+
+def metrics_provided_by(adapter) -> frozenset[str] | None:
+    """The playbook metrics the adapter's trainer output can fill; None: it does not say (nothing is refused)."""
+    return getattr(adapter, "metrics_provided", None)
+
+
 class TrainerAdapter(Protocol):
     name: str
     layout: CheckpointLayout
     install_hint: str                      # how to install it, said when is_installed() is False
+    metrics_provided: frozenset[str]       # PLAYBOOK_METRICS its output fills: a playbook on another is refused
+
+    def progress_meaning(self, config) -> ProgressMeaning:
+        """What one progress line stands for in tokens (engine/observe/throughput.py): per iter_num unit, per line's
+        time, per optimizer step, all ranks together, under this run config (RunConfig)."""
 
     def is_installed(self) -> bool: ...
 

@@ -37,5 +37,4 @@ class WatchContext:
 
     @property
     def tokens_per_step(self) -> int:
-        config = self.control.loaded.config
-        return config.batch_size * config.model.block_size
+        return self.control.progress_meaning.step_tokens

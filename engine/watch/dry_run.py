@@ -24,7 +24,7 @@ def observe_without_acting(sup) -> RunState:
             control.past_exit = (attached.poll(), signal_name(attached.poll()))
         control.process = attached = None
     if past.trainer_log:
-        sup.observer.follow(Path(past.trainer_log), control.tokens_per_iter, replay_existing=True)
+        sup.observer.follow(Path(past.trainer_log), control.progress_meaning, replay_existing=True)
     if attached is None:
         if control.past_exit == (None, None):
             control.past_exit = (past.last_exit_code, past.last_exit_signal)

@@ -57,7 +57,7 @@ def start_or_continue(sup) -> None:
         sup.settle(RunState.COMPLETED)
         return
     if trainer is not None:
-        sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+        sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)
         if trainer.alive and past.open_incident is None:
             sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")
             return
@@ -87,7 +87,7 @@ def take_back(sup, trainer, why: str) -> None:
     """A live trainer no incident is open for: follow it again, judging only its sealed checkpoints
     (it may be in the middle of a save)."""
     sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
-    sup.observer.follow(trainer.log_path, sup.control.tokens_per_iter, replay_existing=True)
+    sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)
     sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
 
 

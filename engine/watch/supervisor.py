@@ -58,7 +58,7 @@ class Supervisor:
         self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble, spares)
         self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
                                        journal=None if dry_run else self.journal, read_only=dry_run)
-        self.observer = Observer(adapter, loaded.out_dir, self.control.tokens_per_iter,
+        self.observer = Observer(adapter, loaded.out_dir, self.control.progress_meaning,
                                  evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
         self.observation = Observation(self.control, self.observer, self.ledger, self.journal, self.events)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
@@ -233,7 +233,7 @@ class Supervisor:
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
-        self.observer.follow(process.log_path, self.control.tokens_per_iter)
+        self.observer.follow(process.log_path, self.control.progress_meaning)
         self.dead_observations = 0
         self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))

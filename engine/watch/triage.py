@@ -29,6 +29,7 @@ from engine.observe.events import Progress
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, Observer
 from engine.observe.other_stacks import other_stack_progress
+from engine.observe.throughput import progress_meaning_of
 from engine.process.trainer_process import exit_from_launcher, signal_name
 from engine.language import ladder
 from engine.records.attempts import AttemptHistory
@@ -205,8 +206,7 @@ def snapshot_from_log(lines: list[str], end: Ending, config, adapter, now: float
     """The snapshot the watcher would make of a dead trainer whose log holds these lines: the Observer's
     metrics and tail from its own parser, the exit as recorded; no process, no checkpoints, no disk."""
     now = time.time() if now is None else now
-    tokens_per_iter = config.micro_batch_size * config.model.block_size * config.trainer.devices * config.trainer.num_nodes
-    observer = Observer(adapter, Path("."), tokens_per_iter)   # out_dir only feeds disk_status: replaced below
+    observer = Observer(adapter, Path("."), progress_meaning_of(adapter, config))   # out_dir only feeds disk_status: replaced below
     observer.evidence = _NoEvidence()   # this machine's kernel, cgroups and disks are not the run's
     observer.launched_at = now
     read = observer.take_lines(lines, now)

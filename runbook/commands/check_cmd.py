@@ -34,7 +34,7 @@ def run_check(config_path: Path) -> ExitCode:
     started = time.monotonic()
     try:
         loaded = load_config(config_path)
-        playbooks = load_run_playbooks(loaded)
+        playbooks = load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
     except SourceError as error:
         err.print("\n".join(error.messages), markup=False)
         return ExitCode.BAD_CONFIG

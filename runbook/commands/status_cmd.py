@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from engine.core.run_folder import RunFolder
+from engine.observe.throughput import eta_seconds
 from engine.records.journal_lines import finite
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.commands.status_view import render, status_code
@@ -28,7 +29,6 @@ from runbook.exit_codes import ExitCode
 from runbook.shown_values import step_problem, time_problem
 
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
-RECENT_ITERATIONS = 10       # progress lines behind the tokens/s figure (the observer uses 10 too)
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -99,7 +99,6 @@ def gather(loaded, now: float | None = None) -> dict:
     from runbook.report import read_history
 
     now = time.time() if now is None else now
-    cfg = loaded.config
     h = read_history(loaded, only_newest_launch=True, with_incidents=False)
     incidents = incident_summary(loaded.run_dir)
     transitions = [e for e in h.journal_entries if e.get("kind") == "transition"]
@@ -108,18 +107,18 @@ def gather(loaded, now: float | None = None) -> dict:
     launch = h.launches[-1] if h.launches else None
 
     progress = None
-    if launch is not None and launch.steps:
-        recent = launch.iter_times_ms[1:][-RECENT_ITERATIONS:]   # the first line after a start includes set-up
-        tokens_per_iter = cfg.micro_batch_size * cfg.model.block_size
-        tps = tokens_per_iter * len(recent) / (sum(recent) / 1000) if recent and sum(recent) > 0 else None
-        remaining = max(0, h.total_steps - launch.last_step)
-        eta = remaining * cfg.batch_size * cfg.model.block_size / tps if tps and remaining else None
+    if launch is not None and launch.steps and launch.metrics is not None:
+        # The watch's own figures for this log (runbook/report.py parse_launch): the same parser, tracker and
+        # throughput arithmetic (engine/observe/throughput.py) as its heartbeat and Prometheus metrics.
+        tps = launch.metrics.tokens_per_sec
+        eta = eta_seconds(h.meaning, h.total_steps - launch.last_step, tps)
         progress = {
             "step": launch.last_step, "total_steps": h.total_steps,
             "percent": round(100 * launch.last_step / h.total_steps, 1) if h.total_steps else None,
             "loss": launch.losses[-1],
             "val_loss": launch.val_losses[-1] if launch.val_losses else None,
             "final_val_loss": launch.final_val_loss,
+            "tokens": launch.metrics.tokens,
             "tokens_per_sec": round(tps, 1) if tps else None, "eta_seconds": round(eta) if eta else None,
             "seconds_since_log_written": round(now - launch.log.stat().st_mtime, 1) if launch.log.exists() else None,
             "log": str(launch.log),

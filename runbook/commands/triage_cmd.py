@@ -40,13 +40,14 @@ def _setup(config_path: Optional[Path]):
     from engine.core.config import RunConfig
     from engine.core.yaml_source import SourceError
     from engine.language.playbook_set import load_run_playbooks, load_set, origin
+    from engine.trainers import adapter_for
     from engine.trainers.run_config import load_config
 
     try:
         if config_path is None:
             return RunConfig(), load_set([], True)[0], "runbook's default run config and the shipped playbooks (no CONFIG given)"
         loaded = load_config(config_path)
-        playbooks = load_run_playbooks(loaded)
+        playbooks = load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
     except SourceError as error:
         _fail(ExitCode.BAD_CONFIG, *error.messages)
     own = sum(1 for p in playbooks if origin(p) != "shipped")

@@ -221,11 +221,12 @@ def judge_running(config: Path, case: Case, playbooks=None) -> Verdict:
     from engine.language.matcher import AttemptHistory, MatchMemory, decide
     from engine.language.planner import plan
     from engine.language.playbook_set import load_run_playbooks
+    from engine.trainers import adapter_for
     from engine.language.playbook_testing import build_snapshots
 
     loaded = _loaded(config)
     cfg = loaded.config
-    playbooks = playbooks if playbooks is not None else load_run_playbooks(loaded)
+    playbooks = playbooks if playbooks is not None else load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
     timeout = cfg.watch.hang_timeout_s
     live = {"alive": True, "pid": FAKE_PID, "launches": 1}
     observations = [

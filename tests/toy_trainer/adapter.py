@@ -14,7 +14,7 @@ from pydantic import ConfigDict
 
 from engine.core.config import ModelSection, TrainerSettings
 from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation, ValidationStarted
-from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.base import EVERY_TRAINER_METRICS, LaunchSpec, ProgressMeaning, ResumePlan, micro_batch_meaning
 
 TRAINER = Path(__file__).with_name("trainer.py")
 STATE_NAME, CHECKSUM_NAME = "state.json", "state.sha256"
@@ -84,10 +84,14 @@ class ToySettings(TrainerSettings):
 class ToyAdapter:
     name = "toy"
     settings_model = ToySettings
+    metrics_provided = EVERY_TRAINER_METRICS   # its line prints step, loss and time only
     install_hint = f"{TRAINER} is part of runbook's repository: run from a checkout that has tests/toy_trainer/"
 
     def __init__(self):
         self.layout = ToyLayout()
+
+    def progress_meaning(self, config) -> ProgressMeaning:
+        return micro_batch_meaning(config)   # a line per step of one micro-batch on each rank
 
     def is_installed(self) -> bool:
         return TRAINER.is_file()

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from engine.observe.throughput import ProgressMeaning
 from engine.checkpoints.store import list_checkpoints, verify_checkpoint
 from engine.core.yaml_source import SourceError
 from engine.observe.events import CheckpointSaving, Progress, Resumed, Validation
@@ -57,7 +58,7 @@ def test_a_validation_line_of_the_sdk_is_the_runs_val_loss():
     for adapter in (ScriptAdapter(), HFTrainerAdapter()):
         assert adapter.parse_line(line) == Validation(iter_num=8, val_loss=2.25)
     assert ScriptAdapter().parse_line("runbook: step 8 val_loss n/a") is None
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     tracker.on_event(Progress(iter_num=8, step=8, loss=2.5, iter_time_ms=1.0, is_step=True), 1.0)
     tracker.on_event(ScriptAdapter().parse_line(line), 2.0)
     assert (tracker.val_loss, tracker.best_val_loss, tracker.best_val_step) == (2.25, 2.25, 8)
@@ -137,9 +138,9 @@ def test_a_wrong_setting_is_a_config_error_with_file_and_line(tmp_path):
 def test_a_relaunch_forgets_the_dead_launchs_last_loss():
     """A trainer that printed loss nan and was stopped for it: until the relaunch prints a loss of its own,
     the nan playbook must not see that NaN again (it fired 4 more times in 5 s, each relaunch from scratch)."""
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     tracker.on_event(Progress(iter_num=8, step=8, loss=float("nan"), iter_time_ms=1.0, is_step=True), 1.0)
-    tracker.new_launch(256)
+    tracker.new_launch(ProgressMeaning(256))
     assert tracker.loss is None
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from engine.observe.throughput import ProgressMeaning
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.run_folder import RunFolder
 from engine.core.state import CheckpointStatus, RunState, StateSnapshot, TrainerStatus
@@ -233,7 +234,7 @@ def _snapshot(observer: Observer, trainer: TrainerStatus) -> StateSnapshot:
 
 def test_a_process_the_oom_killer_kills_is_oom_and_one_killed_by_hand_is_killed(memory_cgroup, tmp_path):
     cgroup = memory_cgroup(48 * 2**20)
-    observer = Observer(LitGPTAdapter(), tmp_path, 256, evidence=EvidenceGatherer(tmp_path, tmp_path))
+    observer = Observer(LitGPTAdapter(), tmp_path, ProgressMeaning(256), evidence=EvidenceGatherer(tmp_path, tmp_path))
 
     hog = _start_in(cgroup, "import time; time.sleep(0.5); x = bytearray(512 * 2**20); time.sleep(30)")
     observer.evidence.launched(hog.pid)   # as the supervisor does right after a launch

@@ -85,7 +85,7 @@ class RecordingSupervisor(Supervisor):
         log = self.loaded.folder.trainer_log(self.control.launches)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch()
-        self.observer.follow(log, self.control.tokens_per_iter)
+        self.observer.follow(log, self.control.progress_meaning)
         self.log_path = log
 
 

@@ -69,12 +69,15 @@ def test_a_control_without_a_trainer_says_so(cpu_project):
     assert control.adopt_unjournaled() is None
 
 
-def test_tokens_per_iteration_are_the_adapters_word_or_one_micro_batch_on_every_rank(cpu_project):
+def test_a_progress_line_means_what_the_adapter_says_or_one_micro_batch_on_every_rank(cpu_project):
+    # a script's and HF's word: tests/unit/test_mut_trainers_script.py, test_mut_trainers_hf.py
     cfg = load_config(cpu_project.config).config
-    script = control_of(cpu_project, adapter=adapter_for("script"))
-    assert script.tokens_per_iter == cfg.batch_size * cfg.model.block_size
-    litgpt = control_of(cpu_project, adapter=adapter_for("litgpt"))
-    assert litgpt.tokens_per_iter == cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
+    litgpt = control_of(cpu_project, adapter=adapter_for("litgpt")).progress_meaning
+    micro = cfg.micro_batch_size * cfg.model.block_size * cfg.trainer.devices * cfg.trainer.num_nodes
+    assert litgpt.tokens_per_iter == litgpt.timed_tokens == micro
+    assert litgpt.step_tokens == cfg.batch_size * cfg.model.block_size
+    silent = control_of(cpu_project, adapter=object()).progress_meaning   # an adapter that declares nothing
+    assert silent.tokens_per_iter == micro
 
 
 def test_kept_and_diagnostic_variables_the_newest_setting_of_a_name_decides(cpu_project):

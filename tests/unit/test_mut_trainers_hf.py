@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.observe.throughput import ProgressMeaning
 from engine.observe.events import CheckpointSaving, Progress
 from engine.trainers.hf import parse_check
 from engine.trainers.hf.adapter import HFTrainerAdapter
@@ -118,7 +119,7 @@ def test_the_adapter_launches_the_script_with_the_run_configs_values(tmp_path):
     # a resume hands the checkpoint's folder (HF resumes from it), not the resume file runbook names
     resumed = adapter.prepare_launch(loaded, tmp_path / "launch2", loaded.out_dir / "checkpoint-8" / MODEL, "sha256:x")
     assert resumed.argv[-2:] == ["--resume_from_checkpoint", str(loaded.out_dir / "checkpoint-8")]
-    assert adapter.tokens_per_progress_line(loaded) == 8 * 32
+    assert adapter.progress_meaning(loaded.config) == ProgressMeaning(8 * 32, 8 * 32, 8 * 32)   # a line per optimizer step
     assert adapter.relocate_run_dir(None, tmp_path, tmp_path / "new") == 0
     assert adapter.share_run_data(tmp_path, tmp_path / "new") == []
     assert adapter.data_fingerprint(loaded) is None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.observe.throughput import ProgressMeaning
 from engine.observe.events import CheckpointSaving, Progress
 from engine.trainers.run_config import load_config
 from engine.trainers.script import formats, template
@@ -130,7 +131,7 @@ def test_the_adapter_launches_the_command_and_resumes_with_the_resume_arguments(
     assert spec.argv == [sys.executable, "train.py", "--out", str(loaded.out_dir), "--lr", "0.003", "--micro", "4"]
     resumed = adapter.prepare_launch(loaded, tmp_path / "launch2", Path("/ck/step-000008/state.pt"), "sha256:x")
     assert resumed.argv[-2:] == ["--resume", "/ck/step-000008/state.pt"] and resumed.resume_from == Path("/ck/step-000008/state.pt")
-    assert adapter.tokens_per_progress_line(loaded) == 16 * 32
+    assert adapter.progress_meaning(loaded.config) == ProgressMeaning(16 * 32, 16 * 32, 16 * 32)   # a line per optimizer step
     assert adapter.relocate_run_dir(None, tmp_path, tmp_path / "x") == 0
     assert adapter.share_run_data(tmp_path, tmp_path / "x") == [] and adapter.data_fingerprint(loaded) is None
     assert adapter.is_installed() is True

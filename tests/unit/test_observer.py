@@ -6,6 +6,7 @@ loss-spike playbook through the real matcher.
 
 from __future__ import annotations
 
+from engine.observe.throughput import ProgressMeaning
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
 from engine.observe.observer import MetricTracker
 from engine.language.loader import load_playbook_file
@@ -37,18 +38,18 @@ def spike_fires(tracker: MetricTracker) -> bool:
 
 
 def test_the_longest_progress_gap_survives_a_relaunch():
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     feed(tracker, [(0.0, progress(1, 6.4)), (0.1, progress(2, 6.3)),
                    (0.2, "Saving checkpoint to '/x/step-00000002/lit_model.pth'"), (8.2, progress(3, 6.2))])
     assert abs(tracker.longest_gap_s - 8.1) < 1e-9
-    tracker.new_launch(tokens_per_iter=256)
+    tracker.new_launch(ProgressMeaning(256))
     feed(tracker, [(100.0, progress(3, 6.2)), (100.1, progress(4, 6.1))])
     # The relaunch's save-free gaps (0.1 s) must not shrink the hang timeout below the save time.
     assert abs(tracker.longest_gap_s - 8.1) < 1e-9
 
 
 def test_the_spike_baseline_survives_a_rollback_and_a_diverged_resume_still_fires():
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     healthy = [6.4, 6.3, 6.2, 6.1]
     spike = [13.0, 25.0, 32.0, 34.0]
     feed(tracker, [(i, progress(i + 1, loss)) for i, loss in enumerate(healthy + spike)])
@@ -57,7 +58,7 @@ def test_the_spike_baseline_survives_a_rollback_and_a_diverged_resume_still_fire
 
     # Rolled back to a checkpoint saved mid-divergence (step 6): a NaN rollback can only reach the
     # newest finite checkpoint. The stale spike lines must not fire again before anything new is seen...
-    tracker.new_launch(tokens_per_iter=256)
+    tracker.new_launch(ProgressMeaning(256))
     assert tracker.metrics().loss_history == [] and not spike_fires(tracker)
     # ...and the diverged level must still count as a spike against the healthy baseline.
     feed(tracker, [(50 + i, progress(7 + i, 30.0)) for i in range(4)])
@@ -67,10 +68,10 @@ def test_the_spike_baseline_survives_a_rollback_and_a_diverged_resume_still_fire
 
 
 def test_a_resume_before_the_last_healthy_step_moves_it_back():
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
     assert tracker.last_healthy_step == 10
-    tracker.new_launch(tokens_per_iter=256)
+    tracker.new_launch(ProgressMeaning(256))
     feed(tracker, [(20.0, progress(5, 20.0))])  # resumed from step 4, and the first step is bad
     assert tracker.last_healthy_step == 4
     feed(tracker, [(21.0, progress(6, 6.0))])
@@ -82,10 +83,10 @@ def test_a_relaunch_gets_the_ceiling_until_its_first_progress_line_then_the_lear
     from engine.observe.observer import Observer
 
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=5, hang_safety_factor=5)
-    observer = Observer(ADAPTER, REPO, tokens_per_iter=256)
+    observer = Observer(ADAPTER, REPO, ProgressMeaning(256))
     feed(observer.tracker, [(0.0, progress(1, 6.4)), (0.5, progress(2, 6.3))])
     assert observer.hang_timeout(watch) == 5.0          # 5 x 0.5 s, raised to the floor
-    observer.tracker.new_launch(tokens_per_iter=256)
+    observer.tracker.new_launch(ProgressMeaning(256))
     assert observer.hang_timeout(watch) == 60.0         # start-up: imports, data, resume
     feed(observer.tracker, [(30.0, progress(3, 6.2))])
     assert observer.hang_timeout(watch) == 5.0
@@ -146,7 +147,7 @@ def validation(iter_num: int, val_loss: float) -> str:
 def test_a_failed_validation_condemns_its_checkpoint_even_when_the_train_loss_looks_fine():
     """A collapsed model's train loss can sit near ln(vocab), inside 1.5 x the baseline; the val loss
     at step s judges the weights of checkpoint s directly."""
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(10)])
     feed(tracker, [(10.0, validation(40, 5.0))])                  # step 10: healthy, the best val loss
     feed(tracker, [(10 + i, progress(11 + i, 6.2)) for i in range(10)])
@@ -155,7 +156,7 @@ def test_a_failed_validation_condemns_its_checkpoint_even_when_the_train_loss_lo
     assert tracker.last_healthy_step == 20                        # checkpoint 20 is bad: quarantine from 20
     feed(tracker, [(22.0, progress(21, 6.1)), (23.0, progress(22, 6.0))])
     assert tracker.last_healthy_step == 20, "train losses after a failed validation vouch for nothing more"
-    tracker.new_launch(tokens_per_iter=256)                       # rolled back to checkpoint 19
+    tracker.new_launch(ProgressMeaning(256))                       # rolled back to checkpoint 19
     feed(tracker, [(30.0, progress(20, 6.0)), (31.0, progress(21, 6.0))])
     assert tracker.last_healthy_step == 21
 
@@ -167,7 +168,7 @@ def test_a_nan_rolls_back_to_before_the_divergence_and_a_repeat_goes_further_bac
     from engine.core.config import RunConfig
 
     playbook = load_playbook_file(REPO / "playbooks" / "nan.yaml")
-    tracker = MetricTracker(tokens_per_iter=256)
+    tracker = MetricTracker(ProgressMeaning(256))
     feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(12)])
     feed(tracker, [(12 + i, progress(13 + i, loss)) for i, loss in enumerate([40.0, 446.0, 1027.0, 1101.0])])
     assert tracker.last_healthy_step == 12
@@ -274,8 +275,8 @@ def test_the_snapshot_says_start_up_until_the_first_progress_line_then_training(
 
     log = tmp_path / "trainer.log"
     log.write_text("Seed set to 1337\n")
-    observer = Observer(ADAPTER, tmp_path, tokens_per_iter=256)
-    observer.follow(log, 256)
+    observer = Observer(ADAPTER, tmp_path, ProgressMeaning(256))
+    observer.follow(log, ProgressMeaning(256))
     watch = WatchSettings(hang_timeout_s=5, startup_timeout_s=600)
     now = observer.launched_at + 2
     trainer = TrainerStatus(alive=True, pid=None)
@@ -313,8 +314,8 @@ def test_the_runs_first_validation_is_judged_by_its_life_and_later_ones_by_the_l
     assert ADAPTER.parse_line("Validating ...") == ValidationStarted()
     log = tmp_path / "trainer.log"
     log.write_text("")
-    observer = Observer(ADAPTER, tmp_path, tokens_per_iter=256)
-    observer.follow(log, 256)
+    observer = Observer(ADAPTER, tmp_path, ProgressMeaning(256))
+    observer.follow(log, ProgressMeaning(256))
     watch = WatchSettings(hang_timeout_s=600, hang_floor_s=5, hang_safety_factor=5, save_timeout_s=3600)
     trainer = TrainerStatus(alive=True, pid=None)
     t0 = observer.launched_at
@@ -340,5 +341,5 @@ def test_the_runs_first_validation_is_judged_by_its_life_and_later_ones_by_the_l
     observe(42.0, progress(4, 6.1))
     snap = observe(42.1, "Validating ...")                       # the second one: inside the learnt gap
     assert snap.trainer.phase == "training"
-    observer.tracker.new_launch(tokens_per_iter=256)             # a relaunch keeps what the run has measured
+    observer.tracker.new_launch(ProgressMeaning(256))             # a relaunch keeps what the run has measured
     assert observer.tracker.validations_done == 1 and observer.tracker.validation_started is None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from engine.observe.throughput import ProgressMeaning
 from engine.core.config import WatchSettings
 from engine.core.state import CheckpointStatus, TrainerStatus
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
@@ -72,9 +73,9 @@ def watch_live(tmp_path, adapter, lines: list[str], silent_for: float):
     seconds of nothing; the shipped playbooks' decision on the last snapshot (None: nothing fires)."""
     log = tmp_path / "trainer.log"
     log.write_text("")
-    observer = Observer(adapter, tmp_path, tokens_per_iter=256)
+    observer = Observer(adapter, tmp_path, ProgressMeaning(256))
     observer.evidence = _NoEvidence()
-    observer.follow(log, 256)
+    observer.follow(log, ProgressMeaning(256))
     watch = WatchSettings(hang_timeout_s=60, hang_floor_s=30, startup_timeout_s=600)
     trainer = TrainerStatus(alive=True, pid=None, launches=1)
     t0, snapshot = observer.launched_at, None
@@ -142,11 +143,11 @@ def test_the_reports_curve_reads_another_stacks_steps_and_never_beside_the_train
 
     megatron = tmp_path / "megatron.log"
     megatron.write_text("\n".join(MEGATRON.replace("iteration       50/", f"iteration       {n}/") for n in (48, 49, 50)) + "\n")
-    curve = parse_launch(1, megatron, None, LitGPTAdapter())
+    curve = parse_launch(1, megatron, None, LitGPTAdapter(), ProgressMeaning(256))
     assert curve.steps == [48, 49, 50] and curve.losses == [4.791878e-03] * 3
     hf = tmp_path / "hf.log"
     hf.write_text("\n".join(_hf_steps(4)) + "\n")
-    assert parse_launch(1, hf, None, LitGPTAdapter()).steps == []
+    assert parse_launch(1, hf, None, LitGPTAdapter(), ProgressMeaning(256)).steps == []
     own = tmp_path / "own.log"
     own.write_text(f"{NANOGPT}\nrunbook: step 10 loss 2.5 took 100.0 ms\n")
-    assert parse_launch(1, own, None, ScriptAdapter()).steps == [10]
+    assert parse_launch(1, own, None, ScriptAdapter(), ProgressMeaning(256)).steps == [10]

@@ -8,6 +8,7 @@ ranks' interleaved tracebacks, one undefined symbol) and deepspeed-autopoison-6-
 
 from __future__ import annotations
 
+from engine.observe.throughput import ProgressMeaning
 from engine.core.state import RankStatus, RanksStatus
 from engine.observe.same_start_error import same_error_everywhere, tail_errors
 
@@ -79,14 +80,14 @@ def test_a_second_launch_dying_of_the_same_error_before_its_first_step_is_escala
     from engine.trainers.litgpt.adapter import LitGPTAdapter
     from engine.watch.triage import _NoEvidence
 
-    observer = Observer(LitGPTAdapter(), tmp_path, tokens_per_iter=256)
+    observer = Observer(LitGPTAdapter(), tmp_path, ProgressMeaning(256))
     observer.evidence = _NoEvidence()
     playbooks, config = load_set([], True)[0], build_config({})
     decided = []
     for launch in (1, 2):
         log = tmp_path / f"trainer-{launch:03d}.log"
         log.write_text("Process SpawnProcess-1:\nOSError: [Errno 28] No space left on device\n")
-        observer.follow(log, 256)
+        observer.follow(log, ProgressMeaning(256))
         now = observer.launched_at + 5
         dead = TrainerStatus(alive=False, exit_code=1, launches=launch)
         snapshot = observer.snapshot(now, "running", dead, CheckpointStatus(), observer.read_lines(now), WatchSettings())

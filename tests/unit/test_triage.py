@@ -254,7 +254,7 @@ def test_same_playbook_and_plan_as_watch_dry_run(tmp_path):
             {"time": 5.0, "kind": "trainer_exited", "pid": 999999, "exit_code": code, "signal": sig},
         ]
         loaded.folder.journal.write_text("".join(json.dumps(e) + "\n" for e in entries))
-        playbooks = load_run_playbooks(loaded)
+        playbooks = load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
         events = []
 
         class NoNotices:

@@ -55,6 +55,7 @@ def test_a_pasted_deepspeed_iteration_log_that_stops_reads_its_step_and_loss(tmp
 def _dry_run(tmp_path, text: str, code: int, sig: str | None):
     """`runbook watch --dry-run`'s own code on a run folder holding the log and the exit (as tests/unit/test_triage.py)."""
     from engine.language.playbook_set import load_run_playbooks
+    from engine.trainers import adapter_for
     from engine.trainers.run_config import load_config
     from engine.watch.supervisor import Supervisor
 
@@ -72,7 +73,7 @@ def _dry_run(tmp_path, text: str, code: int, sig: str | None):
         {"time": 5.0, "kind": "trainer_exited", "pid": 999999, "exit_code": code, "signal": sig},
     ]
     loaded.folder.journal.write_text("".join(json.dumps(e) + "\n" for e in entries))
-    playbooks = load_run_playbooks(loaded)
+    playbooks = load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
     events = []
 
     class NoNotices:

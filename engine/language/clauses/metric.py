@@ -45,7 +45,9 @@ class MetricSpec(BaseModel):
 class MetricClause(Clause):
     kind = "metric"
     doc = ("Compare a metric with a threshold, test it for NaN/Inf, or compare it with its rolling median "
-           "(`ratio_to_median_*`, loss only). An unknown metric (not printed yet) never matches.")
+           "(`ratio_to_median_*`, loss only). An unknown metric (not printed yet) never matches. `grad_norm` and `lr` "
+           "come from trainers that print them (hf-trainer, a script passing them to `sdk.progress`); a playbook "
+           "naming a metric the run's trainer kind never prints is refused at load.")
     example = "metric:\n  name: loss\n  op: ratio_to_median_above\n  value: 3\n  min_step: 50"
 
     metric: MetricSpec

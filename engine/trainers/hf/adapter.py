@@ -6,9 +6,9 @@ import importlib.util
 from pathlib import Path
 
 from engine.observe.events import Event
-from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.base import PLAYBOOK_METRICS, LaunchSpec, ProgressMeaning, ResumePlan, optimizer_step_meaning
 from engine.trainers.hf import parse_check
-from engine.trainers.hf.launch import hf_argv, launcher_of
+from engine.trainers.hf.launch import LOGGING_STEPS, hf_argv, launcher_of
 from engine.trainers.preflight import where
 from engine.trainers.hf.layout import hf_layout
 from engine.trainers.hf.settings import HFTrainerSettings
@@ -18,6 +18,7 @@ from engine.trainers.script import launch, lines, template, weights
 class HFTrainerAdapter:
     name = "hf-trainer"
     settings_model = HFTrainerSettings
+    metrics_provided = PLAYBOOK_METRICS   # the callback prints HF's logged grad_norm and learning_rate too
     install_hint = "pip install '.[hf]' from runbook's checkout, or 'runbook-pretrain[hf]' (transformers, accelerate, safetensors)"
     checks = "data folders, the Trainer script with its own argument parser on runbook's flags, and out_dir"   # what `runbook check` says it checked
     contract_hint = ("add runbook.hf_callback.RunbookCallback() to the Trainer's callbacks and end with "
@@ -63,10 +64,12 @@ class HFTrainerAdapter:
                        [template.render(a, values) for a in head])
         return values, argv
 
-    def tokens_per_progress_line(self, loaded) -> int:
-        """A progress line is one optimizer step: the global batch (batch_size sequences over every rank)."""
-        cfg = loaded.config
-        return cfg.batch_size * cfg.model.block_size
+    def progress_meaning(self, config) -> ProgressMeaning:
+        """The callback's line is per logged step (logging_steps, runbook's flag): global_step counts optimizer
+        steps, each micro x gradient_accumulation_steps x every rank's sequences."""
+        s = config.trainer
+        world = template.launcher_world(config, launcher_of(s.launcher, s.devices * s.num_nodes, "{python}"))
+        return optimizer_step_meaning(config, world, LOGGING_STEPS)
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))

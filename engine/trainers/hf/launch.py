@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+LOGGING_STEPS = 1   # a progress line per optimizer step (the callback prints on each log): tokens/s per line
+
 
 def launcher_of(launcher: list[str], devices: int, python: str) -> list[str]:
     """PURE. The launcher part of the argv (unrendered): the user's, or torchrun when trainer.devices asks for
@@ -26,7 +28,7 @@ def hf_argv(script: Path, values: dict, args: list[str], resume_folder: Path | N
             "--gradient_accumulation_steps", str(values["grad_accum"]),
             "--learning_rate", str(values["lr"]), "--max_steps", str(values["max_steps"]),
             "--save_strategy", "steps", "--save_steps", str(values["save_interval"]),
-            "--logging_steps", "1", "--seed", str(values["seed"]), "--report_to", "none", "--disable_tqdm", "true",
+            "--logging_steps", str(LOGGING_STEPS), "--seed", str(values["seed"]), "--report_to", "none", "--disable_tqdm", "true",
             # runbook's nan playbook must see a NaN loss, not HF's average standing in for it.
             "--logging_nan_inf_filter", "false"]
     if values["device"] == "cpu":

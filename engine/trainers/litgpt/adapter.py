@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.observe.events import Event
-from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.base import EVERY_TRAINER_METRICS, LaunchSpec, ProgressMeaning, ResumePlan, micro_batch_meaning
 from engine.trainers.litgpt import data_cache, data_moves, launch, log_lines, preflight, resume, support
 from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt import user_config
@@ -17,12 +17,18 @@ class LitGPTAdapter:
     settings_model = LitGPTSettings   # also for adapters built on this one (registry.py)
     install_hint = launch.INSTALL_HINT
     checks = "data, tokenizer, litgpt's config parser, devices and out_dir"   # what `runbook check` says it checked
+    metrics_provided = EVERY_TRAINER_METRICS   # pretrain's progress line prints neither grad norm nor lr
 
     def __init__(self):
         self.layout = LitGPTLayout()
 
     def is_installed(self) -> bool:
         return launch.is_installed()
+
+    def progress_meaning(self, config) -> ProgressMeaning:
+        """litgpt prints a line per optimizer step (log_interval 1 x the accumulation), but its `iter` counts
+        micro-batches and its `iter time` is the last micro-batch's alone: one micro-batch on every rank."""
+        return micro_batch_meaning(config)
 
     def check_environment(self, loaded) -> list[str]:
         if problem := support.version_problem(support.installed_version()):

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from engine.observe.events import Event
-from engine.trainers.base import LaunchSpec, ResumePlan
+from engine.trainers.base import PLAYBOOK_METRICS, LaunchSpec, ProgressMeaning, ResumePlan, optimizer_step_meaning
 from engine.trainers.preflight import where
 from engine.trainers.script import launch, lines, template, weights
 from engine.trainers.script.layout import FolderLayout
@@ -27,6 +27,7 @@ def script_index(argv: list[str]) -> int | None:
 class ScriptAdapter:
     name = "script"
     settings_model = ScriptSettings
+    metrics_provided = PLAYBOOK_METRICS   # sdk.progress takes grad_norm and lr
     install_hint = "the script's command (trainer.command) must name an executable on PATH or a file"
     checks = "data folders, the command's program and script, and out_dir"   # what `runbook check` says it checked
     contract_hint = ("call runbook.sdk: sdk.progress(step, loss) after each optimizer step and sdk.saving(folder) before each save "
@@ -66,10 +67,10 @@ class ScriptAdapter:
         values = template.values_of(loaded, str(resume_from) if resume_from else None, s.command)
         return launch.launch_spec(loaded, launch_dir, resume_from, launch.argv_of(s.command, s.resume_args, values))
 
-    def tokens_per_progress_line(self, loaded) -> int:
-        """A progress line is one optimizer step: the global batch (batch_size sequences over every rank)."""
-        cfg = loaded.config
-        return cfg.batch_size * cfg.model.block_size
+    def progress_meaning(self, config) -> ProgressMeaning:
+        """sdk.progress is called per optimizer step and counts them: the global batch of the command's ranks
+        (its launcher's flags, engine/trainers/script/world.py), timed since the previous call."""
+        return optimizer_step_meaning(config, template.launcher_world(config, config.trainer.command))
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation
 
-PROGRESS = re.compile(r"^runbook: step (\d{1,12}) loss (\S{1,40}) took (\d{1,12}(?:\.\d*)?) ms$")
+PROGRESS = re.compile(r"^runbook: step (\d{1,12}) loss (\S{1,40}) took (\d{1,12}(?:\.\d*)?) ms"
+                      r"(?: grad_norm (\S{1,40}))?(?: lr (\S{1,40}))?$")
 VALIDATION = re.compile(r"^runbook: step (\d{1,12}) val_loss (\S{1,40})$")
 SAVING = re.compile(r"^runbook: saving (.{1,4096})$")
 SAVING_PREFIX = b"runbook: saving "   # every line SAVING matches holds these bytes
@@ -33,7 +34,8 @@ def parse(line: str, resume_file_of) -> Event | None:
         return None
     if (m := PROGRESS.match(line)) and (loss := _loss(m.group(2))) is not None:
         step = int(m.group(1))
-        return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=float(m.group(3)), is_step=True)
+        return Progress(iter_num=step, step=step, loss=loss, iter_time_ms=float(m.group(3)), is_step=True,
+                        grad_norm=_loss(m.group(4) or ""), lr=_loss(m.group(5) or ""))
     if (m := VALIDATION.match(line)) and (loss := _loss(m.group(2))) is not None:
         return Validation(iter_num=int(m.group(1)), val_loss=loss)   # the observer files it at the current step
     if (m := SAVING.match(line)):

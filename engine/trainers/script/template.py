@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 
+from engine.trainers.base import accumulation
 from engine.trainers.script.world import world_size
 
 NAMES = ("python", "out_dir", "resume", "micro_batch_size", "batch_size", "grad_accum", "lr", "max_steps",
@@ -28,19 +29,24 @@ def render(text: str, values: dict) -> str:
     return _FIELD.sub(one, text)
 
 
+def launcher_world(config, launcher: list[str] | None) -> int:
+    """Ranks sharing the global batch, as the launcher's flags say (engine/trainers/script/world.py)."""
+    devices, nodes = config.trainer.devices, config.trainer.num_nodes
+    # `launcher` may be a script's whole command: its other names ({out_dir}, {max_steps}) are no launcher's
+    # flags, and are not known before the world size (a KeyError failed every kind-script launch).
+    early = {**dict.fromkeys(NAMES, ""), "python": sys.executable, "devices": devices, "num_nodes": nodes}
+    return world_size([render(item, early) for item in (launcher or [])], devices, nodes)
+
+
 def values_of(loaded, resume: str | None, launcher: list[str] | None = None) -> dict:
     """The template's values for one launch of the run `loaded` describes. `launcher`: the argv's launcher part
     (torchrun ...), whose flags say how many ranks share the global batch (engine/trainers/script/world.py)."""
     cfg = loaded.config
-    devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
-    values = {"python": sys.executable, "devices": devices, "num_nodes": nodes}
-    # `launcher` may be a script's whole command: its other names ({out_dir}, {max_steps}) are no launcher's
-    # flags, and are not known before the world size (a KeyError failed every kind-script launch).
-    early = {**dict.fromkeys(NAMES, ""), **values}
-    world = world_size([render(item, early) for item in (launcher or [])], devices, nodes)
+    values = {"python": sys.executable, "devices": cfg.trainer.devices, "num_nodes": cfg.trainer.num_nodes}
+    world = launcher_world(cfg, launcher)
     return {**values, "out_dir": loaded.out_dir, "resume": resume or "",
             "micro_batch_size": cfg.micro_batch_size, "batch_size": cfg.batch_size, "world_size": world,
-            "grad_accum": max(1, cfg.batch_size // (cfg.micro_batch_size * world)), "lr": repr(float(cfg.lr)),
+            "grad_accum": accumulation(cfg.batch_size, cfg.micro_batch_size, world), "lr": repr(float(cfg.lr)),
             "max_steps": cfg.max_tokens // (cfg.batch_size * cfg.model.block_size),
             "save_interval": cfg.save_interval, "seed": cfg.seed, "block_size": cfg.model.block_size,
             "train_dir": loaded.resolve(cfg.data.train_dir), "val_dir": loaded.resolve(cfg.data.val_dir),
