@@ -95,6 +95,7 @@ def test_nan_loss_is_recognised_from_the_progress_lines(tmp_path):
     assert data["exit_code"] == ExitCode.OK
     assert data["playbook"] == "nan" and data["verdict"] == "recover"
     assert data["metrics"]["step"] == 4
+    assert data["rung"] == "rung 1 of the divergence ladder: roll back and lower the lr"   # a log alone: the first attempt
 
 
 def test_an_import_error_needs_a_human(tmp_path):
@@ -117,7 +118,7 @@ def test_sigterm_is_a_preemption_by_signal_or_by_the_shells_code(tmp_path):
 def test_the_json_shape(tmp_path):
     data = as_json(str(write(tmp_path, OOM_LOG)), "--exit", "1")
     assert set(data) == {"log", "log_bytes", "bytes_read", "lines", "exit", "config", "verdict", "playbook", "decision",
-                         "explain", "missing", "plan", "metrics", "expression_errors", "exit_code"}
+                         "explain", "missing", "plan", "rung", "metrics", "expression_errors", "exit_code"}
     assert data["decision"]["kind"] == "recover" and "oom" in data["decision"]["matched"]
     assert data["decision"]["inhibited"] == ["unknown-crash"]
     assert data["explain"]["held"] is True and data["explain"]["children"]          # oom's match, clause by clause
