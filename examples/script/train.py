@@ -11,7 +11,8 @@ order instead: data position p trains on the p-th run of batch x block bytes of 
 
 RUNBOOK_EXAMPLE_ACTIVATION_MB=N makes every micro-batch sample hold N MB more (think activations) from
 step RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP on (default 1): a real allocation, which fails only where
-memory is really short (trainer.memory_limit_mb).
+memory is really short (trainer.memory_limit_mb). RUNBOOK_EXAMPLE_STEP_SECONDS=S makes every step take S seconds
+more (think a bigger model: a test whose fault must outlast the watcher's poll).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -92,6 +94,7 @@ def main(argv: list[str]) -> int:
     extra_mb = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_MB") or 0)
     extra_from = int(os.environ.get("RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP") or 1)
     accum = a.batch // a.micro_batch
+    step_seconds = float(os.environ.get("RUNBOOK_EXAMPLE_STEP_SECONDS") or 0)
     for step in range(start + 1, a.steps + 1):
         x, y = step_batch(data, a.seed, sdk.data_position(step), a.batch, a.block, a.sequential)   # past any window runbook skipped
         total = 0.0
@@ -106,6 +109,7 @@ def main(argv: list[str]) -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        time.sleep(step_seconds)
         sdk.progress(step, total)
         if step % a.save_interval == 0 or sdk.notice():
             save(a.out / f"step-{step:06d}", step, model, optimizer)

@@ -28,7 +28,9 @@ STEPS, SAVE_INTERVAL, LR = 48, 16, 0.01
 def sequential_script_project(root, junk: bool):
     script = TRAINERS["script"]
     project = make_project(root, script, lr=LR, save_interval=SAVE_INTERVAL, max_tokens=STEPS * RUN)
-    project.set(trainer={"command": [*script.trainer["command"], "--sequential"]})
+    # 0.2 s a step: the junk's 12 steps outlast the watcher's polls and its closing of the first incident
+    project.set(trainer={"command": [*script.trainer["command"], "--sequential"],
+                         "env": {"OMP_NUM_THREADS": "1", "RUNBOOK_EXAMPLE_STEP_SECONDS": "0.2"}})
     text = corpus()
     folder = root / "data" / "train"
     (folder / "corpus.txt").unlink()
