@@ -44,7 +44,8 @@ def sample(config: Path, env: dict, nice: int | None) -> float:
             if record["phase"] == "warm: relaunch begins" and nice is not None:
                 spare = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", SPARE_IMPORTS], env=env)
     proc.wait()
-    if spare is not None:
+    if spare is not None:   # the figure is taken: the rest of the spare's imports (at nice +10 on loaded cores,
+        spare.kill()        # tens of seconds starved) would delay only the next sample, so it is stopped, not awaited
         spare.wait()
     if "first optimizer step done" not in phases:
         raise RuntimeError(f"the sample did not reach its first step (exit {proc.returncode})")
