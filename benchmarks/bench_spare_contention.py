@@ -10,7 +10,7 @@ Each sample is benchmarks/relaunch_phases.py's `warm` relaunch of the default ti
 then litgpt's CLI, data, checkpoint load, the first optimizer step); the clock is relaunch -> first new
 optimizer step. Three kinds, alternating: alone; with a second interpreter importing what a spare imports
 (torch, lightning, litgpt, litdata) started the moment the relaunch begins, at nice +10 (as spare_main
-waits) and at nice 0. Prints the samples and medians; writes nothing. --smoke leaves out the nice 0 kind: the
+waits) and at nice 0, and stopped once the relaunch's first step is done. Prints the samples and medians; writes nothing. --smoke leaves out the nice 0 kind: the
 same sample as nice +10's with another nice value, and each sample is a litgpt relaunch (tens of seconds on
 loaded cores).
 """
