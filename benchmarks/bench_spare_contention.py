@@ -10,7 +10,7 @@ Each sample is benchmarks/relaunch_phases.py's `warm` relaunch of the default ti
 then litgpt's CLI, data, checkpoint load, the first optimizer step); the clock is relaunch -> first new
 optimizer step. Three kinds, alternating: alone; with a second interpreter importing what a spare imports
 (torch, lightning, litgpt, litdata) started the moment the relaunch begins, at nice +10 (as spare_main
-waits) and at nice 0. Prints the samples and medians; writes nothing. --smoke leaves out the nice 0 kind: the
+waits) and at nice 0, and stopped once the relaunch's first step is done. Prints the samples and medians; writes nothing. --smoke leaves out the nice 0 kind: the
 same sample as nice +10's with another nice value, and each sample is a litgpt relaunch (tens of seconds on
 loaded cores).
 """
@@ -44,7 +44,8 @@ def sample(config: Path, env: dict, nice: int | None) -> float:
             if record["phase"] == "warm: relaunch begins" and nice is not None:
                 spare = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", SPARE_IMPORTS], env=env)
     proc.wait()
-    if spare is not None:
+    if spare is not None:   # the figure is taken: the rest of the spare's imports (at nice +10 on loaded cores,
+        spare.kill()        # tens of seconds starved) would delay only the next sample, so it is stopped, not awaited
         spare.wait()
     if "first optimizer step done" not in phases:
         raise RuntimeError(f"the sample did not reach its first step (exit {proc.returncode})")

@@ -264,19 +264,9 @@ def subprocess_status(project) -> str:
                           cwd=project.root, timeout=60).stdout
 
 
-def test_one_rank_out_of_memory_under_a_memory_limit_halves_the_micro_batch(tmp_path):
-    """Rank 1 alone holds 1 GiB more per sample from step 7 (a real allocation) under RLIMIT_AS 3500 MB: its
-    own DefaultCPUAllocator error decides (oom), not rank 0's lost peer; micro-batch 4 -> 2 fits."""
-    project = project_with(tmp_path, RUNBOOK_EXAMPLE_ACTIVATION_MB="1024", RUNBOOK_EXAMPLE_ACTIVATION_RANK="1",
-                           RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP="7")
-    project.set(trainer={"memory_limit_mb": 3500})
-    code, seconds, incidents = watch(project)
-    report("rank 1 out of memory", code, seconds, incidents)
-    assert code == 0, project.watch_output()
-    assert [i["playbook"] for i in incidents] == ["oom"] and incidents[0]["outcome"] == "recovered"
-    assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
-    assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
-    assert leftovers(project) == []
+# One rank out of memory under a memory limit is the HF column's cell (test_hf_one_rank_out_of_memory_halves_the_micro_batch:
+# the same torchrun, example allocation, oom playbook and first-failed rank); the script kind's halving is
+# tests/trainers/test_scenarios.py's test_oom_halves_the_micro_batch_and_keeps_the_effective_batch[script].
 
 
 def test_a_notice_to_the_launcher_saves_on_every_rank_and_loses_no_step(tmp_path):
@@ -334,16 +324,18 @@ def test_hf_a_rank_that_leaves_early_is_escalated(tmp_path):
 
 @pytest.mark.xdist_group("launcher-ranks-hf")
 def test_hf_one_rank_out_of_memory_halves_the_micro_batch(tmp_path):
-    """Rank 1's OOM under a memory limit decides (its own allocation error), not rank 0's lost peer. (The HF
-    column's SIGSTOP and notice cells ran once by hand, recorded in the closing note of 2026-12-06; the suite
-    keeps the DDP column's, the same engine path, for its 15 minutes.)"""
+    """Rank 1 alone holds 1 GiB more per sample from step 7 (a real allocation) under RLIMIT_AS 3500 MB: its own
+    DefaultCPUAllocator error decides (oom), not rank 0's lost peer; micro-batch 4 -> 2 fits. The suite's one
+    multi-rank OOM cell: the DDP column's was the same engine path. (The HF column's SIGSTOP and notice cells ran
+    once by hand, recorded in the closing note of 2026-12-06; the suite keeps the DDP column's, the same engine
+    path, for its 15 minutes.)"""
     oom = hf_project(tmp_path / "oom", RUNBOOK_EXAMPLE_ACTIVATION_MB="1024", RUNBOOK_EXAMPLE_ACTIVATION_RANK="1",
                      RUNBOOK_EXAMPLE_ACTIVATION_FROM_STEP="7")
     oom.set(trainer={"memory_limit_mb": 3500})
     code, seconds, incidents = watch(oom)
     hf_report("rank 1 out of memory", code, seconds, incidents)
     assert code == 0 and [i["playbook"] for i in incidents] == ["oom"], oom.watch_output()
-    assert incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
+    assert incidents[0]["outcome"] == "recovered" and incidents[0]["config_changes"] == {"micro_batch_size": [4, 2]}
     assert incidents[0]["snapshot"]["trainer"]["ranks"]["first_failed"] == 1
     assert leftovers(oom) == []
 
