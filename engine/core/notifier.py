@@ -124,6 +124,9 @@ class WebhookReceiver(_Receiver):
 class EmailReceiver(_Receiver):
     """Sends each notice as a mail through an SMTP server (python's smtplib)."""
 
+    # populate_by_name: the run config is dumped by field name and validated again (scratch runs, write-back)
+    model_config = ConfigDict(populate_by_name=True)
+
     kind: Literal["email"]
     host: str = Field(min_length=1)
     port: int = Field(587, gt=0, le=65535)

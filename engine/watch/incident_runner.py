@@ -13,6 +13,7 @@ import traceback
 from typing import TYPE_CHECKING, AbstractSet, Callable
 
 from engine.core.crash_points import crash_point
+from engine.core.notifier import IncidentLabels
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
@@ -64,7 +65,7 @@ class IncidentRunner:
         s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
         self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
                                             {"step": str(snapshot.metrics.step), "decision": decision.reason,
-                                             **signature_fields(incident)})
+                                             **signature_fields(incident)}, labels=IncidentLabels(playbook.severity, playbook.name))
         self.ctx.events("incident_opened", record=incident.to_json())
         if decision.kind == "escalate":
             self.escalation = decision.reason
@@ -105,7 +106,8 @@ class IncidentRunner:
         s.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
         s.notifier.incident_opened(incident.id, f"{decision.playbook.name} ({decision.playbook.severity})",
                                    f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
-                                   {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"})
+                                   {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"},
+                                   labels=IncidentLabels(decision.playbook.severity, decision.playbook.name))
         s.events("incident_opened", record=incident.to_json())
         s.transition(RunState.RECOVERING, incident.id)
         runtime = EngineRuntime(incident, self.ctx)
@@ -276,7 +278,8 @@ class IncidentRunner:
         self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
         self.ctx.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
-                                            escalate=incident.outcome != "recovered" and not relaunch_failed(record))
+                                            escalate=incident.outcome != "recovered" and not relaunch_failed(record),
+                                            labels=IncidentLabels(incident.severity or "warning", incident.playbook))
         self.ctx.journal.append("incident_reported", incident=incident.id)
         self.ctx.events("incident_closed", record=record)
 

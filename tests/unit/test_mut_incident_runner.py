@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.notifier import NullNotifier
+from engine.core.notifier import IncidentLabels, NullNotifier
 from engine.core.state import RunState, StateSnapshot
 from engine.language.planner import plan
 from engine.language.playbook import unclaimed_failure_playbook
@@ -36,15 +36,18 @@ class Notices(NullNotifier):
         self.opened: list[tuple[str, str, str, dict]] = []
         self.updates: list[tuple[str, str]] = []
         self.closed: list[tuple[str, str, str, bool]] = []
+        self.labels: list[tuple[str, IncidentLabels | None]] = []   # what the receivers' routes match on
 
-    def incident_opened(self, incident_id, title, summary, fields):
+    def incident_opened(self, incident_id, title, summary, fields, labels=None):
         self.opened.append((incident_id, title, summary, fields))
+        self.labels.append(("opened", labels))
 
     def incident_update(self, incident_id, text):
         self.updates.append((incident_id, text))
 
-    def incident_closed(self, incident_id, outcome, summary, escalate):
+    def incident_closed(self, incident_id, outcome, summary, escalate, labels=None):
         self.closed.append((incident_id, outcome, summary, escalate))
+        self.labels.append(("closed", labels))
 
 
 def playbook_yaml(name: str, steps: list[str], priority: int = 50, extra: str = "") -> str:
@@ -335,6 +338,8 @@ def test_an_unclaimed_failure_is_escalated_without_running_a_step(projects):
     assert project.stored(incident.id)["outcome"] == "escalated"
     assert project.supervisor.state is RunState.ESCALATED
     assert project.notices.closed == [(incident.id, "escalated", "escalated: no action", True)]
+    labels = IncidentLabels("critical", unclaimed_failure_playbook(7).name)   # the receivers route on these
+    assert project.notices.labels == [("opened", labels), ("closed", labels)]
 
 
 # --- repeats ---------------------------------------------------------------------------------------------
