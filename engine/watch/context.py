@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.checkpoints.ledger import CheckpointLedger
+from engine.core.events import Publish
 from engine.core.notifier import Notifier
 from engine.core.state import RunState, StateSnapshot
 from engine.process.trainer_control import TrainerControl
@@ -23,7 +24,7 @@ class WatchContext:
     journal: Journal
     store: IncidentStore                             # incident records (held in memory on a full disk)
     notifier: Notifier
-    events: Callable[..., None]                      # the CLI's live view listens here
+    events: Publish                                  # the event bus (engine/core/events.py)
     launch: Callable[[Path | None], None]            # start the trainer and follow its log
     observe: Callable[[], StateSnapshot]             # one more observation
     transition: Callable[[RunState, str], None]      # the run's state machine, journaled

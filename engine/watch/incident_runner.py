@@ -12,6 +12,7 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING, AbstractSet, Callable
 
+from engine.core.events import ActionDone, ActionResult, ActionTraceback, IncidentClosed, IncidentOpened, WatchWarning
 from engine.core.crash_points import crash_point
 from engine.core.notifier import IncidentLabels
 from engine.records.incident import Incident
@@ -66,7 +67,7 @@ class IncidentRunner:
         self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
                                             {"step": str(snapshot.metrics.step), "decision": decision.reason,
                                              **signature_fields(incident)}, labels=IncidentLabels(playbook.severity, playbook.name))
-        self.ctx.events("incident_opened", record=incident.to_json())
+        self.ctx.events(IncidentOpened(incident.view()))
         if decision.kind == "escalate":
             self.escalation = decision.reason
             self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
@@ -108,7 +109,7 @@ class IncidentRunner:
                                    f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
                                    {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"},
                                    labels=IncidentLabels(decision.playbook.severity, decision.playbook.name))
-        s.events("incident_opened", record=incident.to_json())
+        s.events(IncidentOpened(incident.view()))
         s.transition(RunState.RECOVERING, incident.id)
         runtime = EngineRuntime(incident, self.ctx)
         resumed = self._run_step(retry, runtime)
@@ -190,7 +191,7 @@ class IncidentRunner:
             s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
             crash_point(f"journaled-action-{step.index}")
             self.ctx.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
-            self.ctx.events("action", record=incident.to_json(), result=result.model_dump())
+            self.ctx.events(ActionDone(incident.view(), ActionResult(result.verb, result.ok, result.summary)))
             if runtime.escalated_reason:
                 break
             if not result.ok and step.on_failure != "continue":
@@ -226,7 +227,7 @@ class IncidentRunner:
             ok, summary = False, str(err)
         except Exception as err:  # noqa: BLE001 - a failing action is recorded, never crashes the watcher
             ok, summary = False, f"{type(err).__name__}: {err}"
-            self.ctx.events("action_traceback", text=traceback.format_exc())
+            self.ctx.events(ActionTraceback(traceback.format_exc()))
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
@@ -281,7 +282,7 @@ class IncidentRunner:
                                             escalate=incident.outcome != "recovered" and not relaunch_failed(record),
                                             labels=IncidentLabels(incident.severity or "warning", incident.playbook))
         self.ctx.journal.append("incident_reported", incident=incident.id)
-        self.ctx.events("incident_closed", record=record)
+        self.ctx.events(IncidentClosed(incident.view()))
 
     def _save(self, incident: Incident) -> None:
         """Write the record atomically; on a full disk keep it in memory and try again at the next
@@ -289,7 +290,7 @@ class IncidentRunner:
         try:
             self.ctx.store.write(incident)
         except OSError as error:
-            self.ctx.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
+            self.ctx.events(WatchWarning(f"could not write {incident.id} yet ({error.strerror}); will retry"))
 
 
 def signature_fields(incident: Incident) -> dict[str, str]:
@@ -317,7 +318,7 @@ def run_log_writer(loaded_getter: Callable[[], LoadedConfig], events) -> Callabl
         try:
             append_entry(loaded.run_log, record, loaded.resolve(template) if template else None)
         except Exception as err:  # noqa: BLE001 - the record on disk is complete; say what went wrong
-            events("warning", text=f"could not append to {loaded.run_log}: {err}")
+            events(WatchWarning(f"could not append to {loaded.run_log}: {err}"))
 
     return append
 

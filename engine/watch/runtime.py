@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from engine.core.events import WatchWarning
 from engine.language.actions.base import ActionFailed
 from engine.core import data_windows
 from engine.core.durable import gzip_replace
@@ -145,7 +146,7 @@ class EngineRuntime:
         if result.foreign:
             self.incident.left_alone = list(result.foreign)
             self.note(result.foreign_warning + f" (in {self.loaded.out_dir})")
-            self._ctx.events("warning", text=result.foreign_warning)
+            self._ctx.events(WatchWarning(result.foreign_warning))
         return result.summary()
 
     def compress_logs(self, min_bytes: int) -> str:

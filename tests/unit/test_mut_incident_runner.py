@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.events import ActionTraceback, WatchEvent, WatchWarning
 from engine.core.notifier import IncidentLabels, NullNotifier
 from engine.core.state import RunState, StateSnapshot
 from engine.language.planner import plan
@@ -90,9 +91,9 @@ class Project:
         self.loaded = load_config(root / "configs" / "run_config.yaml")
         self.playbooks = load_playbooks([root / "playbooks"])
         self.notices = notices or Notices()
-        self.events: list[tuple[str, dict]] = []
+        self.events: list[WatchEvent] = []
         self.supervisor = Supervisor(self.loaded, self.playbooks, self.notices, "sha256:" + "0" * 64,
-                                     events=lambda kind, **data: self.events.append((kind, data)))
+                                     events=self.events.append)
         self.runner = self.supervisor.incidents
         self.history = AttemptHistory()
 
@@ -469,7 +470,7 @@ def test_each_step_is_recorded_as_it_ended(projects):
     assert (skipped.ok, skipped.skipped) == (True, True) and skipped.summary.startswith("skipped (")
     assert unplanned.ok is False and unplanned.summary.startswith("could not plan: ")
     assert notified.ok is False and notified.summary == "ConnectionError: slack unreachable"
-    assert [e for e, _ in project.events].count("action_traceback") == 1
+    assert [type(e) for e in project.events].count(ActionTraceback) == 1
     assert all(a.ok for a in ran) and "only on a retry" not in incident.notes
     # seconds to the millisecond
     assert all(a.seconds is not None and a.seconds == round(a.seconds, 3) for a in ran)
@@ -503,8 +504,8 @@ def test_the_run_log_writer_appends_the_entry_and_says_why_it_could_not(projects
     project = projects({"crash": playbook_yaml("crash", [record_step("first")])})
     incident = project.handle(snapshot())
     record = incident.to_json()
-    said: list[tuple[str, dict]] = []
-    append = run_log_writer(lambda: project.supervisor.loaded, lambda kind, **data: said.append((kind, data)))
+    said: list[WatchEvent] = []
+    append = run_log_writer(lambda: project.supervisor.loaded, said.append)
 
     other = tmp_record(record, "inc-9999")
     append(other)
@@ -513,7 +514,8 @@ def test_the_run_log_writer_appends_the_entry_and_says_why_it_could_not(projects
     project.loaded.run_log.unlink()
     project.loaded.run_log.mkdir()                                       # the run log cannot be written
     append(tmp_record(record, "inc-9998"))
-    assert said and said[0][0] == "warning" and said[0][1]["text"].startswith(f"could not append to {project.loaded.run_log}")
+    assert said and isinstance(said[0], WatchWarning)
+    assert said[0].text.startswith(f"could not append to {project.loaded.run_log}")
 
 
 def tmp_record(record: dict, incident_id: str) -> dict:
