@@ -134,7 +134,6 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     from engine.process.warm_spare import SparePool
     from engine.watch.startup import prestart_spare
     from engine.trainers.run_config import load_config
-    from engine.core.events import EventBus
     from runbook.console import PlainReporter
     from runbook.receivers import make_notifier
 
@@ -184,8 +183,8 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
 
         reporter = live_view = LiveView(loaded)
     reporter = reporter or PlainReporter(quiet=quiet, as_json=as_json)
-    bus = EventBus(reporter)   # the loop's one exit; more listeners subscribe here
-    supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=bus.publish,
+    # The reporter subscribes to the supervisor's event bus beside the notifier (supervisor.bus.subscribe: more).
+    supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter,
                             spares=spares)
     try:
         with live_view or nullcontext():

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
+from engine.core.notifier import IncidentLabels, Notifier
 from engine.core.state import RunState, StateSnapshot
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ class Launch:
 class IncidentOpened:
     kind: ClassVar[str] = "incident_opened"
     incident: IncidentView
+    title: str = ""                 # what a notice heads with: the playbook and its severity
+    summary: str = ""
+    fields: dict[str, str] = field(default_factory=dict)   # step, decision, signature
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class ActionTraceback:
 class IncidentClosed:
     kind: ClassVar[str] = "incident_closed"
     incident: IncidentView
+    summary: str = ""
+    escalate: bool = False          # the team must act: a notice mentions them
 
 
 @dataclass(frozen=True)
@@ -171,3 +177,27 @@ class EventBus:
                 log.exception("a listener failed on a %s event", event.kind)
 
     __call__ = publish
+
+
+class NotifierListener:
+    """The notifier (engine/core/notifier.py: its receivers and their routes) as one more subscriber: an
+    incident's opening, its steps and its close become notices, labelled with the incident's severity and
+    playbook for the routes. (The `notify` action calls the notifier itself: its failure is the step's.)"""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def __call__(self, event: WatchEvent) -> None:
+        match event:
+            case IncidentOpened(incident=i):
+                self.notifier.incident_opened(i.id, event.title or i.playbook, event.summary, dict(event.fields),
+                                              labels=_labels(i))
+            case ActionDone(incident=i, result=r):
+                self.notifier.incident_update(i.id, f"{r.verb}: {r.summary}")
+            case IncidentClosed(incident=i):
+                self.notifier.incident_closed(i.id, i.outcome, event.summary, escalate=event.escalate,
+                                              labels=_labels(i))
+
+
+def _labels(incident: IncidentView) -> IncidentLabels:
+    return IncidentLabels(incident.severity or "warning", incident.playbook)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, AbstractSet, Callable
 
 from engine.core.events import ActionDone, ActionResult, ActionTraceback, IncidentClosed, IncidentOpened, WatchWarning
 from engine.core.crash_points import crash_point
-from engine.core.notifier import IncidentLabels
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
@@ -64,10 +63,9 @@ class IncidentRunner:
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
         s.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
-        self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
-                                            {"step": str(snapshot.metrics.step), "decision": decision.reason,
-                                             **signature_fields(incident)}, labels=IncidentLabels(playbook.severity, playbook.name))
-        self.ctx.events(IncidentOpened(incident.view()))
+        self.ctx.events(IncidentOpened(incident.view(), f"{playbook.name} ({playbook.severity})", playbook.description,
+                                       {"step": str(snapshot.metrics.step), "decision": decision.reason,
+                                        **signature_fields(incident)}))
         if decision.kind == "escalate":
             self.escalation = decision.reason
             self._close(incident, EngineRuntime(incident, self.ctx), "escalated")
@@ -105,11 +103,9 @@ class IncidentRunner:
         s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
                          decision="recover", snapshot=incident.snapshot)
         s.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
-        s.notifier.incident_opened(incident.id, f"{decision.playbook.name} ({decision.playbook.severity})",
-                                   f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
-                                   {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"},
-                                   labels=IncidentLabels(decision.playbook.severity, decision.playbook.name))
-        s.events(IncidentOpened(incident.view()))
+        s.events(IncidentOpened(incident.view(), f"{decision.playbook.name} ({decision.playbook.severity})",
+                                f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
+                                {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"}))
         s.transition(RunState.RECOVERING, incident.id)
         runtime = EngineRuntime(incident, self.ctx)
         resumed = self._run_step(retry, runtime)
@@ -190,7 +186,6 @@ class IncidentRunner:
             crash_point(f"saved-action-{step.index}")
             s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
             crash_point(f"journaled-action-{step.index}")
-            self.ctx.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
             self.ctx.events(ActionDone(incident.view(), ActionResult(result.verb, result.ok, result.summary)))
             if runtime.escalated_reason:
                 break
@@ -274,15 +269,14 @@ class IncidentRunner:
             self._report(incident)
 
     def _report(self, incident: Incident) -> None:
-        """The run-log entry, the notifier's close and the console line, once the outcome is known."""
+        """The run-log entry, then the close on the bus (the notifier's notice, the console line), once the
+        outcome is known; journaled as reported only after both (a killed watcher reports it again)."""
         record = incident.to_json()
         self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
-        self.ctx.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
-                                            escalate=incident.outcome != "recovered" and not relaunch_failed(record),
-                                            labels=IncidentLabels(incident.severity or "warning", incident.playbook))
+        self.ctx.events(IncidentClosed(incident.view(), closing_summary(incident),
+                                       escalate=incident.outcome != "recovered" and not relaunch_failed(record)))
         self.ctx.journal.append("incident_reported", incident=incident.id)
-        self.ctx.events(IncidentClosed(incident.view()))
 
     def _save(self, incident: Incident) -> None:
         """Write the record atomically; on a full disk keep it in memory and try again at the next

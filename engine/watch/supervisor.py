@@ -15,7 +15,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from engine.core.events import ExpressionError, Launch, Publish, Transition, WatchWarning, ignore
+from engine.core.events import (EventBus, ExpressionError, Launch, NotifierListener, Publish, Transition,
+                                WatchWarning, ignore)
 from engine.observe.advice import run_save_interval_advice
 from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
@@ -49,7 +50,9 @@ class Supervisor:
         self.playbooks = playbooks
         self.notifier = notifier
         self.dry_run = dry_run
-        self.events: Publish = events or ignore   # the bus: console, live view, --json listen there
+        # The loop's one exit: the notifier listens, and whoever the caller subscribed (console, live view, --json).
+        self.bus = EventBus(NotifierListener(notifier), events or ignore)
+        self.events: Publish = self.bus.publish
         adapter = adapter_for(loaded.config.trainer.kind)
         folder = loaded.folder
         self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
