@@ -1,5 +1,5 @@
 """What `runbook watch` prints: one plain timestamped line per event (CI, nohup, SLURM), or JSON lines
-(typed fields: runbook/watch_events.py)."""
+(typed fields: runbook/watch_events.py). A subscriber of the watch loop's event bus (engine/core/events.py)."""
 
 from __future__ import annotations
 
@@ -7,75 +7,72 @@ import datetime as dt
 import json
 import sys
 
+from engine.core.events import (ActionDone, DryRun, DryRunPlan, ExpressionError, IncidentClosed, IncidentOpened,
+                                Launch, Observed, Transition, WatchEvent, WatchWarning)
 from engine.core.text_safety import for_display, redact, redact_tree
 from runbook.shown_values import step_text
 from runbook.watch_events import fields
 
+HISTORY = (IncidentOpened, IncidentClosed, Transition)   # what --quiet still prints
+
 
 class PlainReporter:
-    """Event sink for the Supervisor; prints nothing animated."""
+    """Prints each event it hears as one line; nothing animated."""
 
     def __init__(self, stream=None, quiet: bool = False, as_json: bool = False):
         self.stream = stream or sys.stdout
         self.quiet = quiet
         self.as_json = as_json
-        self._last_step = None
+        self._last_step: int | None = None
 
-    def __call__(self, kind: str, **data) -> None:
-        line = self.format(kind, data)
-        if self.as_json and kind == "launch":   # scripts want each launch; people see it as a transition
-            resume = data.get("resume_from")
-            line = f"launch {data['launch']}: trainer pid {data['pid']}" + (f", resuming from {resume}" if resume else "")
+    def __call__(self, event: WatchEvent) -> None:
+        line = self.format(event)
+        if self.as_json and isinstance(event, Launch):   # scripts want each launch; people see it as a transition
+            line = f"launch {event.launch}: trainer pid {event.pid}" + (
+                f", resuming from {event.resume_from}" if event.resume_from else "")
         if line is None:
             return
         line = for_display(line)   # symptoms, summaries and warnings quote the trainer's log: no escapes, no secrets
         if self.as_json:
-            typed = fields(kind, data)   # the schema: runbook/watch_events.py, docs/watch-events.md
+            typed = fields(event)   # the schema: runbook/watch_events.py, docs/watch-events.md
             if typed is None:
                 return
-            payload = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), "event": kind,
+            payload = {"time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"), "event": event.kind,
                        "text": line, **redact_tree(typed, redact)}
             print(json.dumps(payload, allow_nan=False), file=self.stream, flush=True)
-        elif not self.quiet or kind in ("incident_opened", "incident_closed", "transition"):
+        elif not self.quiet or isinstance(event, HISTORY):
             stamp = dt.datetime.now().strftime("%H:%M:%S")
             print(f"{stamp} {line}", file=self.stream, flush=True)
 
-    def format(self, kind: str, data: dict) -> str | None:
+    def format(self, event: WatchEvent) -> str | None:
         """The event's line, safe for a terminal (the live view prints these too), or None."""
-        line = self._words(kind, data)
+        line = self._words(event)
         return None if line is None else for_display(line)
 
-    def _words(self, kind: str, data: dict) -> str | None:
-        if kind == "observation":
-            snap = data["snapshot"]
-            m = snap.metrics
-            if m.step is None or m.step == self._last_step or m.step % 10:
-                return None
-            self._last_step = m.step
-            tps = f"{m.tokens_per_sec:,.0f} tok/s" if m.tokens_per_sec else "- tok/s"
-            val = f" val {m.val_loss:.3f}" if m.val_loss is not None else ""
-            loss = f"{m.loss:.3f}" if m.loss is not None else "-"   # a step seen before its loss (a resumed trainer)
-            return f"step {m.step} | loss {loss}{val} | {tps} | verified ckpt {snap.checkpoints.newest_verified_step}"
-        if kind == "transition":
-            return f"[{data['state'].value}] {data['reason']}"
-        if kind == "launch":
-            return None
-        if kind == "incident_opened":
-            r = data["record"]
-            return f"INCIDENT {r['id']} {r['playbook']}: {r['symptom']} (step {step_text(r['step_at_failure'])})"
-        if kind == "action":
-            res = data["result"]
-            return f"  {data['record']['id']} {res['verb']}: {'ok' if res['ok'] else 'FAILED'} - {res['summary']}"
-        if kind == "incident_closed":
-            r = data["record"]
-            return f"{r['id']} {r['outcome']} in {r['recovery_seconds']:.1f} s (steps lost: {step_text(r.get('steps_lost'))})"
-        if kind == "dry_run_plan":
-            d = data["decision"]
-            steps = "\n".join(f"    {i + 1}. {s.description}" + (f" [{s.skipped or s.error}]" if s.skipped or s.error else "")
-                              for i, s in enumerate(data["steps"]))
-            return f"DRY-RUN {d.playbook.name} would fire ({d.reason}); plan:\n{steps}"
-        if kind in ("dry_run", "warning", "expression_error"):
-            return f"{kind}: {data.get('text') or data.get('error')}"
-        if kind == "action_traceback":
-            return None
-        return None
+    def _words(self, event: WatchEvent) -> str | None:
+        match event:
+            case Observed(snapshot=snap):
+                m = snap.metrics
+                if m.step is None or m.step == self._last_step or m.step % 10:
+                    return None
+                self._last_step = m.step
+                tps = f"{m.tokens_per_sec:,.0f} tok/s" if m.tokens_per_sec else "- tok/s"
+                val = f" val {m.val_loss:.3f}" if m.val_loss is not None else ""
+                loss = f"{m.loss:.3f}" if m.loss is not None else "-"   # a step seen before its loss (a resumed trainer)
+                return f"step {m.step} | loss {loss}{val} | {tps} | verified ckpt {snap.checkpoints.newest_verified_step}"
+            case Transition():
+                return f"[{event.state.value}] {event.reason}"
+            case IncidentOpened(incident=i):
+                return f"INCIDENT {i.id} {i.playbook}: {i.symptom} (step {step_text(i.step_at_failure)})"
+            case ActionDone(incident=i, result=r):
+                return f"  {i.id} {r.verb}: {'ok' if r.ok else 'FAILED'} - {r.summary}"
+            case IncidentClosed(incident=i):
+                seconds = f"{i.recovery_seconds:.1f}" if i.recovery_seconds is not None else "-"
+                return f"{i.id} {i.outcome} in {seconds} s (steps lost: {step_text(i.steps_lost)})"
+            case DryRunPlan():
+                steps = "\n".join(f"    {n + 1}. {s.description}" + (f" [{s.skipped or s.error}]" if s.skipped or s.error else "")
+                                  for n, s in enumerate(event.steps))
+                return f"DRY-RUN {event.playbook} would fire ({event.reason}); plan:\n{steps}"
+            case DryRun() | WatchWarning() | ExpressionError():
+                return f"{event.kind}: {event.text}"
+        return None   # a launch (a transition follows), a traceback (the run log keeps it), upkeep

@@ -1,9 +1,9 @@
 """What `runbook watch` shows on a terminal: a rich Live panel, redrawn a few times a second.
 
-An event sink with the same signature as console.PlainReporter (the Supervisor calls it with
-`kind, **data`). Events arrive on the supervisor's (and upkeep's) threads while rich redraws on
-its own: `__call__` copies what the panel needs into plain attributes and `render()` reads only
-those, never the supervisor's mutable incident record. Events that are history (transitions,
+A subscriber of the watch loop's event bus (engine/core/events.py), as console.PlainReporter is.
+Events arrive on the supervisor's (and upkeep's) threads while rich redraws on its own: every payload
+is a frozen copy (an incident is an IncidentView), so `render()` never reads the supervisor's mutable
+incident record. Events that are history (transitions,
 incidents, actions, warnings) are also printed as lines above the panel, worded as PlainReporter
 words them, so the scrollback tells the story when the panel is gone.
 """
@@ -21,6 +21,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from engine.core.events import ActionDone, IncidentClosed, IncidentOpened, Launch, Observed, Transition, WatchEvent
 from engine.core.state import RunState
 from runbook.console import PlainReporter
 from runbook.report import duration, total_steps
@@ -60,21 +61,21 @@ class LiveView:
             self._live = None
 
     # --- the event sink --------------------------------------------------------------------------
-    def __call__(self, kind: str, **data) -> None:
-        if kind == "observation":
-            self._observe(data["snapshot"])
-        elif kind == "transition":
-            self.state, self.reason = data["state"], data["reason"]
+    def __call__(self, event: WatchEvent) -> None:
+        if isinstance(event, Observed):
+            self._observe(event.snapshot)
+        elif isinstance(event, Transition):
+            self.state, self.reason = event.state, event.reason
             i = self.incident
             if i is not None and i["outcome"] == "open" and self.state not in (RunState.INCIDENT, RunState.RECOVERING):
                 # The supervisor closes the incident here but reports it only after the first new progress line.
                 self.incident = {**i, "outcome": "recovered" if self.state == RunState.RUNNING else self.state.value}
-        elif kind in ("incident_opened", "action", "incident_closed"):
-            self._incident(kind, data)
-        elif kind == "launch":
-            self.env = dict(data.get("env") or {})
-        if kind != "observation":
-            line = self.lines.format(kind, data)
+        elif isinstance(event, (IncidentOpened, ActionDone, IncidentClosed)):
+            self._incident(event)
+        elif isinstance(event, Launch):
+            self.env = dict(event.env)
+        if not isinstance(event, Observed):
+            line = self.lines.format(event)
             if line is not None:
                 self.console.print(Text(f"{dt.datetime.now():%H:%M:%S} {line}"))
 
@@ -89,17 +90,14 @@ class LiveView:
                 self.samples.popleft()
         self.snapshot = snapshot
 
-    def _incident(self, kind: str, data: dict) -> None:
-        record = data["record"]
-        plan = list(record.get("plan") or [])
-        done = len(record.get("actions") or [])
-        doing = plan[done]["description"] if done < len(plan) else None
+    def _incident(self, event: IncidentOpened | ActionDone | IncidentClosed) -> None:
+        i = event.incident
+        result = event.result if isinstance(event, ActionDone) else None
         self.incident = {
-            "id": record["id"], "playbook": record["playbook"], "step": record.get("step_at_failure"),
-            "outcome": record.get("outcome"), "doing": doing, "closed": kind == "incident_closed",
-            "last_action": (f"{data['result']['verb']}: {'ok' if data['result']['ok'] else 'FAILED'} - "
-                            f"{data['result']['summary']}") if kind == "action" else None,
-            "steps_lost": record.get("steps_lost"), "recovery_seconds": record.get("recovery_seconds"),
+            "id": i.id, "playbook": i.playbook, "step": i.step_at_failure, "outcome": i.outcome, "doing": i.doing,
+            "closed": isinstance(event, IncidentClosed),
+            "last_action": f"{result.verb}: {'ok' if result.ok else 'FAILED'} - {result.summary}" if result else None,
+            "steps_lost": i.steps_lost, "recovery_seconds": i.recovery_seconds,
         }
 
     # --- the panel -------------------------------------------------------------------------------

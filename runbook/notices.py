@@ -1,6 +1,7 @@
-"""Delivering the Slack notices a watcher left in `<run_dir>/outbox/` (Slack was down when it ended).
+"""Delivering the notices a watcher left in `<run_dir>/outbox/` (the legacy `slack:` receiver's) and
+`<run_dir>/outbox/<receiver>/` (a receiver was down when it ended).
 
-Used by `runbook notify --flush` and by `runbook watch` on a run that already ended. The outbox
+Used by `runbook notify --flush` and by `runbook watch` on a run that already ended. Slack's outbox
 keeps each incident's thread ts in its state.json, so replies still land in their threads. Takes
 the run folder's lock: one process per outbox, or two could send the same message.
 """
@@ -25,23 +26,35 @@ def outbox_dir(loaded) -> Path:
     return loaded.folder.outbox
 
 
+def summary(loaded) -> dict:
+    """pending_summary over every outbox of the run (runbook/outbox.py): counts summed, the oldest kept."""
+    from runbook.receivers import outbox_dirs
+
+    folders = dict.fromkeys([outbox_dir(loaded), *outbox_dirs(loaded.config.notifications, outbox_dir(loaded))])
+    each = [pending_summary(folder) for folder in folders]
+    oldest = [s["oldest_queued_at"] for s in each if s["oldest_queued_at"] is not None]
+    return {"pending": sum(s["pending"] for s in each), "parked": sum(s["parked"] for s in each),
+            "oldest_queued_at": min(oldest, default=None)}
+
+
 def pending(loaded) -> int:
-    return pending_summary(outbox_dir(loaded))["pending"]
+    return summary(loaded)["pending"]
 
 
 def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """(delivered, still pending) after delivering for at most ``timeout_s`` (default: delivery_timeout_s)."""
     from engine.core.lock import RunLock, RunLocked
-    from runbook.slack import make_notifier
+    from runbook.receivers import make_notifier
 
-    summary = pending_summary(outbox_dir(loaded))
-    before, parked_before = summary["pending"], summary["parked"]
+    waiting = summary(loaded)
+    before, parked_before = waiting["pending"], waiting["parked"]
     if not before:
         return 0, 0
-    settings = loaded.config.notifications.slack
-    if not settings.enabled:
+    settings = loaded.config.notifications
+    if not settings.slack.enabled and not settings.receivers:
         raise NoticesRefused(ExitCode.BAD_CONFIG, f"{before} notice(s) wait in {outbox_dir(loaded)} but "
-                             f"notifications.slack.enabled is false in {loaded.path}; enable it to deliver them")
+                             f"notifications.slack.enabled is false and no receiver is listed in {loaded.path}; "
+                             "enable one to deliver them")
     lock = RunLock(loaded.run_dir)
     try:
         lock.acquire()
@@ -50,11 +63,13 @@ def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str
     try:
         try:
             notifier = make_notifier(settings, outbox_dir(loaded), environ)
-        except ValueError as error:   # no token variable, no channel
+        except ValueError as error:   # no secret variable, no channel
             raise NoticesRefused(ExitCode.BAD_CONFIG, str(error)) from None
-        notifier.close(settings.delivery_timeout_s if timeout_s is None else timeout_s)
+        bound = max([settings.slack.delivery_timeout_s] * settings.slack.enabled
+                    + [r.delivery_timeout_s for r in settings.receivers])
+        notifier.close(bound if timeout_s is None else timeout_s)
     finally:
         lock.release()
-    after = pending_summary(outbox_dir(loaded))
+    after = summary(loaded)
     left = after["pending"]   # set aside (malformed, rejected: outbox/failed/, logged) is not delivered
     return max(0, before - left - max(0, after["parked"] - parked_before)), left

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,8 +24,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.webhook import WebhookClient
 
-from engine.core.notifier import Notifier, NullNotifier, SlackSettings
-from runbook.outbox import Outbox
+from engine.core.notifier import IncidentLabels, Notifier, NullNotifier, SlackSettings
+from runbook.outbox_sender import OutboxSender, Reject, Retry
 from runbook.slack_notices import closed_notice, digest_notice, message_problem, opened_notice, update_notice
 
 __all__ = ["Notifier", "NullNotifier", "SlackNotifier", "SlackSettings", "make_notifier", "message_problem"]
@@ -58,16 +57,6 @@ def make_notifier(settings: SlackSettings, outbox_dir: Path, environ: Mapping[st
     return SlackNotifier(settings, outbox_dir, token=token or None, webhook_url=None if token else webhook, **kwargs)
 
 
-class _Retry(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.retry_after = retry_after
-
-
-class _Reject(Exception):
-    """Slack will never accept this payload."""
-
-
 class _RedactFilter(logging.Filter):
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
@@ -88,7 +77,9 @@ class _RedactFilter(logging.Filter):
         return True
 
 
-class SlackNotifier:
+class SlackNotifier(OutboxSender):
+    label = "slack"
+
     def __init__(self, settings: SlackSettings, outbox_dir: Path, *, token: str | None = None,
                  webhook_url: str | None = None, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
                  close_timeout_s: float = 5.0) -> None:
@@ -97,7 +88,6 @@ class SlackNotifier:
         if token and not settings.channel:
             raise ValueError(f"Slack 'channel' must be set when ${settings.bot_token_env} is used")
         self._settings = settings
-        self._backoff_s, self._max_backoff_s, self._close_timeout_s = backoff_s, max_backoff_s, close_timeout_s
         self._filter = _RedactFilter([s for s in (token, webhook_url) if s])
         for logger in (log, _sdk_log):
             logger.addFilter(self._filter)
@@ -114,29 +104,20 @@ class SlackNotifier:
         else:
             self._webhook = WebhookClient(url=webhook_url, timeout=settings.timeout_s,  # type: ignore[arg-type]  # as above
                                           logger=_sdk_log)
-        self._outbox = Outbox(outbox_dir, check=message_problem)
-        # Notices a full disk kept out of the outbox, oldest first: stored ahead of newer ones once space
-        # returns, or delivered straight from memory when the outbox is empty and the disk still full.
-        self._held: list[dict[str, Any]] = []
-        self._held_lock = threading.Lock()
-        self._sending_held = False
-        self._held_said = False   # the outage was logged once
-        self._wake = threading.Event()  # something was queued
-        self._kick = threading.Event()  # cut the current backoff short (flush/close)
-        self._stop = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="runbook-slack", daemon=True)
-        self._thread.start()
+        super().__init__(outbox_dir, message_problem, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
+                         close_timeout_s=close_timeout_s, join_timeout_s=settings.timeout_s + 1.0)
 
     # -- Notifier API (caller's thread: enqueue only) -------------------------
 
-    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str]) -> None:
+    def incident_opened(self, incident_id: str, title: str, summary: str, fields: dict[str, str],
+                        labels: IncidentLabels | None = None) -> None:
         self._queue(opened_notice(incident_id, title, summary, fields, queued_at=time.time()))
 
     def incident_update(self, incident_id: str, text: str) -> None:
         self._queue(update_notice(incident_id, text, queued_at=time.time()))
 
-    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool) -> None:
+    def incident_closed(self, incident_id: str, outcome: str, summary: str, escalate: bool,
+                        labels: IncidentLabels | None = None) -> None:
         self._queue(closed_notice(incident_id, outcome, summary, escalate, self._settings.mention or None,
                                   queued_at=time.time()))
 
@@ -144,128 +125,16 @@ class SlackNotifier:
         """A periodic summary (engine/watch/upkeep.py): a top-level message, in no incident's thread."""
         self._queue(digest_notice(title, text, fields, queued_at=time.time()))
 
-    def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until the outbox is empty (or ``timeout_s`` passes); cuts a running backoff short."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self._kick.set()
-        while self.pending_count() and self._thread.is_alive():
-            if deadline is not None and time.monotonic() >= deadline:
-                log.info("slack: %d message(s) still queued in %s", len(self._outbox), self._outbox.dir)
-                return
-            time.sleep(0.01)
-
-    def close(self, timeout_s: float | None = None) -> None:
-        """Bounded final flush, then stop the sender; undelivered messages stay on disk."""
-        if self._closed:
-            return
-        self._closed = True
-        self.flush(self._close_timeout_s if timeout_s is None else timeout_s)
-        self._stop.set()
-        self._wake.set()
-        self._kick.set()
-        self._thread.join(timeout=self._settings.timeout_s + 1.0)
-        with self._held_lock:
-            self._store_held()
-            if self._held:
-                log.error("slack: %d notice(s) could neither be written to %s (full disk) nor delivered; they are lost",
-                          len(self._held), self._outbox.dir)
-        if not self._thread.is_alive():  # a still-running request may yet log its URL
-            for logger in (log, _sdk_log):
-                logger.removeFilter(self._filter)
-
-    def pending_count(self) -> int:
-        return len(self._outbox) + len(self._held)
-
-    # -- sender thread --------------------------------------------------------
-
-    def _queue(self, message: dict[str, Any]) -> None:
-        with self._held_lock:
-            self._held.append(message)
-            self._store_held()
-        self._wake.set()
-
-    def _store_held(self) -> None:
-        """Move held notices into the outbox in order (the caller holds _held_lock); a full disk keeps them."""
-        while self._held and not self._sending_held:
-            try:
-                self._outbox.put(self._held[0])
-            except Exception as exc:  # e.g. disk full: a held notice beats breaking a recovery
-                if not self._held_said:   # said once per outage, not once per notice
-                    self._held_said = True
-                    log.error("slack: could not write the outbox %s (%s); keeping notices in memory, in order, "
-                              "until it can be written or they are delivered", self._outbox.dir, exc)
-                return
-            self._held.pop(0)
-        if not self._held and self._held_said:
-            self._held_said = False
-            log.warning("slack: the outbox %s can be written again; no notice is held in memory", self._outbox.dir)
-
-    def _deliver_held(self) -> bool:
-        """The outbox is empty but notices wait in memory (the disk is still full): send the oldest."""
-        with self._held_lock:
-            self._store_held()
-            if not self._held or len(self._outbox):
-                return False
-            message, self._sending_held = self._held[0], True
-        try:
-            self._deliver(message)
-        except _Reject as exc:
-            log.error("slack: Slack rejected a held %s message for incident %s (%s); dropped it",
-                      message.get("kind"), message.get("incident_id"), exc)
-        finally:
-            with self._held_lock:
-                self._sending_held = False
-        with self._held_lock:   # delivered or rejected: either way it is done (a _Retry propagated above)
-            if self._held and self._held[0] is message:
-                self._held.pop(0)
-        return True
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self._wake.clear()
-                items = self._outbox.pending()
-                if not items:
-                    if self._held:
-                        if self._deliver_held():
-                            continue
-                        self._wake.wait(timeout=1.0)   # the outbox may become writable: try again soon
-                        continue
-                    self._wake.wait(timeout=60.0)
-                    continue
-                for msg_id, message in items:
-                    if self._stop.is_set():
-                        return
-                    self._kick.clear()
-                    try:
-                        self._deliver(message)
-                    except _Reject as exc:
-                        log.error("slack: Slack rejected %s message %s for incident %s (%s); moved to %s/failed",
-                                  message.get("kind"), msg_id, message.get("incident_id"), exc, self._outbox.dir)
-                        self._outbox.park(msg_id)
-                        continue
-                    self._outbox.done(msg_id)
-                    if failures:
-                        log.info("slack: delivering again after %d failed attempt(s)", failures)
-                        failures = 0
-            except Exception as exc:  # never let the sender die
-                failures += 1
-                delay = min(self._max_backoff_s, self._backoff_s * 2 ** min(failures - 1, 30))
-                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-                if not isinstance(exc, _Retry):
-                    log.exception("slack: unexpected error in sender thread")
-                elif failures & (failures - 1) == 0:  # attempts 1, 2, 4, 8, ... of an outage
-                    log.warning("slack: delivery failed %d time(s) (%s); %d queued, retrying in %.1fs",
-                                failures, exc, len(self._outbox), delay)
-                self._kick.wait(delay)
+    def _closed_hook(self) -> None:
+        for logger in (log, _sdk_log):
+            logger.removeFilter(self._filter)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         send = self._send_webhook if self._webhook is not None else self._send_web_api
         payload: dict[str, Any] = {"text": message["text"], "blocks": message.get("blocks")}
         try:
             send(message, dict(payload))
-        except _Reject as exc:
+        except Reject as exc:
             if not payload.pop("blocks"):
                 raise
             log.warning("slack: blocks rejected (%s); sending text only", exc)
@@ -293,7 +162,7 @@ class SlackNotifier:
                 self._outbox.state_delete(key)  # next attempt goes top level
             raise _classify(exc.response.status_code, error, exc.response.headers) from None
         except Exception as exc:  # connection refused, timeout, ...
-            raise _Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
+            raise Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
         if message["kind"] == "open":
             self._outbox.state_set(key, {"ts": response["ts"], "channel": response["channel"]}, max_keys=_MAX_THREADS)
 
@@ -302,7 +171,7 @@ class SlackNotifier:
         try:
             response = self._webhook.send_dict(payload)
         except Exception as exc:
-            raise _Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
+            raise Retry(f"{type(exc).__name__}: {self._filter.redact(str(exc))}") from None
         # WebhookClient returns (does not raise) on HTTP errors, 429 included.
         if response.status_code != 200:
             error = (response.body or "").strip()[:100]
@@ -312,12 +181,12 @@ class SlackNotifier:
 
 def _classify(status: int, error: str | None, headers: Mapping[str, Any]) -> Exception:
     if status == 429:
-        return _Retry("rate limited (HTTP 429)", retry_after=_retry_after(headers))
+        return Retry("rate limited (HTTP 429)", retry_after=_retry_after(headers))
     if error in _PAYLOAD_ERRORS:
-        return _Reject(error)
+        return Reject(error)
     # 5xx, timeouts, and also auth/channel errors: keep the message queued until
     # Slack or the configuration is fixed; nothing behind it may overtake it.
-    return _Retry(f"HTTP {status}" + (f" {error}" if error else ""))
+    return Retry(f"HTTP {status}" + (f" {error}" if error else ""))
 
 
 def _retry_after(headers: Mapping[str, Any]) -> float | None:

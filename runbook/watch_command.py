@@ -107,13 +107,13 @@ def read_journal_state(loaded):
 
 
 def deliver_leftover_notices(loaded) -> None:
-    """A run that ended while Slack was down: deliver what its watcher could not, before saying "nothing to do"."""
+    """A run that ended while a receiver was down: deliver what its watcher could not, before saying "nothing to do"."""
     from runbook.notices import NoticesRefused, deliver_pending, pending
 
     count = pending(loaded)
     if not count:
         return
-    err.print(f"delivering {count} Slack notice(s) left in {loaded.run_dir / 'outbox'} ...", markup=False)
+    err.print(f"delivering {count} notice(s) left in {loaded.run_dir / 'outbox'} ...", markup=False)
     try:
         delivered, left = deliver_pending(loaded)
     except NoticesRefused as refused:
@@ -136,7 +136,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
     from engine.watch.startup import prestart_spare
     from engine.trainers.run_config import load_config
     from runbook.console import PlainReporter
-    from runbook.slack import make_notifier
+    from runbook.receivers import make_notifier
 
     spares = SparePool()   # this watcher's warm spare (trainer.warm_spare): started early, launched by the supervisor
     try:
@@ -158,12 +158,12 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         data_hash = prepare_data(loaded, accept_data_change, record_hash=not dry_run, make_default=not dry_run)
         loaded = loaded.reload()
         notifier: Notifier
-        if dry_run:  # no Slack, no outbox folder: a dry run changes nothing
-            from runbook.slack import NullNotifier
+        if dry_run:  # no receivers, no outbox folder: a dry run changes nothing
+            from engine.core.notifier import NullNotifier
 
             notifier = NullNotifier()
         else:
-            notifier = make_notifier(loaded.config.notifications.slack, loaded.folder.outbox)
+            notifier = make_notifier(loaded.config.notifications, loaded.folder.outbox)
     except SourceError as error:
         spares.discard()   # a watcher that refuses to start leaves no spare behind
         err.print("\n".join(error.messages), markup=False)
@@ -172,7 +172,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
         spares.discard()
         err.print(f"error: {refusal}", markup=False)
         return refusal.code
-    except ValueError as error:  # e.g. Slack enabled without its token variable
+    except ValueError as error:  # e.g. a receiver without its secret variable
         spares.discard()
         err.print(f"error: {error}", markup=False)
         return ExitCode.BAD_CONFIG
@@ -184,6 +184,7 @@ def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=
 
         reporter = live_view = LiveView(loaded)
     reporter = reporter or PlainReporter(quiet=quiet, as_json=as_json)
+    # The reporter subscribes to the supervisor's event bus beside the notifier (supervisor.bus.subscribe: more).
     supervisor = Supervisor(loaded, playbooks, notifier, data_hash, dry_run=dry_run, events=reporter,
                             spares=spares)
     try:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.core.events import (ActionDone, DryRun, DryRunPlan, ExpressionError, IncidentClosed, IncidentOpened, Launch,
+                                Observed, Transition, WatchEvent, WatchWarning)
+
 INT, NUM, STR, BOOL, NULL, LIST, OBJECT = "integer", "number", "string", "boolean", "null", "array", "object"
 
 # event -> field -> (JSON types allowed, required). A field that does not apply is null, never absent.
@@ -50,42 +53,35 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _state(value: Any) -> str | None:
-    return None if value is None else getattr(value, "value", str(value))
-
-
-def fields(kind: str, data: dict) -> dict | None:
+def fields(event: WatchEvent) -> dict | None:
     """PURE. The typed fields of one event, or None for an event --json does not print."""
-    if kind == "observation":
-        snap = data["snapshot"]
-        m = snap.metrics
-        return {"state": _state(snap.run_state), "step": m.step, "loss": _number(m.loss), "val_loss": _number(m.val_loss),
-                "tokens_per_s": _number(m.tokens_per_sec), "tokens": m.tokens,
-                "verified_checkpoint_step": snap.checkpoints.newest_verified_step}
-    if kind == "transition":
-        return {"state": _state(data["state"]), "previous": _state(data.get("previous")), "reason": str(data["reason"])}
-    if kind == "launch":
-        resume = data.get("resume_from")
-        return {"launch": data["launch"], "pid": data["pid"], "resume_from": str(resume) if resume else None,
-                "env": dict(data.get("env") or {})}
-    if kind in ("incident_opened", "action", "incident_closed"):
-        r = data["record"]
-        base = {"incident": r["id"], "playbook": r["playbook"]}
-        if kind == "incident_opened":
-            return {**base, "symptom": r.get("symptom"), "step": r.get("step_at_failure")}
-        if kind == "action":
-            res = data["result"]
-            return {**base, "action": res["verb"], "outcome": "ok" if res["ok"] else "failed", "summary": res.get("summary")}
-        return {**base, "outcome": r["outcome"], "recovery_seconds": _number(r.get("recovery_seconds")),
-                "steps_lost": r.get("steps_lost"), "resumed_step": r.get("resumed_step")}
-    if kind == "dry_run_plan":
-        d = data["decision"]
-        return {"playbook": d.playbook.name, "decision": d.kind, "reason": str(d.reason),
-                "steps": [s.description for s in data["steps"]],
-                # the verbs that would run, in order: a step whose `if:` is false, or that cannot be planned, is left out
-                "actions": [s.verb for s in data["steps"] if s.skipped is None and not s.error]}
-    if kind in ("dry_run", "warning", "expression_error"):
-        return {"message": str(data.get("text") or data.get("error"))}
+    match event:
+        case Observed(snapshot=snap):
+            m = snap.metrics
+            return {"state": snap.run_state.value, "step": m.step, "loss": _number(m.loss),
+                    "val_loss": _number(m.val_loss), "tokens_per_s": _number(m.tokens_per_sec), "tokens": m.tokens,
+                    "verified_checkpoint_step": snap.checkpoints.newest_verified_step}
+        case Transition():
+            return {"state": event.state.value, "previous": event.previous.value if event.previous else None,
+                    "reason": event.reason}
+        case Launch():
+            return {"launch": event.launch, "pid": event.pid, "resume_from": event.resume_from, "env": dict(event.env)}
+        case IncidentOpened(incident=i):
+            return {"incident": i.id, "playbook": i.playbook, "symptom": i.symptom, "step": i.step_at_failure}
+        case ActionDone(incident=i, result=r):
+            return {"incident": i.id, "playbook": i.playbook, "action": r.verb, "outcome": "ok" if r.ok else "failed",
+                    "summary": r.summary}
+        case IncidentClosed(incident=i):
+            return {"incident": i.id, "playbook": i.playbook, "outcome": i.outcome,
+                    "recovery_seconds": _number(i.recovery_seconds), "steps_lost": i.steps_lost,
+                    "resumed_step": i.resumed_step}
+        case DryRunPlan():
+            return {"playbook": event.playbook, "decision": event.decision, "reason": event.reason,
+                    "steps": [s.description for s in event.steps],
+                    # the verbs that would run, in order: a step whose `if:` is false, or that cannot be planned, is left out
+                    "actions": [s.verb for s in event.steps if s.skipped is None and not s.error]}
+        case DryRun() | WatchWarning() | ExpressionError():
+            return {"message": event.text}
     return None
 
 

@@ -15,6 +15,7 @@ notice: it is said once and polled again. `check_aws` / `check_gcp` / `poll` are
 
 from __future__ import annotations
 
+from engine.core.events import WatchWarning, ignore, Publish
 from engine.core.settings import CloudNoticeSettings  # noqa: F401 - the settings model lives in core
 import json
 import threading
@@ -30,10 +31,10 @@ MAX_BODY = 4096   # a notice is a few dozen bytes; a larger answer is not read w
 
 class NoticePoller:
     def __init__(self, settings: CloudNoticeSettings, on_notice: Callable[[str], None],
-                 events: Callable[..., None] | None = None):
+                 events: Publish | None = None):
         self.settings = settings
         self.on_notice = on_notice           # called once, with one sentence naming the notice
-        self.events = events or (lambda kind, **data: None)
+        self.events = events or ignore
         self.noticed: str | None = None
         self._aws_token: tuple[str, float] | None = None   # (token, monotonic expiry)
         self._unreachable: set[str] = set()
@@ -76,8 +77,8 @@ class NoticePoller:
             except OSError as error:   # unreachable or refused: not a notice
                 if provider not in self._unreachable:
                     self._unreachable.add(provider)
-                    self.events("warning", text=f"cloud notices: the {provider} metadata service did not answer ({error}); "
-                                                "polling on")
+                    self.events(WatchWarning(f"cloud notices: the {provider} metadata service did not answer ({error}); "
+                                                "polling on"))
                 continue
             if found:
                 with self._lock:

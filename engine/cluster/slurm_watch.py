@@ -14,6 +14,7 @@ import os
 import socket
 import time
 
+from engine.core.events import WatchWarning, ignore
 from engine.cluster import slurm_commands
 from engine.cluster.slurm import classify_notice, previous_ending, should_requeue
 from engine.cluster.slurm_records import Allocation, read_allocations, write_allocation
@@ -24,7 +25,7 @@ class SlurmAllocation:
     def __init__(self, loaded, journal, job_id: str, restart: int, events=None):
         self.loaded = loaded
         self.journal = journal
-        self.events = events or (lambda kind, **data: None)
+        self.events = events or ignore
         self.settings = loaded.config.slurm
         self.record = Allocation(job_id=job_id, restart=restart, node=os.environ.get("SLURMD_NODENAME")
                                  or socket.gethostname(), started_at=time.time(), watcher_pid=os.getpid())
@@ -42,7 +43,7 @@ class SlurmAllocation:
         try:
             write_allocation(self.loaded.run_dir, self.record)
         except OSError as error:   # a full disk: the journal entries still say it
-            self.events("warning", text=f"could not write the SLURM allocation record: {error}")
+            self.events(WatchWarning(f"could not write the SLURM allocation record: {error}"))
 
     def started(self) -> None:
         self._close_unended()
@@ -81,8 +82,8 @@ class SlurmAllocation:
         self.journal.append("slurm_notice", job_id=self.record.job_id, restart=self.record.restart, reason=why,
                             cause=cause, evidence=evidence, requeue=self.requeue_wanted,
                             scontrol=raw[:2000] if job is None else None)
-        self.events("warning", text=f"SLURM job {self.record.job_id}: notice cause {cause} ({evidence})"
-                    + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue"))
+        self.events(WatchWarning(f"SLURM job {self.record.job_id}: notice cause {cause} ({evidence})"
+                    + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue")))
 
     def finished(self, state) -> None:
         """Record how this allocation ended; requeue the job when the notice asked for it and the run
@@ -104,4 +105,4 @@ class SlurmAllocation:
                                                          "ended": f"stopped; the requeue failed: {answer.text}"})
             self._write()
             self.journal.append("slurm_requeue_failed", job_id=self.record.job_id, error=answer.text)
-            self.events("warning", text=f"SLURM requeue of job {self.record.job_id} failed: {answer.text}")
+            self.events(WatchWarning(f"SLURM requeue of job {self.record.job_id} failed: {answer.text}"))

@@ -22,7 +22,7 @@ from engine.core.config_paths import file_problems, run_folder_problems
 from engine.core.durable import atomic_write_text
 from engine.core.env_names import check_env
 from engine.core.known_secrets import secret_values
-from engine.core.notifier import SlackSettings
+from engine.core.notifier import NotificationSettings
 from engine.core.run_folder import RunFolder
 from engine.core.text_safety import remember_secrets
 from engine.core.settings import PlaybookSettings, SlurmSettings, Strict, UpkeepSettings, WatchSettings  # noqa: F401 - importable here too
@@ -128,10 +128,6 @@ class TrainerSettings(Strict):
         """`tree` (a scratch run's config: a drill, a replay) with the trainer's own config file copied
         into `folder` and pointed at, so the scratch run never writes into the user's files."""
         return tree
-
-
-class NotificationSettings(Strict):
-    slack: SlackSettings = Field(default_factory=SlackSettings)
 
 
 class RunConfig(Strict):
@@ -315,8 +311,7 @@ def load_config(path: Path, seam: TrainerConfigSeam | None = None) -> LoadedConf
     if problems := run_folder_problems(path, tree, loaded) or file_problems(path, tree, loaded):   # config_paths.py
         raise SourceError(problems)
     # From here on every text this process redacts also hides these values (engine/core/text_safety.py).
-    slack = config.notifications.slack
-    remember_secrets(secret_values(config.trainer.env, os.environ, (slack.bot_token_env, slack.webhook_url_env)))
+    remember_secrets(secret_values(config.trainer.env, os.environ, config.notifications.secret_env_names()))
     return loaded
 
 

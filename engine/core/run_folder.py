@@ -13,7 +13,7 @@
       launches/launch-NNN/          each launch's run config copy, trainer config and exit status
       quarantine/                   checkpoints runbook moved out of the trainer's way
       resume/                       rescaled copies of checkpoints handed to a relaunch
-      outbox/                       notices not yet delivered (runbook/outbox.py)
+      outbox/                       notices not yet delivered (runbook/outbox.py); outbox/<receiver>/ per receiver
       report/                       `runbook report`'s default output
       metrics-address               the Prometheus endpoint's URL while it serves (engine/watch/metrics.py)
       slurm/                        the job script and one record per SLURM allocation (engine/cluster/slurm_records.py)

@@ -8,11 +8,11 @@ run_log.py). Any other error (a permission, a folder where a file should be) is 
 
 from __future__ import annotations
 
+from engine.core.events import WatchWarning, ignore, Publish
 import errno
 import os
 import threading
 from pathlib import Path
-from typing import Callable
 
 PASSING = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
@@ -69,8 +69,8 @@ def append_whole(path: Path, data: bytes, fresh_line: bool = False) -> OSError |
 class WriteTrouble:
     """Says once per kind of write that it failed and what was kept, and once that it works again."""
 
-    def __init__(self, events: Callable[..., None] | None = None):
-        self.events = events or (lambda kind, **data: None)
+    def __init__(self, events: Publish | None = None):
+        self.events = events or ignore
         self.failing: dict[str, str] = {}    # kind -> the first warning's text
         self._lock = threading.Lock()        # upkeep's thread reports too
 
@@ -79,10 +79,10 @@ class WriteTrouble:
             if kind in self.failing:
                 return
             self.failing[kind] = text = f"could not write {kind} ({reason(error)}); {kept}"
-        self.events("warning", text=text)
+        self.events(WatchWarning(text))
 
     def worked(self, kind: str, done: str = "") -> None:
         with self._lock:
             if self.failing.pop(kind, None) is None:
                 return
-        self.events("warning", text=f"{kind} written again" + (f": {done}" if done else ""))
+        self.events(WatchWarning(f"{kind} written again" + (f": {done}" if done else "")))

@@ -81,7 +81,7 @@ class TrainerControl:
         self.ranks = RankWatch(launch_dir / "ranks")
         spec.env[RANKS_DIR_ENV] = str(self.ranks.folder)
         self.long_tmpdir = spec.env.get("TMPDIR")   # trainer_environment may hand it over as a short link
-        spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications.slack))
+        spec = replace(spec, env=trainer_environment(spec.env, folder, self.loaded.config.notifications))
         log_path = folder.trainer_log(self.launches)
         self.process = TrainerProcess.launch(spec, log_path, folder.exit_status(self.launches), self.spares)
         crash_point("trainer-launched")   # the tests: a watcher killed before the journal knows this launch

@@ -2,7 +2,7 @@
 out, and one experiment-tracker run id that belongs to the run folder.
 
 The trainer runs third-party code (litgpt, its loggers, user callbacks) and may print or upload its
-environment; the Slack token and webhook URL are runbook's, so they never reach it.
+environment; the receivers' tokens, URLs and passwords are runbook's, so they never reach it.
 
 TMPDIR stays short (short_tmpdir): the trainer's TMPDIR is a folder inside out_dir (Lightning's save is a
 rename from there), and under a long out_dir multiprocessing's socket path (TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX)
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from engine.core.durable import atomic_write_text
-from engine.core.notifier import SlackSettings
+from engine.core.notifier import NotificationSettings, SlackSettings
 from engine.core.run_folder import RunFolder
 
 SECRET_PREFIX = "RUNBOOK_SLACK_"
@@ -35,9 +35,9 @@ MAX_TMPDIR_CHARS = 64
 SHORT_TMP_ROOT = Path("/tmp")
 
 
-def secret_names(env: dict[str, str], slack: SlackSettings) -> set[str]:
-    """PURE. The variables of `env` the trainer must not see: those the Slack settings name, and RUNBOOK_SLACK_*."""
-    named = {slack.bot_token_env, slack.webhook_url_env}
+def secret_names(env: dict[str, str], notifications: NotificationSettings | SlackSettings) -> set[str]:
+    """PURE. The variables of `env` the trainer must not see: those any receiver's settings name, and RUNBOOK_SLACK_*."""
+    named = notifications.secret_env_names()
     return {name for name in env if name in named or name.startswith(SECRET_PREFIX)}
 
 
@@ -56,9 +56,10 @@ def wandb_run_id(folder: RunFolder) -> str:
     return run_id
 
 
-def trainer_environment(env: dict[str, str], folder: RunFolder, slack: SlackSettings) -> dict[str, str]:
+def trainer_environment(env: dict[str, str], folder: RunFolder,
+                        notifications: NotificationSettings | SlackSettings) -> dict[str, str]:
     """`env` as the trainer gets it. A WANDB_RUN_ID already set (the user's shell, trainer.env) wins."""
-    clean = {name: value for name, value in env.items() if name not in secret_names(env, slack)}
+    clean = {name: value for name, value in env.items() if name not in secret_names(env, notifications)}
     clean.setdefault("WANDB_RUN_ID", wandb_run_id(folder))
     if clean.get("TMPDIR"):
         clean["TMPDIR"] = short_tmpdir(clean["TMPDIR"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from engine.core.events import WatchWarning, Publish
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
 from engine.core.write_trouble import WriteTrouble, passing
@@ -54,7 +55,7 @@ class HeldRunLog:
     """The run-log appender: an entry the disk refuses is kept and appended, in order, later
     (engine/records/run_log.py appends an entry whole or not at all, and at most once per incident)."""
 
-    def __init__(self, loaded: Callable[[], LoadedConfig], trouble: WriteTrouble, events: Callable[..., None]):
+    def __init__(self, loaded: Callable[[], LoadedConfig], trouble: WriteTrouble, events: Publish):
         self.loaded = loaded            # a recovery may rewrite the run config (run_log, its template)
         self.trouble = trouble
         self.events = events
@@ -73,7 +74,7 @@ class HeldRunLog:
                 append_entry(loaded.run_log, record, loaded.resolve(template) if template else None)
             except OSError as error:
                 if not passing(error):
-                    self.events("warning", text=f"could not append {record.get('id')} to {loaded.run_log}: {error}")
+                    self.events(WatchWarning(f"could not append {record.get('id')} to {loaded.run_log}: {error}"))
                     self._held.pop(0)
                     continue
                 ids = ", ".join(str(r.get("id")) for r in self._held)
@@ -81,7 +82,7 @@ class HeldRunLog:
                                     f"keeping the entry of {ids} in memory to append when space returns")
                 return len(self._held)
             except Exception as error:  # noqa: BLE001 - a template error: the record on disk is complete; say so
-                self.events("warning", text=f"could not append {record.get('id')} to {loaded.run_log}: {error}")
+                self.events(WatchWarning(f"could not append {record.get('id')} to {loaded.run_log}: {error}"))
             self._held.pop(0)
             self.trouble.worked(f"the run log {loaded.run_log}", f"appended {record.get('id')}")
         return 0

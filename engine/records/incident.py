@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from engine.records.signature import Signature, signature_of
+from engine.core.events import IncidentView
 from engine.core.state import StateSnapshot
 
 SCHEMA_VERSION = 3
@@ -126,6 +127,15 @@ class Incident(BaseModel):
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")
+
+    def view(self) -> IncidentView:
+        """A frozen copy for the event bus's listeners (engine/core/events.py)."""
+        step = self.plan[len(self.actions)] if len(self.actions) < len(self.plan) else None
+        doing = step.get("description") if isinstance(step, dict) else None
+        return IncidentView(id=self.id, playbook=self.playbook, severity=self.severity, symptom=self.symptom,
+                            step_at_failure=self.step_at_failure, outcome=self.outcome,
+                            doing=doing if isinstance(doing, str) else None, recovery_seconds=self.recovery_seconds,
+                            steps_lost=self.steps_lost, resumed_step=self.resumed_step)
 
     def close(self, outcome: Outcome, config_after: dict, tokens_per_step: int, escalation: str | None) -> None:
         """Set the outcome and the figures derived from what the incident learnt."""

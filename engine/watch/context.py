@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from engine.checkpoints.ledger import CheckpointLedger
+from engine.core.events import Publish
 from engine.core.notifier import Notifier
 from engine.core.state import RunState
 from engine.language.actions.ports import SessionPort
@@ -30,7 +31,7 @@ class WatchContext:
     journal: Journal
     store: IncidentStore                             # incident records (held in memory on a full disk)
     notifier: Notifier
-    events: Callable[..., None]                      # the CLI's live view listens here
+    events: Publish                                  # the event bus (engine/core/events.py)
     session: RunSession                              # the loop's owner: launch, observe, transition
     append_run_log: Callable[[dict], None]           # docs/run-log.md (held on a full disk)
     held: Callable[[], dict[str, int]]               # what a full disk holds back, by kind

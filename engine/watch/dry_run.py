@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from engine.core.events import DryRun, DryRunPlan, PlannedStepView
 from engine.language.matcher import MatchMemory, decide
 from engine.language.planner import plan
 from engine.core.state import RunState
@@ -28,16 +29,16 @@ def observe_without_acting(sup) -> RunState:
     if attached is None:
         if control.past_exit == (None, None):
             control.past_exit = (past.last_exit_code, past.last_exit_signal)
-        sup.events("dry_run", text="no live trainer: judging the run folder as it is now")
+        sup.events(DryRun("no live trainer: judging the run folder as it is now"))
         snapshot = with_journal_pid(sup.observe(), past.trainer_pid)
         outcome = decide(snapshot, sup.loaded.config, sup.playbooks, MatchMemory(), sup.history)
         if outcome.decision is None:
-            sup.events("dry_run", text="no playbook matches the current state")
+            sup.events(DryRun("no playbook matches the current state"))
         else:
             _show_plan(sup, outcome.decision, snapshot)
         return RunState.STOPPED
     sup.settle(RunState.RUNNING)
-    sup.events("dry_run", text=f"watching trainer pid {attached.pid} without acting")
+    sup.events(DryRun(f"watching trainer pid {attached.pid} without acting"))
     sup.install_signal_handlers()
     memory = MatchMemory()   # this watch's own: nothing it decides is acted on
     while attached.alive and not sup.stop_requested:
@@ -60,4 +61,5 @@ def with_journal_pid(snapshot, pid: int | None):
 
 def _show_plan(sup, decision, snapshot) -> None:
     steps = plan(decision.playbook, snapshot, sup.loaded.config, sup.attempt(decision.playbook))
-    sup.events("dry_run_plan", decision=decision, steps=steps)
+    sup.events(DryRunPlan(decision.playbook.name, decision.kind, str(decision.reason),
+                          tuple(map(PlannedStepView.of, steps))))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import traceback
 from typing import AbstractSet
 
+from engine.core.events import ActionDone, ActionResult, ActionTraceback, IncidentClosed, IncidentOpened, WatchWarning
 from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
@@ -58,10 +59,9 @@ class IncidentRunner:
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
         s.session.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
-        self.ctx.notifier.incident_opened(incident.id, f"{playbook.name} ({playbook.severity})", playbook.description,
-                                            {"step": str(snapshot.metrics.step), "decision": decision.reason,
-                                             **signature_fields(incident)})
-        self.ctx.events("incident_opened", record=incident.to_json())
+        self.ctx.events(IncidentOpened(incident.view(), f"{playbook.name} ({playbook.severity})", playbook.description,
+                                       {"step": str(snapshot.metrics.step), "decision": decision.reason,
+                                        **signature_fields(incident)}))
         if decision.kind == "escalate":
             self.escalation = decision.reason
             self._close(incident, IncidentEffects(), "escalated")
@@ -99,10 +99,9 @@ class IncidentRunner:
         s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
                          decision="recover", snapshot=incident.snapshot)
         s.session.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
-        s.notifier.incident_opened(incident.id, f"{decision.playbook.name} ({decision.playbook.severity})",
-                                   f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
-                                   {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"})
-        s.events("incident_opened", record=incident.to_json())
+        s.events(IncidentOpened(incident.view(), f"{decision.playbook.name} ({decision.playbook.severity})",
+                                f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
+                                {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"}))
         s.session.transition(RunState.RECOVERING, incident.id)
         ports = self.ports(incident)
         resumed = self._run_step(retry, ports)
@@ -184,8 +183,7 @@ class IncidentRunner:
             crash_point(f"saved-action-{step.index}")
             s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
             crash_point(f"journaled-action-{step.index}")
-            self.ctx.notifier.incident_update(incident.id, f"{step.verb}: {result.summary}")
-            self.ctx.events("action", record=incident.to_json(), result=result.model_dump())
+            self.ctx.events(ActionDone(incident.view(), ActionResult(result.verb, result.ok, result.summary)))
             if effects.escalated_reason:
                 break
             if not result.ok and step.on_failure != "continue":
@@ -226,7 +224,7 @@ class IncidentRunner:
             ok, summary = False, str(err)
         except Exception as err:  # noqa: BLE001 - a failing action is recorded, never crashes the watcher
             ok, summary = False, f"{type(err).__name__}: {err}"
-            self.ctx.events("action_traceback", text=traceback.format_exc())
+            self.ctx.events(ActionTraceback(traceback.format_exc()))
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
@@ -273,14 +271,14 @@ class IncidentRunner:
             self._report(incident)
 
     def _report(self, incident: Incident) -> None:
-        """The run-log entry, the notifier's close and the console line, once the outcome is known."""
+        """The run-log entry, then the close on the bus (the notifier's notice, the console line), once the
+        outcome is known; journaled as reported only after both (a killed watcher reports it again)."""
         record = incident.to_json()
         self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
-        self.ctx.notifier.incident_closed(incident.id, incident.outcome, closing_summary(incident),
-                                            escalate=incident.outcome != "recovered" and not relaunch_failed(record))
+        self.ctx.events(IncidentClosed(incident.view(), closing_summary(incident),
+                                       escalate=incident.outcome != "recovered" and not relaunch_failed(record)))
         self.ctx.journal.append("incident_reported", incident=incident.id)
-        self.ctx.events("incident_closed", record=record)
 
     def _save(self, incident: Incident) -> None:
         """Write the record atomically; on a full disk keep it in memory and try again at the next
@@ -288,7 +286,7 @@ class IncidentRunner:
         try:
             self.ctx.store.write(incident)
         except OSError as error:
-            self.ctx.events("warning", text=f"could not write {incident.id} yet ({error.strerror}); will retry")
+            self.ctx.events(WatchWarning(f"could not write {incident.id} yet ({error.strerror}); will retry"))
 
 
 def signature_fields(incident: Incident) -> dict[str, str]:

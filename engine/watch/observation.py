@@ -6,8 +6,8 @@ then the snapshot the playbooks see. The watch loop and every incident's runtime
 from __future__ import annotations
 
 import time
-from typing import Callable
 
+from engine.core.events import Observed, Publish, WatchWarning
 from engine.checkpoints import retention
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.state import RunState, StateSnapshot
@@ -18,12 +18,12 @@ from engine.records.journal import Journal
 
 class Observation:
     def __init__(self, control: TrainerControl, observer: Observer, ledger: CheckpointLedger, journal: Journal,
-                 events: Callable[..., None]):
+                 events: Publish):
         self.control, self.observer, self.ledger, self.journal, self.events = control, observer, ledger, journal, events
-        ledger.warn = lambda text: events("warning", text=text)   # another run's out_dir inside this one's
+        ledger.warn = lambda text: events(WatchWarning(text))   # another run's out_dir inside this one's
         self.last: StateSnapshot | None = None
         self.retention = retention.Retention(ledger, lambda: control.loaded.config.keep_last_k, self.best_val_step,
-                                             lambda text: events("warning", text=text))
+                                             lambda text: events(WatchWarning(text)))
 
     def take(self, run_state: RunState, retain: bool = False) -> StateSnapshot:
         """retain (the watch loop's own tick): prune first when a save was sealed, so the snapshot's disk
@@ -40,7 +40,7 @@ class Observation:
             self._retain_new_saves()
         self.last = self.observer.snapshot(now, run_state, trainer, self.ledger.status(), new_lines,
                                            self.control.loaded.config.watch)
-        self.events("observation", snapshot=self.last, lines=new_lines)
+        self.events(Observed(self.last, tuple(new_lines)))
         return self.last
 
     def saving_from(self) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from engine.core.events import WatchWarning
 from engine.cluster.notice_poller import NoticePoller
 from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
 from engine.watch.context import WatchContext
@@ -25,7 +26,7 @@ def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], N
 
     def noticed(text: str) -> None:   # the scheduler's thread: the watch loop acts on it
         request_stop(f"watcher saw a cloud interruption notice ({text})")
-        events("warning", text=f"{text}: saving and stopping")
+        events(WatchWarning(f"{text}: saving and stopping"))
 
     poller = NoticePoller(settings, noticed, events)
     poller.start()
@@ -44,8 +45,8 @@ def metrics_endpoint(settings: MetricsSettings, run_dir, ledger, journal, events
     try:
         url = endpoint.start()
     except OSError as error:
-        events("warning", text=f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
-               f"({error.strerror or error}); watching without it")
+        events(WatchWarning(f"no metrics endpoint: cannot listen on {settings.host}:{settings.port} "
+               f"({error.strerror or error}); watching without it"))
         journal.append("metrics_endpoint", error=str(error))
         return None
     journal.append("metrics_endpoint", url=url)

@@ -109,5 +109,5 @@ def prestart_spare(loaded, spares: warm_spare.SparePool) -> None:
         return
     if spec is None:
         return
-    spares.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications.slack)))
+    spares.prestart(replace(spec, env=trainer_environment(spec.env, loaded.folder, loaded.config.notifications)))
 

@@ -15,6 +15,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from engine.core.events import (EventBus, ExpressionError, Launch, NotifierListener, Publish, Transition,
+                                WatchWarning, ignore)
 from engine.observe.advice import run_save_interval_advice
 from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
@@ -48,7 +50,9 @@ class Supervisor:
         self.playbooks = playbooks
         self.notifier = notifier
         self.dry_run = dry_run
-        self.events = events or (lambda kind, **data: None)   # the CLI's live view listens here
+        # The loop's one exit: the notifier listens, and whoever the caller subscribed (console, live view, --json).
+        self.bus = EventBus(NotifierListener(notifier), events or ignore)
+        self.events: Publish = self.bus.publish
         adapter = adapter_for(loaded.config.trainer.kind)
         folder = loaded.folder
         self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
@@ -158,7 +162,7 @@ class Supervisor:
             return
         self.memory = outcome.memory
         for error in outcome.errors:
-            self.events("expression_error", error=error)
+            self.events(ExpressionError(str(error)))
         decision = outcome.decision
         if decision is not None and decision.kind in ("recover", "escalate"):
             self.dead_observations = 0
@@ -181,8 +185,8 @@ class Supervisor:
         if self.observer.tracker.progress_since_launch == 0 and ran >= self.loaded.config.watch.no_contract_warning_s \
                 and not any(line.startswith("runbook:") for line in snapshot.tail):
             self._blind_warned = launch
-            self.events("warning", text=f"launch {launch} has printed {len(snapshot.tail)}+ lines in {ran:.0f} s but no "
-                        f"line runbook reads: it sees no progress, no saves and no ranks of this run; {hint}")
+            self.events(WatchWarning(f"launch {launch} has printed {len(snapshot.tail)}+ lines in {ran:.0f} s but no "
+                        f"line runbook reads: it sees no progress, no saves and no ranks of this run; {hint}"))
             self.journal.append("blind_launch", launch=launch, seconds=round(ran, 1))
 
     def _lift_diagnostics_when_healthy(self) -> None:
@@ -192,21 +196,21 @@ class Supervisor:
         if self.control.env_effect_due(healthy, steps):   # what the change cost: throughput before and after
             effect = self.control.record_env_effect(self.observer.tracker.throughput())
             before, after = effect["tokens_per_sec_before"], effect["tokens_per_sec_after"]
-            self.events("warning", text=f"{', '.join(effect['names'])} ({effect['incident']}): throughput "
+            self.events(WatchWarning(f"{', '.join(effect['names'])} ({effect['incident']}): throughput "
                         f"{'-' if before is None else f'{before:,.0f}'} tok/s before, "
-                        f"{'-' if after is None else f'{after:,.0f}'} tok/s after")
+                        f"{'-' if after is None else f'{after:,.0f}'} tok/s after"))
         if self.control.diagnostics_due(healthy, steps):
             why = f"launch {self.control.launches} trained {steps} steps healthily"
             lifted = self.control.lift_diagnostics(why)
-            self.events("warning", text=f"diagnostics lifted for later launches ({why}): " + ", ".join(sorted(lifted)))
+            self.events(WatchWarning(f"diagnostics lifted for later launches ({why}): " + ", ".join(sorted(lifted))))
 
     def _last_catch_up(self) -> None:
         if self.dry_run:
             return
         lost = self.backlog.catch_up()
         if lost:   # the disk never came back: say exactly what the run folder is missing
-            self.events("warning", text="the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
-                        + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail")
+            self.events(WatchWarning("the watcher ends with " + ", ".join(f"{n} {kind}" for kind, n in lost.items())
+                        + " still unwritten (the disk is full); they are lost: `runbook status` may miss the journal's tail"))
 
     def status(self) -> dict:
         """What the heartbeat says of the run (upkeep)."""
@@ -237,8 +241,8 @@ class Supervisor:
         self.dead_observations = 0
         self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))
-        self.events("launch", pid=process.pid, resume_from=resume_file, launch=self.control.launches,
-                    env=self.control.env_in_force())
+        self.events(Launch(self.control.launches, process.pid, str(resume_file) if resume_file else None,
+                           dict(self.control.env_in_force())))
 
     def save_interval_advice(self) -> str | None:
         return run_save_interval_advice(self.observer.tracker, self.history, self.journal, self.loaded.config)
@@ -268,7 +272,7 @@ class Supervisor:
         previous, self.state = self.state, to
         if not self.dry_run:
             self.journal.append("transition", **{"from": previous.value, "to": to.value, "reason": reason})
-        self.events("transition", previous=previous, state=to, reason=reason)
+        self.events(Transition(previous, to, str(reason)))
 
     def request_stop(self, why: str) -> None:
         """From a signal handler or a scheduler's thread: the watch loop acts on it between observations."""

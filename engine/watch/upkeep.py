@@ -33,6 +33,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from engine.core.events import UpkeepRan, WatchWarning, ignore, Publish
 from engine.core.durable import atomic_write_text
 from engine.core.log_compression import compress_finished_logs
 from engine.core.write_trouble import WriteTrouble, passing, reason
@@ -121,12 +122,12 @@ class Upkeep:
     JOBS = ("heartbeat", "retention", "gzip_logs", "digest")
 
     def __init__(self, settings: UpkeepSettings, context: UpkeepContext, recovery_lock: threading.Lock | None = None,
-                 events: Callable[..., None] | None = None, timezone: dt.tzinfo | None = None,
+                 events: Publish | None = None, timezone: dt.tzinfo | None = None,
                  trouble: WriteTrouble | None = None):
         self.settings = settings
         self.context = context
         self.recovery_lock = recovery_lock or threading.Lock()
-        self.events = events or (lambda kind, **data: None)
+        self.events = events or ignore
         self.trouble = trouble or WriteTrouble(self.events)   # a full run folder: one warning, not one per beat
         self.timezone = timezone                 # None: the machine's local zone (APScheduler's default)
         self.last: dict[str, JobRun] = {}
@@ -202,11 +203,11 @@ class Upkeep:
                 run = JobRun(name, "ok", work(), time.time())
             except Exception as error:  # noqa: BLE001 - a failing job is reported, never kills the watcher
                 run = JobRun(name, "error", f"{type(error).__name__}: {error}", time.time())
-                self.events("warning", text=f"upkeep {name} failed: {run.summary}")
+                self.events(WatchWarning(f"upkeep {name} failed: {run.summary}"))
             finally:
                 self.recovery_lock.release()
         self.last[name] = run
-        self.events("upkeep", job=name, status=run.status, text=run.summary)
+        self.events(UpkeepRan(name, run.status, run.summary))
         return run
 
     def _heartbeat(self) -> str:

@@ -76,7 +76,7 @@ def metadata():
 
 def poller(url: str, providers: list[str], seen: list[str], events: list | None = None) -> NoticePoller:
     settings = CloudNoticeSettings(enabled=True, providers=providers, aws_base_url=url, gcp_base_url=url, timeout_s=2)
-    return NoticePoller(settings, seen.append, lambda kind, **data: events.append((kind, data)) if events is not None else None)
+    return NoticePoller(settings, seen.append, events.append if events is not None else None)
 
 
 def test_aws_notice_is_seen_once_through_an_imdsv2_token_renewed_after_a_401(metadata):
@@ -107,7 +107,7 @@ def test_an_unreachable_metadata_service_is_no_notice_and_is_said_once():
     seen, events = [], []
     p = poller(closed, ["aws", "gcp"], seen, events)
     assert p.poll() is None and p.poll() is None and seen == []
-    warnings = [data["text"] for kind, data in events if kind == "warning"]
+    warnings = [event.text for event in events if event.kind == "warning"]
     assert len(warnings) == 2 and "aws" in warnings[0] and "gcp" in warnings[1]
 
 

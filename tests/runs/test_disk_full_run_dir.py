@@ -30,7 +30,7 @@ from tests.toy_trainer import trainer as toy
 def test_the_journal_holds_entries_on_a_full_disk_and_appends_them_in_order_without_a_torn_line(tmpfs, tmp_path):
     folder = tmpfs(tmp_path / "run", "64k")
     warnings: list[str] = []
-    journal = Journal(folder / "journal.jsonl", WriteTrouble(lambda kind, **data: warnings.append(data["text"])))
+    journal = Journal(folder / "journal.jsonl", WriteTrouble(lambda event: warnings.append(event.text)))
     journal.append("transition", **{"from": "starting", "to": "running", "reason": "launch 1"})
     filler = fill(folder)
     for index in range(500):   # the file's last page has slack: appends land there until one does not fit

@@ -1,5 +1,5 @@
 """The trainer's environment (engine/process/trainer_env.py), as the real toy trainer under a real `runbook watch`
-records it: runbook's Slack secrets never reach it, and its WANDB_RUN_ID belongs to the run folder,
+records it: the secrets of runbook's receivers (Slack, webhook, e-mail) never reach it, and its WANDB_RUN_ID belongs to the run folder,
 so a project moved to another path (a new Spot node's mount) relaunches into the same W&B run."""
 
 from __future__ import annotations
@@ -12,17 +12,22 @@ from tests.conftest import REPO, Project, stop_process, wait_for
 from tests.runs.test_toy_trainer import make_toy_project, run_toy
 
 SECRETS = {"MY_BOT_TOKEN": "xoxb-secret", "MY_HOOK_URL": "https://hooks.slack.test/secret",
-           "RUNBOOK_SLACK_BOT_TOKEN": "xoxb-default", "RUNBOOK_SLACK_SIGNING_SECRET": "signing"}
+           "RUNBOOK_SLACK_BOT_TOKEN": "xoxb-default", "RUNBOOK_SLACK_SIGNING_SECRET": "signing",
+           "OPS_HOOK_URL": "https://hooks.example.test/ops-secret", "OPS_SMTP_PASSWORD": "smtp-secret"}
+RECEIVERS = [{"name": "ops", "kind": "webhook", "url_env": "OPS_HOOK_URL", "match": {"severities": ["critical"]}},
+             {"name": "mail", "kind": "email", "host": "127.0.0.1", "port": 9, "from": "runbook@example.test",
+              "to": ["oncall@example.test"], "password_env": "OPS_SMTP_PASSWORD"}]
 
 
 def _environments(env_file) -> list[dict]:
     return [json.loads(line) for line in env_file.read_text().splitlines()] if env_file.exists() else []
 
 
-def test_the_trainer_never_sees_the_slack_secrets(tmp_path, monkeypatch):
+def test_the_trainer_never_sees_the_receivers_secrets(tmp_path, monkeypatch):
     project = make_toy_project(tmp_path / "project", step_seconds=0.0)
     env_file = tmp_path / "trainer-env.jsonl"
-    project.set(notifications={"slack": {"enabled": False, "bot_token_env": "MY_BOT_TOKEN", "webhook_url_env": "MY_HOOK_URL"}},
+    project.set(notifications={"slack": {"enabled": False, "bot_token_env": "MY_BOT_TOKEN", "webhook_url_env": "MY_HOOK_URL"},
+                               "receivers": RECEIVERS},
                 trainer={"extra": {"step_seconds": 0.0, "env_file": str(env_file)}, "env": {"FROM_TRAINER_ENV": "1"}})
     for name, value in {**SECRETS, "RUNBOOK_TEST_VISIBLE": "yes"}.items():
         monkeypatch.setenv(name, value)   # the watcher's environment; project.watch passes os.environ on

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.core.events import IncidentOpened
 from engine.core.known_secrets import secret_name
 from engine.core.text_safety import forget_secrets, redact, redact_tree
 from engine.records.incident import Incident
@@ -61,7 +62,7 @@ def test_a_known_secret_printed_alone_reversed_or_case_folded_never_leaves_runbo
     journal.append("incident_opened", incident=incident.id, playbook="unknown-crash", decision="escalate",
                    snapshot=incident.snapshot)
     stream = io.StringIO()
-    PlainReporter(stream)("incident_opened", record={**incident.to_json(), "symptom": note})
+    PlainReporter(stream)(IncidentOpened(incident.model_copy(update={"symptom": note}).view()))
     slack = json.dumps(closed_notice("incident-1", "escalated", note, True, None, 1.0))
     for where, text in {"run log": run_log.read_text(), "record": record, "journal": journal.path.read_text(),
                         "console": stream.getvalue(), "slack": slack}.items():

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.notifier import NullNotifier
+from engine.core.events import ActionTraceback, WatchEvent
+from engine.core.notifier import IncidentLabels, NullNotifier
 from engine.core.state import RunState, StateSnapshot
 from engine.language.planner import plan
 from engine.language.playbook import unclaimed_failure_playbook
@@ -36,15 +37,18 @@ class Notices(NullNotifier):
         self.opened: list[tuple[str, str, str, dict]] = []
         self.updates: list[tuple[str, str]] = []
         self.closed: list[tuple[str, str, str, bool]] = []
+        self.labels: list[tuple[str, IncidentLabels | None]] = []   # what the receivers' routes match on
 
-    def incident_opened(self, incident_id, title, summary, fields):
+    def incident_opened(self, incident_id, title, summary, fields, labels=None):
         self.opened.append((incident_id, title, summary, fields))
+        self.labels.append(("opened", labels))
 
     def incident_update(self, incident_id, text):
         self.updates.append((incident_id, text))
 
-    def incident_closed(self, incident_id, outcome, summary, escalate):
+    def incident_closed(self, incident_id, outcome, summary, escalate, labels=None):
         self.closed.append((incident_id, outcome, summary, escalate))
+        self.labels.append(("closed", labels))
 
 
 def playbook_yaml(name: str, steps: list[str], priority: int = 50, extra: str = "") -> str:
@@ -87,9 +91,9 @@ class Project:
         self.loaded = load_config(root / "configs" / "run_config.yaml")
         self.playbooks = load_playbooks([root / "playbooks"])
         self.notices = notices or Notices()
-        self.events: list[tuple[str, dict]] = []
+        self.events: list[WatchEvent] = []
         self.supervisor = Supervisor(self.loaded, self.playbooks, self.notices, "sha256:" + "0" * 64,
-                                     events=lambda kind, **data: self.events.append((kind, data)))
+                                     events=self.events.append)
         self.runner = self.supervisor.incidents
         self.history = AttemptHistory()
 
@@ -335,6 +339,8 @@ def test_an_unclaimed_failure_is_escalated_without_running_a_step(projects):
     assert project.stored(incident.id)["outcome"] == "escalated"
     assert project.supervisor.state is RunState.ESCALATED
     assert project.notices.closed == [(incident.id, "escalated", "escalated: no action", True)]
+    labels = IncidentLabels("critical", unclaimed_failure_playbook(7).name)   # the receivers route on these
+    assert project.notices.labels == [("opened", labels), ("closed", labels)]
 
 
 # --- repeats ---------------------------------------------------------------------------------------------
@@ -464,7 +470,7 @@ def test_each_step_is_recorded_as_it_ended(projects):
     assert (skipped.ok, skipped.skipped) == (True, True) and skipped.summary.startswith("skipped (")
     assert unplanned.ok is False and unplanned.summary.startswith("could not plan: ")
     assert notified.ok is False and notified.summary == "ConnectionError: slack unreachable"
-    assert [e for e, _ in project.events].count("action_traceback") == 1
+    assert [type(e) for e in project.events].count(ActionTraceback) == 1
     assert all(a.ok for a in ran) and "only on a retry" not in incident.notes
     # seconds to the millisecond
     assert all(a.seconds is not None and a.seconds == round(a.seconds, 3) for a in ran)
@@ -492,7 +498,3 @@ def test_a_recovered_run_keeps_the_trainer_it_relaunched(projects):
     incident = project.handle(snapshot())
     assert incident.outcome == "recovered" and project.supervisor.control.alive
     assert project.journal("trainer_noticed") + project.journal("trainer_stopped") == []
-
-
-def tmp_record(record: dict, incident_id: str) -> dict:
-    return {**record, "id": incident_id}

@@ -25,6 +25,8 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
+from engine.core.events import ActionDone, ActionResult, IncidentClosed, IncidentOpened, Observed, Transition
+from engine.records.incident import Incident
 from engine.checkpoints import store as ckpts
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
 from engine.core.durable import gzip_replace as gzip_file
@@ -284,9 +286,9 @@ def snapshot(step: int, at: float, loss: float) -> StateSnapshot:
 def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_run):
     console = Console(record=True, width=100, force_terminal=False)
     view = LiveView(load_config(finished_run), console=console)
-    view("transition", previous=RunState.STARTING, state=RunState.RUNNING, reason="launch 1 (pid 4242) from scratch")
+    view(Transition(RunState.STARTING, RunState.RUNNING, "launch 1 (pid 4242) from scratch"))
     for i, step in enumerate(range(30, 43)):
-        view("observation", snapshot=snapshot(step, T0 + 2 * i, 4.8123), lines=[])
+        view(Observed(snapshot(step, T0 + 2 * i, 4.8123)))
     console.print(view.render())
     text = console.export_text()
     assert "[running] launch 1 (pid 4242) from scratch" in text          # history line above the panel
@@ -299,21 +301,21 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
     record = incident(7, "preemption", 42, 40, T0 + 30)
     record.update(outcome="open", actions=[], plan=[{"index": 0, "verb": "verify_checkpoints", "description": "verify every checkpoint"},
                                                     {"index": 1, "verb": "resume", "description": "restart the trainer"}])
-    view("incident_opened", record=record)
-    view("transition", previous=RunState.RUNNING, state=RunState.RECOVERING, reason="incident-7")
+    view(IncidentOpened(Incident.model_validate(record).view()))
+    view(Transition(RunState.RUNNING, RunState.RECOVERING, "incident-7"))
     record["actions"].append({"index": 0, "verb": "verify_checkpoints", "ok": True, "summary": "all checkpoints verified"})
-    view("action", record=record, result=record["actions"][0])
+    view(ActionDone(Incident.model_validate(record).view(), ActionResult(**{k: record["actions"][0][k] for k in ("verb", "ok", "summary")})))
     console.print(view.render())
     text = console.export_text()
     assert "recovering" in text and "incident-7 preemption at step 42: under way" in text
     assert "now: restart the trainer" in text
 
-    view("transition", previous=RunState.RECOVERING, state=RunState.RUNNING, reason="incident-7 recovered")
+    view(Transition(RunState.RECOVERING, RunState.RUNNING, "incident-7 recovered"))
     console.print(view.render())
     assert "recovered; waiting for the first progress line" in console.export_text()
 
     record.update(outcome="recovered", recovery_seconds=7.5, steps_lost=2)
-    view("incident_closed", record=record)
+    view(IncidentClosed(Incident.model_validate(record).view()))
     console.print(view.render())
     assert "incident-7 preemption at step 42: recovered in 7.5 s, 2 steps lost" in console.export_text()
 
@@ -321,7 +323,7 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
 def test_live_view_starts_and_stops_as_a_context_manager(finished_run):
     console = Console(record=True, width=100, force_terminal=True)
     with LiveView(load_config(finished_run), console=console, refresh_per_second=20) as view:
-        view("observation", snapshot=snapshot(10, time.time(), 5.5), lines=[])
+        view(Observed(snapshot(10, time.time(), 5.5)))
         time.sleep(0.15)
     assert "10 / 100" in console.export_text()
 

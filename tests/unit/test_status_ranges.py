@@ -10,6 +10,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from engine.core.events import IncidentClosed, Observed, Transition
+from engine.records.incident import Incident
 from engine.core.state import RunState
 from engine.trainers.run_config import load_config
 from runbook.cli import app
@@ -87,11 +89,11 @@ def test_a_negative_incident_step_is_invalid_in_the_report_and_not_summed(finish
 def test_the_live_view_never_draws_a_negative_step(finished_run):
     console = Console(record=True, width=200, force_terminal=False)
     view = LiveView(load_config(finished_run), console=console)
-    view("transition", previous=RunState.STARTING, state=RunState.RUNNING, reason="launch 1")
-    view("observation", snapshot=snapshot(-5, T0, 4.8), lines=[])
+    view(Transition(RunState.STARTING, RunState.RUNNING, "launch 1"))
+    view(Observed(snapshot(-5, T0, 4.8)))
     record = incident(7, "preemption", -3, 0, T0 + 30)
     record.update(outcome="recovered", steps_lost=-3)
-    view("incident_closed", record=record)
+    view(IncidentClosed(Incident.model_validate(record).view()))
     console.print(view.render())
     text = console.export_text()
     assert "invalid (-5 is negative)" in text and "-5 / 100" not in text, text

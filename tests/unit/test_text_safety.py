@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from engine.core.events import IncidentOpened, Observed, WatchWarning
 from engine.core.text_safety import for_display, for_run_log, neutralise, redact, redact_tree, without_comments
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
@@ -144,13 +145,12 @@ def test_slack_notices_carry_no_escape_and_no_secret():
 def test_the_watch_console_prints_no_escape_and_no_secret(as_json):
     stream = io.StringIO()
     report = PlainReporter(stream, as_json=as_json)
-    incident = record(1, symptom=HOSTILE_LINE, step_at_failure=3).to_json()
-    report("incident_opened", record=incident)
-    report("warning", text=HOSTILE_LINE)
+    report(IncidentOpened(record(1, symptom=HOSTILE_LINE, step_at_failure=3).view()))
+    report(WatchWarning(HOSTILE_LINE))
     out = stream.getvalue()
     assert out.count("\n") == 2 and "\x1b" not in out and "\u202e" not in out and "hf_QQQ" not in out, out
     assert "ALL CLEAR" in out
-    line = report.format("warning", {"text": HOSTILE_LINE})     # what the live view prints above its panel
+    line = report.format(WatchWarning(HOSTILE_LINE))     # what the live view prints above its panel
     assert "\x1b" not in line and "hf_QQQ" not in line and "ALL CLEAR" in line
 
 
@@ -160,5 +160,5 @@ def test_a_progress_step_without_a_loss_prints_a_dash_instead_of_killing_the_wat
     from engine.core.state import Metrics, StateSnapshot
 
     stream = io.StringIO()
-    PlainReporter(stream)("observation", snapshot=StateSnapshot(metrics=Metrics(step=40)), lines=[])
+    PlainReporter(stream)(Observed(StateSnapshot(metrics=Metrics(step=40))))
     assert "step 40 | loss - | - tok/s | verified ckpt None" in stream.getvalue()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from engine.core.events import DryRunPlan, PlannedStepView
 from runbook.cli import app
 from runbook.exit_codes import ExitCode
 from tests.conftest import require_capability
@@ -263,12 +264,12 @@ def test_same_playbook_and_plan_as_watch_dry_run(tmp_path):
                 pass
 
         supervisor = Supervisor(loaded, playbooks, NoNotices(), "sha256:" + "0" * 64, dry_run=True,
-                                events=lambda kind, **data: events.append((kind, data)))
+                                events=events.append)
         supervisor.run()
-        planned = [data for kind, data in events if kind == "dry_run_plan"]
+        planned = [event for event in events if isinstance(event, DryRunPlan)]
         assert len(planned) == 1, events
-        watched = (planned[0]["decision"].playbook.name, [s.to_dict() for s in planned[0]["steps"]])
+        watched = (planned[0].playbook, list(planned[0].steps))
 
         end = ending(signal_arg=sig) if sig else ending(exit_code=code)
         judged = triage(log, end, loaded.config, playbooks, adapter_for(loaded.config.trainer.kind))
-        assert (judged.decision.playbook.name, [s.to_dict() for s in judged.steps]) == watched, text
+        assert (judged.decision.playbook.name, [PlannedStepView.of(s) for s in judged.steps]) == watched, text

@@ -14,6 +14,7 @@ import math
 
 from typer.testing import CliRunner
 
+from engine.core.events import DryRunPlan, PlannedStepView
 from runbook.cli import app
 
 HF_NAN = [f"{{'loss': {2.5 - 0.01 * i:.4f}, 'grad_norm': 0.91, 'learning_rate': 5e-05, 'epoch': {i / 100:.2f}}}" for i in range(8)] + [
@@ -81,10 +82,10 @@ def _dry_run(tmp_path, text: str, code: int, sig: str | None):
             pass
 
     Supervisor(loaded, playbooks, NoNotices(), "sha256:" + "0" * 64, dry_run=True,
-               events=lambda kind, **data: events.append((kind, data))).run()
-    planned = [data for kind, data in events if kind == "dry_run_plan"]
+               events=events.append).run()
+    planned = [event for event in events if isinstance(event, DryRunPlan)]
     assert len(planned) == 1, events
-    return loaded, playbooks, log, (planned[0]["decision"].playbook.name, [s.to_dict() for s in planned[0]["steps"]])
+    return loaded, playbooks, log, (planned[0].playbook, list(planned[0].steps))
 
 
 def test_triage_and_the_dry_run_agree_on_other_stacks_logs(tmp_path):
@@ -96,4 +97,4 @@ def test_triage_and_the_dry_run_agree_on_other_stacks_logs(tmp_path):
         end = ending(signal_arg=sig) if sig else ending(exit_code=code)
         judged = triage(log, end, loaded.config, playbooks, adapter_for(loaded.config.trainer.kind))
         assert judged.decision.playbook.name == expected
-        assert (judged.decision.playbook.name, [s.to_dict() for s in judged.steps]) == watched
+        assert (judged.decision.playbook.name, [PlannedStepView.of(s) for s in judged.steps]) == watched

@@ -15,6 +15,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from engine.core.events import WatchWarning
 from engine.checkpoints.store import list_checkpoints, seal_checkpoint
 from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.run_folder import RunFolder
@@ -230,10 +231,10 @@ def test_a_failing_job_is_reported_and_releases_the_lock(watcher):
     events = []
     lock = threading.Lock()
     watcher.best_step = lambda: 1 / 0  # a bug in the supervisor's side
-    upkeep = Upkeep(UpkeepSettings(), watcher, recovery_lock=lock, events=lambda kind, **d: events.append((kind, d)))
+    upkeep = Upkeep(UpkeepSettings(), watcher, recovery_lock=lock, events=events.append)
     run = upkeep.retention()
     assert run.status == "error" and "ZeroDivisionError" in run.summary
-    assert not lock.locked() and ("warning", {"text": f"upkeep retention failed: {run.summary}"}) in events
+    assert not lock.locked() and WatchWarning(f"upkeep retention failed: {run.summary}") in events
 
 
 # --- the scheduler ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:   # types only: loading a playbook imports the actions, and needs none of these
     from engine.checkpoints.layout import CheckpointLayout
@@ -20,6 +20,7 @@ if TYPE_CHECKING:   # types only: loading a playbook imports the actions, and ne
     from engine.checkpoints.rollback import RollbackResult
     from engine.checkpoints.store import Checkpoint
     from engine.core.config import LoadedConfig
+    from engine.core.events import Publish
     from engine.core.state import StateSnapshot
     from engine.records.incident import Incident
     from engine.records.journal import JournalState
@@ -132,7 +133,7 @@ class ActionContext:
     journal: JournalPort
     notices: NoticePort
     session: SessionPort
-    events: Callable[..., None]          # the CLI's live view
+    events: Publish                      # the event bus (engine/core/events.py)
     effects: IncidentEffects = field(default_factory=IncidentEffects)
 
     @property

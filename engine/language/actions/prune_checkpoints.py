@@ -5,6 +5,7 @@ from pydantic import Field
 from engine.language.actions.base import ActionDef, ActionResult, Params
 from engine.language.actions.ports import ActionContext
 from engine.checkpoints.retention import retain
+from engine.core.events import WatchWarning
 from engine.core.state import StateSnapshot
 
 
@@ -30,7 +31,7 @@ def apply(p: PruneParams, ctx: ActionContext) -> ActionResult:
     if result.foreign:
         incident.left_alone = list(result.foreign)
         ctx.note(result.foreign_warning + f" (in {ctx.loaded.out_dir})")
-        ctx.events("warning", text=result.foreign_warning)
+        ctx.events(WatchWarning(result.foreign_warning))
     return ActionResult(True, result.summary())
 
 
