@@ -19,6 +19,7 @@ from engine.process.launch_spec import LaunchSpec  # noqa: F401 - part of the ad
 
 if TYPE_CHECKING:
     from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig, RunConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ PLAYBOOK_METRICS = frozenset({"loss", "val_loss", "tokens_per_sec", "grad_norm",
 EVERY_TRAINER_METRICS = frozenset({"loss", "val_loss", "tokens_per_sec", "step", "tokens"})
 
 
-def metrics_provided_by(adapter) -> frozenset[str] | None:
+def metrics_provided_by(adapter: object) -> frozenset[str] | None:
     """The playbook metrics the adapter's trainer output can fill; None: it does not say (nothing is refused)."""
     return getattr(adapter, "metrics_provided", None)
 
@@ -47,29 +48,29 @@ class TrainerAdapter(Protocol):
     install_hint: str                      # how to install it, said when is_installed() is False
     metrics_provided: frozenset[str]       # PLAYBOOK_METRICS its output fills: a playbook on another is refused
 
-    def progress_meaning(self, config) -> ProgressMeaning:
+    def progress_meaning(self, config: RunConfig) -> ProgressMeaning:
         """What one progress line stands for in tokens (engine/observe/throughput.py): per iter_num unit, per line's
         time, per optimizer step, all ranks together, under this run config (RunConfig)."""
 
     def is_installed(self) -> bool: ...
 
-    def check_environment(self, loaded) -> list[str]:
+    def check_environment(self, loaded: LoadedConfig) -> list[str]:
         """What this machine or the run's files lack for the trainer to start (a device, a tokenizer
         file, a config key the trainer refuses), one sentence each naming the fix and, for a config
         value, its file:line; [] when nothing. The trainer's part of the preflight (engine/trainers/preflight.py),
         asked by `runbook check` and by `runbook watch` before any launch, once the data is in place."""
 
-    def data_fingerprint(self, loaded) -> str | None:
+    def data_fingerprint(self, loaded: LoadedConfig) -> str | None:
         """The data_hash of a run whose data the trainer's own data module reads (data.kind:
         data-module); None where runbook's own hash of the .txt folders applies."""
 
-    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+    def prepare_launch(self, loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         """Write the trainer config for this launch and return how to start it."""
 
     def parse_line(self, line: str) -> Event | None:
         """What one line of the trainer's output means, if anything."""
 
-    def prepare_resume(self, checkpoint: Checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+    def prepare_resume(self, checkpoint: Checkpoint, loaded: LoadedConfig, scratch_dir: Path) -> ResumePlan:
         """The file to resume `checkpoint` with under today's run config; a rewritten copy goes under
         scratch_dir (never into the checkpoint) when the config changed something the file records."""
 

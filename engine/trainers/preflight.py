@@ -11,8 +11,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.yaml_source import SourceError, load_yaml, locate
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.trainers.base import TrainerAdapter
 
 CHECKPOINTS_OF_ROOM = 3   # "a few": the one being written, the newest, and one to fall back to
 
@@ -26,7 +31,7 @@ def at(config_path: Path, loc: tuple) -> str:
     return f"{config_path}:{found[0]}:{found[1]}" if found else str(config_path)
 
 
-def where(loaded, loc: tuple) -> str:
+def where(loaded: LoadedConfig, loc: tuple) -> str:
     """`file:line:col` where the user wrote this setting: the trainer's own config file for the keys it
     owns (TrainerSettings.source_line: litgpt's trainer.litgpt_config), else the run config."""
     written = loaded.config.trainer.source_line(loaded, loc)
@@ -52,7 +57,7 @@ def data_folder_problem(key: str, folder: Path) -> str | None:
     return None
 
 
-def data_problems(loaded) -> list[str]:
+def data_problems(loaded: LoadedConfig) -> list[str]:
     if loaded.config.data.kind == "data-module":
         return []   # the trainer's own data module: its adapter checks what it can (check_environment)
     problems = []
@@ -115,7 +120,7 @@ def room_problem(out_dir: Path, checkpoint_bytes: int, how: str) -> str | None:
             f"each: {how}); free space there or point out_dir at a larger disk")
 
 
-def preflight(loaded, adapter) -> list[str]:
+def preflight(loaded: LoadedConfig, adapter: TrainerAdapter) -> list[str]:
     """Every generic problem, then the trainer's own (its adapter asks litgpt, the tokenizer, devices)."""
     problems = data_problems(loaded)
     if problem := out_dir_write_problem(loaded.out_dir):

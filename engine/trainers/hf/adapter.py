@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
 import importlib.util
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from engine.trainers.hf.layout import hf_layout
 from engine.trainers.hf.settings import HFTrainerSettings
 from engine.trainers.script import launch, lines, template, weights
 
+if TYPE_CHECKING:
+    from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig, RunConfig
+
+
+def settings_of(config: RunConfig) -> HFTrainerSettings:
+    """`trainer:` as HFTrainerSettings validated it (an hf-trainer run config is run_config_type(HFTrainerSettings))."""
+    return cast(HFTrainerSettings, config.trainer)
+
 
 class HFTrainerAdapter:
     name = "hf-trainer"
@@ -24,14 +34,14 @@ class HFTrainerAdapter:
     contract_hint = ("add runbook.hf_callback.RunbookCallback() to the Trainer's callbacks and end with "
                      "sys.exit(RunbookCallback.finish(trainer)) (docs/trainers.md)")   # said when a launch prints nothing runbook reads
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.layout = hf_layout()
 
     def is_installed(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in ("transformers", "accelerate", "safetensors"))
 
-    def check_environment(self, loaded) -> list[str]:
-        script = loaded.resolve(loaded.config.trainer.script)
+    def check_environment(self, loaded: LoadedConfig) -> list[str]:
+        script = loaded.resolve(settings_of(loaded.config).script)
         if not script.is_file():
             return [f"{where(loaded, ('trainer', 'script'))}: trainer.script: no file {script}; name your Trainer script "
                     f"(relative to {loaded.project_dir})"]
@@ -45,17 +55,17 @@ class HFTrainerAdapter:
         return [f"{where(loaded, ('trainer', 'args'))}: {script.name}'s own parser: {problem}"
                 for problem in parse_check.compare(result["parsed"], values)]
 
-    def data_fingerprint(self, loaded) -> str | None:
+    def data_fingerprint(self, loaded: LoadedConfig) -> str | None:
         return None   # the script reads data.train_dir (RUNBOOK_TRAIN_DIR): runbook's own hash applies
 
-    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+    def prepare_launch(self, loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         _, argv = self._argv(loaded, resume_from)
         return launch.launch_spec(loaded, launch_dir, resume_from, argv)
 
     @staticmethod
-    def _argv(loaded, resume_from: Path | None) -> tuple[dict, list[str]]:
+    def _argv(loaded: LoadedConfig, resume_from: Path | None) -> tuple[dict, list[str]]:
         """The template values and the argv of one launch (the preflight's parse probe uses the same)."""
-        s = loaded.config.trainer
+        s = settings_of(loaded.config)
         head = launcher_of(s.launcher, s.devices * s.num_nodes, "{python}")
         values = template.values_of(loaded, str(resume_from) if resume_from else None, head)
         # HF resumes from the checkpoint's folder; runbook hands the folder's resume file (model.safetensors).
@@ -64,22 +74,22 @@ class HFTrainerAdapter:
                        [template.render(a, values) for a in head])
         return values, argv
 
-    def progress_meaning(self, config) -> ProgressMeaning:
+    def progress_meaning(self, config: RunConfig) -> ProgressMeaning:
         """The callback's line is per logged step (logging_steps, runbook's flag): global_step counts optimizer
         steps, each micro x gradient_accumulation_steps x every rank's sequences."""
-        s = config.trainer
+        s = settings_of(config)
         world = template.launcher_world(config, launcher_of(s.launcher, s.devices * s.num_nodes, "{python}"))
         return optimizer_step_meaning(config, world, LOGGING_STEPS)
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))
 
-    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+    def prepare_resume(self, checkpoint: Checkpoint, loaded: LoadedConfig, scratch_dir: Path) -> ResumePlan:
         # A smaller micro-batch needs no rewrite: HF counts optimizer steps (global_step) and skips
         # global_step x gradient_accumulation_steps batches of the new size, the same sequences.
         return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
 
-    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+    def find_nonfinite(self, checkpoint: Checkpoint, limit: int) -> list[str]:
         found: list[str] = []
         for path in self.layout.weight_files(checkpoint.path):   # a sharded save: every shard
             found += weights.nonfinite_names(path, None, limit - len(found))
@@ -87,7 +97,7 @@ class HFTrainerAdapter:
                 break
         return found
 
-    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+    def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return 0   # HF records output_dir in training_args.bin, which a resume does not use
 
     def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:

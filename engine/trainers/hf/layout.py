@@ -28,7 +28,7 @@ PATTERNS = (SHARD, re.compile(r"pytorch_model-\d{5}-of-\d{5}\.bin"), re.compile(
 
 
 class HFLayout(FolderLayout):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("checkpoint-", MODEL, 0, FILES, required_files=("trainer_state.json",), patterns=PATTERNS)
 
     def resume_file(self, folder: Path) -> Path:

@@ -19,11 +19,14 @@ EXPECTED = {"output_dir": ("out_dir", "out_dir"), "per_device_train_batch_size":
             "save_steps": ("save_interval", "save_interval"), "seed": ("seed", "seed")}
 
 
-def _same(got, want) -> bool:
-    try:
-        return math.isclose(float(got), float(want), rel_tol=1e-9)
-    except (TypeError, ValueError):
-        return str(Path(str(got))) == str(Path(str(want)))
+def _same(got: object, want: object) -> bool:
+    """PURE. `got` (the parser's JSON) is `want` (a template value): the same number, else the same path or text."""
+    if isinstance(got, (int, float, str)) and isinstance(want, (int, float, str)):
+        try:
+            return math.isclose(float(got), float(want), rel_tol=1e-9)
+        except ValueError:
+            pass
+    return str(Path(str(got))) == str(Path(str(want)))
 
 
 def compare(parsed: dict, values: dict) -> list[str]:

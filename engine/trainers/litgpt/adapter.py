@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from engine.observe.events import Event
@@ -11,6 +12,10 @@ from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt import user_config
 from engine.trainers.litgpt.settings import LitGPTSettings
 
+if TYPE_CHECKING:
+    from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig, RunConfig
+
 
 class LitGPTAdapter:
     name = "litgpt"
@@ -19,41 +24,41 @@ class LitGPTAdapter:
     checks = "data, tokenizer, litgpt's config parser, devices and out_dir"   # what `runbook check` says it checked
     metrics_provided = EVERY_TRAINER_METRICS   # pretrain's progress line prints neither grad norm nor lr
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.layout = LitGPTLayout()
 
     def is_installed(self) -> bool:
         return launch.is_installed()
 
-    def progress_meaning(self, config) -> ProgressMeaning:
+    def progress_meaning(self, config: RunConfig) -> ProgressMeaning:
         """litgpt prints a line per optimizer step (log_interval 1 x the accumulation), but its `iter` counts
         micro-batches and its `iter time` is the last micro-batch's alone: one micro-batch on every rank."""
         return micro_batch_meaning(config)
 
-    def check_environment(self, loaded) -> list[str]:
+    def check_environment(self, loaded: LoadedConfig) -> list[str]:
         if problem := support.version_problem(support.installed_version()):
             return [problem]   # the other checks ask litgpt itself, whose answers may differ in another version
         return preflight.problems(loaded)
 
-    def data_fingerprint(self, loaded) -> str | None:
+    def data_fingerprint(self, loaded: LoadedConfig) -> str | None:
         if loaded.config.data.kind != "data-module":
             return None
 
         return user_config.data_module_hash(loaded)
 
-    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+    def prepare_launch(self, loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         return launch.prepare_launch(loaded, launch_dir, resume_from, data_hash)
 
-    def spare_spec(self, loaded) -> LaunchSpec | None:   # a warm spare's shape before the first launch (engine/watch/startup.py)
+    def spare_spec(self, loaded: LoadedConfig) -> LaunchSpec | None:   # a warm spare's shape before the first launch (engine/watch/startup.py)
         return launch.spare_spec(loaded)
 
-    def trainer_config(self, loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
+    def trainer_config(self, loaded: LoadedConfig, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
         return launch.trainer_config(loaded, train_dir, val_dir, resume_from)
 
     def parse_line(self, line: str) -> Event | None:
         return log_lines.parse_line(line)
 
-    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+    def prepare_resume(self, checkpoint: Checkpoint, loaded: LoadedConfig, scratch_dir: Path) -> ResumePlan:
         pth = self.layout.resume_file(checkpoint.path)
         plan = ResumePlan(pth, f"from step {checkpoint.step}")
         saved_mb = resume.checkpoint_micro_batch(checkpoint.path)
@@ -70,11 +75,11 @@ class LitGPTAdapter:
             )
         return data_moves.follow_data(plan, checkpoint, loaded, scratch_dir, self.layout.folder_name(checkpoint.step))
 
-    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+    def find_nonfinite(self, checkpoint: Checkpoint, limit: int) -> list[str]:
         pth = self.layout.resume_file(checkpoint.path)
         return resume.find_nonfinite_tensors(pth, limit=limit) if pth.is_file() else []
 
-    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+    def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return resume.relocate_loader_state(self.layout.resume_file(checkpoint.path), old_run_dir, new_run_dir)
 
     def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:

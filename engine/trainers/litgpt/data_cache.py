@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from engine.core.crash_points import crash_point
 
@@ -71,7 +72,7 @@ def link_texts(train_src: Path, val_src: Path, folder: Path) -> None:
                 link.symlink_to(txt.resolve())
 
 
-def build(folder: Path, train_src: Path, val_src: Path, preprocess) -> bool:
+def build(folder: Path, train_src: Path, val_src: Path, preprocess: Callable[[Path], None]) -> bool:
     """Make `folder` complete: preprocess(staging) builds into a fresh staging folder, which is renamed
     onto `folder` only when complete. Returns False when the cache was already there."""
     folder = Path(folder)

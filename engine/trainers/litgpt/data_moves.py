@@ -9,13 +9,18 @@ reset (to the start of the next epoch of the new data) when its contents differ.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from engine.trainers.base import ResumePlan
 from engine.trainers.litgpt import data_cache, launch, resume
 
+if TYPE_CHECKING:
+    from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig
 
-def follow_data(plan: ResumePlan, checkpoint, loaded, scratch_dir: Path, folder_name: str) -> ResumePlan:
+
+def follow_data(plan: ResumePlan, checkpoint: Checkpoint, loaded: LoadedConfig, scratch_dir: Path, folder_name: str) -> ResumePlan:
     config = launch.trainer_config(loaded, Path(), Path(), None)
     cache, _ = launch.place_cache(loaded, config, loaded.config.data_hash)
     if cache is None:

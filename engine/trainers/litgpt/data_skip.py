@@ -18,6 +18,9 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
 
 from engine.core import data_windows
 
@@ -51,7 +54,7 @@ def positions_to_skip(step_count: int, samples_yielded: int, samples_per_positio
     return max(0, data_windows.position(step_count + 1, windows) - 1 - read)
 
 
-def attach(pretrain, environ=os.environ) -> None:
+def attach(pretrain: ModuleType, environ: Mapping[str, str] = os.environ) -> None:
     """Wrap litdata's loader restore (to keep the saved dict) and litgpt's `fit` (to move it); nothing without
     windows to skip."""
     try:
@@ -65,14 +68,14 @@ def attach(pretrain, environ=os.environ) -> None:
 
     original_load = StreamingDataLoader.load_state_dict
 
-    def load_state_dict(self, obj):
+    def load_state_dict(self: object, obj: object) -> object:
         setattr(self, SAVED, obj)
         return original_load(self, obj)
 
     StreamingDataLoader.load_state_dict = load_state_dict   # type: ignore[method-assign]
     original_fit = pretrain.fit
 
-    def fit(**kwargs):
+    def fit(**kwargs: Any) -> object:   # litgpt's fit arguments: its loader, state dict, TrainArgs
         loader, state, train = kwargs["train_dataloader"], kwargs["state"], kwargs["train"]
         saved = getattr(getattr(loader, "_dataloader", loader), SAVED, None)   # fabric may wrap the loader
         if saved is not None:
@@ -86,4 +89,4 @@ def attach(pretrain, environ=os.environ) -> None:
                     f"after step {state['step_count']} ({data_windows.ENV}={data_windows.format_windows(windows)})")
         return original_fit(**kwargs)
 
-    pretrain.fit = fit
+    setattr(pretrain, "fit", fit)

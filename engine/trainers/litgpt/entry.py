@@ -25,6 +25,7 @@ The order of start-up, each step at one named place:
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 
 from engine.trainers.litgpt import data_skip, hyperparameters, lean_imports, notice_save
 
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run_litgpt_cli(pretrain) -> None:
+def run_litgpt_cli(pretrain: ModuleType) -> None:
     """litgpt.__main__.main with its settings, over its `pretrain` command alone: jsonargparse then builds
     one command's parser, not litgpt's 22 (0.2 s of a start; measured in docs/benchmarks.md)."""
     import warnings

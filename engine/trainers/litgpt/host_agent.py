@@ -25,10 +25,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 from engine.process.host_records import RECORD_INTERVAL_S, HostRecord, allocation, record_path
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
-from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
+from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, process_state, read_folder, write_record
 from engine.trainers.litgpt.nodes import agent_argv
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -80,7 +81,7 @@ class HostAgent:
         write_record(start_path(self.folder, self.node), NodeStart(node=self.node, pid=self.agent.pid,
                                                                     started=started, host=self.host))
 
-    def my_ranks(self):
+    def my_ranks(self) -> tuple[dict[int, RankHeartbeat], dict[int, RankExit]]:
         beats, exits = read_folder(self.folder)
         return {r: b for r, b in beats.items() if b.node == self.node}, exits
 
@@ -97,7 +98,7 @@ class HostAgent:
             except OSError:
                 pass
 
-    def handle(self, signum, _frame) -> None:
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
         sig = signal.Signals(signum)
         if sig == signal.SIGUSR2:
             self.kill_all()
@@ -149,7 +150,7 @@ def _tail(path: Path, size: int = 256 * 1024) -> str:
         return ""
 
 
-def _send(pid: int, sig) -> None:
+def _send(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):

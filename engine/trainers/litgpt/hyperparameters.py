@@ -16,6 +16,7 @@ leaves nothing remembered: the next save runs litgpt's function again.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 
@@ -35,7 +36,8 @@ class OncePerProcess:
         self.written: dict[str, bytes] | None = None   # file name -> bytes, after a first save succeeded
         self.parses = 0
 
-    def __call__(self, function, checkpoint_dir, *args, **kwargs) -> None:
+    def __call__(self, function: Callable[..., object], checkpoint_dir: str | Path, *args: object,
+                 **kwargs: object) -> None:
         folder = Path(checkpoint_dir)
         if self.written is not None and not args and not kwargs:
             for name, data in self.written.items():
@@ -50,8 +52,8 @@ class OncePerProcess:
             self.written = {name: (folder / name).read_bytes() for name in changed}
 
 
-def parse_once(pretrain) -> OncePerProcess:
+def parse_once(pretrain: ModuleType) -> OncePerProcess:
     """Replace litgpt.pretrain's save_hyperparameters (the name its save_checkpoint calls) in this process."""
     once = OncePerProcess(pretrain.save_hyperparameters)
-    pretrain.save_hyperparameters = once
+    setattr(pretrain, "save_hyperparameters", once)   # a module's attribute mypy does not know
     return once

@@ -8,6 +8,7 @@ PYTHONUNBUFFERED=1 the trainer's output arrives in 8 KB blocks and is lost when 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import io
 import os
 import shutil
@@ -22,14 +23,18 @@ from engine.trainers.base import LaunchSpec
 from engine.trainers.litgpt import data_cache, notice_save
 from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.nodes import group_argv
+from engine.trainers.litgpt.settings_of import model_shape, trainer_settings
 from engine.trainers.litgpt.user_config import launch_config
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig, RunConfig
 
 
 # Device nodes a CUDA (or ROCm) torch needs: NVIDIA's, WSL2's GPU paravirtualisation, AMD's.
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")
 
 
-def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
+def cuda_available(device_nodes: tuple[str, ...] = GPU_DEVICE_NODES) -> bool:
     # Importing torch costs the watcher ~2 s and ~200 MB for the whole run; without any GPU device
     # node torch cannot see a GPU, so it is only asked where one may be.
     if not any(os.path.exists(node) for node in device_nodes):
@@ -39,12 +44,12 @@ def cuda_available(device_nodes=GPU_DEVICE_NODES) -> bool:
     return torch.cuda.is_available()
 
 
-def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
-    cfg = loaded.config
-    if cfg.trainer.litgpt_config:   # the user's own litgpt YAML is the base (runbook init --from-litgpt)
+def trainer_config(loaded: LoadedConfig, train_dir: Path, val_dir: Path, resume_from: Path | None) -> dict:
+    cfg, trainer = loaded.config, trainer_settings(loaded.config)
+    if trainer.litgpt_config:   # the user's own litgpt YAML is the base (runbook init --from-litgpt)
 
         return launch_config(loaded, resume_from)
-    model = cfg.model
+    model = model_shape(cfg)
     litgpt_config = {
         "model_name": "pythia-14m",  # required by litgpt even with model_config; the shape below wins
         "model_config": {
@@ -63,7 +68,7 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
             "rotary_percentage": 1.0,
         },
         "out_dir": str(loaded.out_dir),
-        "precision": cfg.trainer.precision,
+        "precision": trainer.precision,
         "resume": str(resume_from) if resume_from else False,
         "data": {
             "class_path": "litgpt.data.TextFiles",
@@ -80,17 +85,17 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
             "log_interval": 1,
             "global_batch_size": cfg.batch_size,
             "micro_batch_size": cfg.micro_batch_size,
-            "lr_warmup_steps": cfg.trainer.lr_warmup_steps,
+            "lr_warmup_steps": trainer.lr_warmup_steps,
             "max_tokens": cfg.max_tokens,
             "max_seq_length": model.block_size,
             "max_norm": 1.0,
             # litgpt's cosine decays from lr to min_lr; with an lr cut below min_lr it would climb
             # back up to min_lr instead, undoing the cut. The floor follows the cut.
-            "min_lr": min(cfg.trainer.min_lr, cfg.lr),
+            "min_lr": min(trainer.min_lr, cfg.lr),
         },
         "eval": {
-            "interval": cfg.trainer.eval_interval,
-            "max_iters": cfg.trainer.eval_iters,
+            "interval": trainer.eval_interval,
+            "max_iters": trainer.eval_iters,
             "initial_validation": False,
             "final_validation": True,
         },
@@ -105,13 +110,13 @@ def trainer_config(loaded, train_dir: Path, val_dir: Path, resume_from: Path | N
     }
     return deep_merge(litgpt_config, cfg.trainer.extra)
 
-def place_cache(loaded, config: dict, data_hash: str) -> tuple[Path | None, int]:
+def place_cache(loaded: LoadedConfig, config: dict, data_hash: str) -> tuple[Path | None, int]:
     """The TextFiles cache folder this config reads (its paths set in config), and the block size."""
     block_size = config["train"].get("max_seq_length") or loaded.config.model.block_size
     return data_cache.place(config, loaded.run_dir, data_hash, loaded.data_path("tokenizer_dir"), block_size), block_size
 
 
-def prepare_launch(loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+def prepare_launch(loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
     cfg = loaded.config
     config = trainer_config(loaded, Path(), Path(), resume_from)   # the data paths are the cache's, below
     cache, block_size = place_cache(loaded, config, data_hash)
@@ -184,20 +189,20 @@ def launched_hyperparameters(config_file: Path) -> dict:
     return out
 
 
-def hyperparameters_missed(cfg, reached: dict) -> str:
+def hyperparameters_missed(cfg: RunConfig, reached: dict) -> str:
     """PURE. 'lr None (run config: 0.003), ...' for each hyperparameter the launch would not get; '' when all match."""
     missed = [f"{key} {reached.get(key)!r} (run config: {getattr(cfg, key)!r})" for key in LAUNCH_PLACES
               if not _same(reached.get(key), getattr(cfg, key))]
     return ", ".join(missed)
 
 
-def _same(got, want) -> bool:
+def _same(got: object, want: int | float) -> bool:
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         return False
     return got == want if isinstance(want, int) else abs(got - want) <= 1e-12 * max(1.0, abs(want))
 
 
-def launch_env(loaded) -> dict[str, str]:
+def launch_env(loaded: LoadedConfig) -> dict[str, str]:
     """The trainer's environment (before the watcher adds its own RUNBOOK_* variables)."""
     cfg = loaded.config
     device = cfg.trainer.device
@@ -220,7 +225,7 @@ def launch_env(loaded) -> dict[str, str]:
     return env
 
 
-def spare_spec(loaded) -> LaunchSpec | None:
+def spare_spec(loaded: LoadedConfig) -> LaunchSpec | None:
     """What a launch of this run will look like before its files exist, for a warm spare started while
     the watcher is still starting up (engine/watch/startup.py): prepare_launch's interpreter, environment and
     process settings (a spare that differs is only discarded: warm_spare.unusable says why)."""

@@ -19,6 +19,9 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 FLAGS_MODULE = "torchmetrics.utilities.imports"
 TRANSFORMERS_FLAGS = ("_TRANSFORMERS_AVAILABLE", "_TRANSFORMERS_GREATER_EQUAL_4_4", "_TRANSFORMERS_GREATER_EQUAL_4_10")
@@ -30,7 +33,8 @@ class _UnusedFlagsOff(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for torchmetrics' flags module, the real spec with its execution followed by
     setting the transformers and plotting flags False. Removes itself at that first use (one module, imported once)."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if name != FLAGS_MODULE:
             return None
         sys.meta_path.remove(self)
@@ -40,7 +44,7 @@ class _UnusedFlagsOff(importlib.abc.MetaPathFinder):
             return spec
         execute = loader.exec_module
 
-        def exec_module(module):
+        def exec_module(module: ModuleType) -> None:
             execute(module)
             for flag in FLAGS_OFF:
                 if hasattr(module, flag):
@@ -57,7 +61,7 @@ def without_unused_imports_in_torchmetrics() -> None:
     sys.meta_path.insert(0, _UnusedFlagsOff())
 
 
-def import_pretrain():
+def import_pretrain() -> ModuleType:
     """litgpt.pretrain, imported the lean way (no transformers, no matplotlib)."""
     without_unused_imports_in_torchmetrics()
     import litgpt.pretrain as pretrain

@@ -10,6 +10,7 @@ import ast
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Resumed, Validation, ValidationStarted
@@ -67,7 +68,8 @@ def parse_line(line: str) -> Event | None:
     return None
 
 
-def announced_saves(text: bytes, out_dir: Path, resume_file_name: str, is_checkpoint_folder) -> set[str]:
+def announced_saves(text: bytes, out_dir: Path, resume_file_name: str,
+                    is_checkpoint_folder: Callable[[str], bool]) -> set[str]:
     """PURE. Folder names of out_dir whose save the log text announces: litgpt prints
     ``Saving checkpoint to '<out_dir>/<folder>/lit_model.pth'`` (a repr) before writing any file."""
     roots = {os.path.normpath(os.path.abspath(out_dir)), os.path.normpath(os.path.realpath(out_dir))}

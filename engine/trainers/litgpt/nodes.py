@@ -32,7 +32,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import FrameType
+from typing import IO
 
 from engine.process.host_records import (LOST_PEER, STALE_S, allocation, lost_hosts, lost_in_allocation, peer_verdict,
                                          previous_launch_folder, read_host_records)
@@ -61,7 +64,7 @@ def agent_argv(python: str, num_nodes: int, nproc_per_node: int, endpoint: str, 
 SRUN_MODULE = "engine.trainers.litgpt.host_agent"
 
 
-def across_hosts(environ, num_nodes: int) -> bool:
+def across_hosts(environ: Mapping[str, str], num_nodes: int) -> bool:
     """PURE. Inside a SLURM allocation of at least num_nodes hosts (num_nodes > 1): one agent per host,
     started by `srun` (issue 28); elsewhere every agent runs on this host."""
     nodes = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or "1"
@@ -156,7 +159,7 @@ class NodeGroup:
                                      preexec_fn=_die_with_parent)
         threading.Thread(target=self.relay, args=(self.srun.stdout,), daemon=True).start()
 
-    def relay(self, pipe) -> None:
+    def relay(self, pipe: IO[bytes]) -> None:
         """srun's output (node 0's agent: the trainer log) line by line. A line saying a peer went away is
         held back, with what follows it, until the other hosts' records tell a dead peer process (they are
         renewed: the line goes on to the watcher, a collective's lost peer) from a lost host (none renewed
@@ -171,7 +174,7 @@ class NodeGroup:
                     continue
             _write(line)
 
-    def release_held(self, verdict_of) -> None:
+    def release_held(self, verdict_of: Callable[[float], str | None]) -> None:
         srun = self.srun
         assert srun is not None   # only wait_srun() releases, once srun runs
         with self.lock:
@@ -219,7 +222,7 @@ class NodeGroup:
         code = srun.returncode
         return group_exit_code(exits[0].exit_code if 0 in exits else None, [code] if code is not None else [])
 
-    def handle(self, signum, _frame) -> None:
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
         sig = signal.Signals(signum)
         if self.waiting_for_slurm:   # nothing started, nothing to save
             os._exit(128 + sig.value)
@@ -297,14 +300,14 @@ def _write(line: bytes) -> None:
         pass
 
 
-def _send(pid: int, sig) -> None:
+def _send(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _record(folder: Path, record) -> None:
+def _record(folder: Path, record: NodeExit) -> None:
     try:
         write_record(exit_path(folder, record.node), record)
     except OSError:

@@ -24,18 +24,24 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from engine.core.crash_points import crash_point
 from engine.core.durable import fsync_dir, fsync_tree
 from engine.core.exit_codes import SAVED_ON_NOTICE
+
+if TYPE_CHECKING:
+    from lightning.fabric import Fabric
 
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"
 NOTICE_EXIT_CODE = SAVED_ON_NOTICE   # 75: stopped on a notice, to be resumed; playbooks/preemption.yaml
 STAGING_SUFFIX = ".staging"
 
 
-def notice_signals(environ=os.environ) -> list[signal.Signals]:
+def notice_signals(environ: Mapping[str, str] = os.environ) -> list[signal.Signals]:
     """PURE over environ. The configured notice signals; [] when save-on-notice is off."""
     names = [n.strip() for n in environ.get(NOTICE_SIGNALS_ENV, "").split(",") if n.strip()]
     return [signal.Signals[name] for name in names]
@@ -48,11 +54,11 @@ def say(text: str) -> None:
 class NoticeGuard:
     """The notice flag, and what the loop does with it at an optimizer-step boundary."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.notice: str | None = None   # the signal's name, once one came
         self.loop: dict | None = None    # litgpt's fit arguments, from its first call
 
-    def handle(self, signum, _frame) -> None:
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
         first = self.notice is None
         self.notice = self.notice or signal.Signals(signum).name
         if self.loop is None:   # litgpt's loop has not started: no step to lose
@@ -78,33 +84,34 @@ class NoticeGuard:
         sys.stdout.flush()
         os._exit(NOTICE_EXIT_CODE)   # litdata's workers and Lightning's atexit hooks have nothing to keep
 
-    def agreed(self, fabric) -> bool:
+    def agreed(self, fabric: Fabric) -> bool:
         if fabric.world_size == 1:
             return self.notice is not None
         import torch
 
         flag = torch.tensor([1 if self.notice else 0], device=fabric.device)
-        return bool(fabric.all_reduce(flag, reduce_op="sum").item())
+        summed = fabric.all_reduce(flag, reduce_op="sum")   # a tensor in, a tensor out
+        return bool(cast(torch.Tensor, summed).item())
 
 
 GUARD = NoticeGuard()
 
 
-def install_handlers(environ=os.environ) -> list[signal.Signals]:
+def install_handlers(environ: Mapping[str, str] = os.environ) -> list[signal.Signals]:
     signals = notice_signals(environ)
     for sig in signals:
         signal.signal(sig, GUARD.handle)
     return signals
 
 
-def attach(pretrain, environ=os.environ) -> None:
+def attach(pretrain: ModuleType, environ: Mapping[str, str] = os.environ) -> None:
     """Wrap litgpt.pretrain's `fit` (to learn its state) and its CycleIterator (the step boundary)."""
     if not notice_signals(environ):
         return
     original_fit = pretrain.fit
     base_iterator: type = pretrain.CycleIterator   # litgpt's class, subclassed below
 
-    def fit(**kwargs):
+    def fit(**kwargs: Any) -> object:   # litgpt's fit arguments: its Fabric, state dict, TrainArgs
         state, train = kwargs["state"], kwargs["train"]
         GUARD.loop = {
             "fabric": kwargs["fabric"], "state": state, "out_dir": Path(kwargs["out_dir"]),
@@ -115,15 +122,15 @@ def attach(pretrain, environ=os.environ) -> None:
         return original_fit(**kwargs)
 
     class NoticeCycleIterator(base_iterator):
-        def __next__(self):
+        def __next__(self) -> object:
             GUARD.at_boundary()
             return super().__next__()
 
-    pretrain.fit = fit
-    pretrain.CycleIterator = NoticeCycleIterator
+    setattr(pretrain, "fit", fit)
+    setattr(pretrain, "CycleIterator", NoticeCycleIterator)
 
 
-def staging_dir(out_dir: Path, step: int, environ=os.environ) -> Path:
+def staging_dir(out_dir: Path, step: int, environ: Mapping[str, str] = os.environ) -> Path:
     """PURE but for a stat. TMPDIR when it shares out_dir's filesystem (launch.py makes it so)."""
     tmp = Path(environ.get("TMPDIR") or out_dir)
     try:

@@ -9,6 +9,7 @@ it names (ValueError when absent from the vocabulary), and TextFiles encodes eve
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import json
 import subprocess
 import sys
@@ -20,6 +21,10 @@ from engine.trainers.preflight import data_folder_problem, room_problem
 from engine.trainers.preflight import where as where_written
 from engine.trainers.litgpt import launch
 from engine.trainers.litgpt import user_config
+from engine.trainers.litgpt.settings_of import trainer_settings
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 PARSE_TIMEOUT_S = 180   # importing litgpt takes ~4 s alone, much longer on a machine busy training
 TEXT_FILES = "litgpt.data.TextFiles"
@@ -50,7 +55,7 @@ print(json.dumps({"parameters": sum(p.numel() for p in model.parameters())}))
 """
 
 
-def _token(value) -> str | None:
+def _token(value: object) -> object:   # a token's name, or a mapping with its `content` (JSON)
     return value.get("content") if isinstance(value, dict) else value
 
 
@@ -96,7 +101,7 @@ def tokenizer_problems(folder: Path, needs_bos: bool, vocab_limit: int | None) -
     return problems
 
 
-def device_problems(devices, device: str, gpus: int) -> list[str]:
+def device_problems(devices: object, device: str, gpus: int) -> list[str]:
     """PURE. Why `devices` trainer processes cannot run on `device` with `gpus` GPUs visible."""
     if device == "cuda" and gpus == 0:
         return ["trainer.device is 'cuda' but this machine has no CUDA GPU visible to torch; set trainer.device: auto (or cpu)"]
@@ -152,7 +157,7 @@ def _probe_env() -> dict:
     return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TORCHDYNAMO_DISABLE": "1"}   # parsing needs no GPU
 
 
-def problems(loaded, parse: bool | None = None) -> list[str]:
+def problems(loaded: LoadedConfig, parse: bool | None = None) -> list[str]:
     """Every litgpt-specific problem of this run, one sentence each, file:line first. `parse` (default:
     the run config's trainer.preflight_parse) runs litgpt's own parser on the generated config."""
     cfg, where = loaded.config, lambda *loc: where_written(loaded, loc)
@@ -188,13 +193,13 @@ def problems(loaded, parse: bool | None = None) -> list[str]:
     if refusal:
         found.append(f"{where('trainer', 'extra') if extra else loaded.path}: {refusal}")
     elif parameters:
-        size, how = checkpoint_estimate(parameters, str(config.get("precision", cfg.trainer.precision)))
+        size, how = checkpoint_estimate(parameters, str(config.get("precision", trainer_settings(cfg).precision)))
         if room := room_problem(loaded.out_dir, size, how):
             found.append(f"{where('out_dir')}: {room}")
     return found
 
 
-def data_module_problem(loaded) -> str | None:
+def data_module_problem(loaded: LoadedConfig) -> str | None:
     """What is wrong with a data module runbook passes through: LitData's local data_path must hold the
     optimized splits it reads (`<data_path>/<split>/index.json`). Other modules are checked by litgpt's
     parser (their arguments) and by their own code at the first launch."""

@@ -14,12 +14,13 @@ import argparse
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.trainers.litgpt import data_cache
 
 
-def text_files_preprocess(tokenizer_dir: Path, block_size: int):
+def text_files_preprocess(tokenizer_dir: Path, block_size: int) -> Callable[[Path], None]:
     def preprocess(staging: Path) -> None:
         from litgpt.data import TextFiles
         from litgpt.tokenizer import Tokenizer

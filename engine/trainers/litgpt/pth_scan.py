@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import BinaryIO
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -72,7 +73,7 @@ def scan_pth(pth: Path, want_sha256: bool, workers: int | None = None,
     return problem, (None if problem else digest)
 
 
-def _member_spans(f, infos: list[zipfile.ZipInfo], size: int, name: str) -> tuple[list[Span], str | None]:
+def _member_spans(f: BinaryIO, infos: list[zipfile.ZipInfo], size: int, name: str) -> tuple[list[Span], str | None]:
     """Where each member's data lies (after its variable-length local header), in file order."""
     spans: list[Span] = []
     for info in infos:

@@ -31,18 +31,25 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping, MutableMapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from engine.process.nodes import NODE_ENV
 from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
+
+if TYPE_CHECKING:
+    import torch
+    from lightning.fabric import Fabric
+    from lightning.fabric.strategies import DDPStrategy
 
 COLLECTIVE_TIMEOUT_ENV = "RUNBOOK_COLLECTIVE_TIMEOUT_S"
 WORK_WINDOW = 10          # micro-batches in a rank's work-time median
 
 
-def prepare(environ=os.environ) -> None:
+def prepare(environ: MutableMapping[str, str] = os.environ) -> None:
     import litgpt.pretrain as pretrain
 
     timeout = _collective_timeout(environ)
@@ -74,7 +81,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _collective_timeout(environ) -> timedelta | None:
+def _collective_timeout(environ: Mapping[str, str]) -> timedelta | None:
     text = environ.get(COLLECTIVE_TIMEOUT_ENV)
     if not text:
         return None
@@ -84,12 +91,12 @@ def _collective_timeout(environ) -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
-def cpu_strategy_class(timeout: timedelta | None):
+def cpu_strategy_class(timeout: timedelta | None) -> type:
     """What litgpt's FSDPStrategy(...) call builds on a CPU: DDP over gloo, with the collective timeout."""
     from lightning.fabric.strategies import DDPStrategy
 
     class CpuDDPInsteadOfFSDP:
-        def __new__(cls, *args, **kwargs):   # litgpt's FSDP arguments (wrap policy, sharding) have no DDP meaning
+        def __new__(cls, *args: object, **kwargs: object) -> DDPStrategy:  # type: ignore[misc]  # another class's instance, on purpose   # litgpt's FSDP arguments (wrap policy, sharding) have no DDP meaning
             extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
             return DDPStrategy(process_group_backend="gloo", **extra)
 
@@ -121,14 +128,14 @@ class Heartbeat:
         except OSError:
             pass   # a full disk must not stop training; the watcher then sees an old heartbeat
 
-    def attach(self, pretrain) -> None:
+    def attach(self, pretrain: ModuleType) -> None:
         import lightning.fabric as fabric_module
 
         heartbeat, original_fit = self, pretrain.fit
         base_iterator: type = pretrain.CycleIterator   # litgpt's class, subclassed below
         original_backward = fabric_module.Fabric.backward
 
-        def fit(*args, **kwargs):
+        def fit(*args: Any, **kwargs: Any) -> object:   # litgpt's fit arguments: its Fabric, state dict, ...
             fabric = kwargs.get("fabric", args[0] if args else None)
             heartbeat.state = kwargs.get("state", args[2] if len(args) > 2 else None)
             if fabric is not None:
@@ -138,13 +145,13 @@ class Heartbeat:
             return original_fit(*args, **kwargs)
 
         class HeartbeatCycleIterator(base_iterator):
-            def __next__(self):
+            def __next__(self) -> object:
                 item = super().__next__()
                 heartbeat.work_started = time.monotonic()
                 heartbeat.beat("work")
                 return item
 
-        def backward(fabric_self, *args, **kwargs):
+        def backward(fabric_self: Fabric, *args: Any, **kwargs: Any) -> object:
             heartbeat.synced_at = None
             heartbeat.beat("sync")
             result = original_backward(fabric_self, *args, **kwargs)
@@ -156,12 +163,12 @@ class Heartbeat:
                 heartbeat.work_started = None
             return result
 
-        pretrain.fit = fit
-        pretrain.CycleIterator = HeartbeatCycleIterator
+        setattr(pretrain, "fit", fit)
+        setattr(pretrain, "CycleIterator", HeartbeatCycleIterator)
         setattr(fabric_module.Fabric, "backward", backward)   # a patch of lightning's method, not an override
 
 
-    def watch_gradient_sync(self, model) -> None:
+    def watch_gradient_sync(self, model: object) -> None:
         """A DDP communication hook that notes when this rank's gradients are ready (then does what DDP
         does by default: average them over the ranks with an all-reduce)."""
         from torch.nn.parallel import DistributedDataParallel
@@ -171,9 +178,11 @@ class Heartbeat:
             return
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        def hook(state, bucket):
+        def hook(state: torch.distributed.ProcessGroup | None,
+                 bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
             self.synced_at = time.monotonic()
-            return default_hooks.allreduce_hook(state, bucket)
+            # None is the default group (register_comm_hook(state=None) below); torch annotates ProcessGroup only
+            return default_hooks.allreduce_hook(state, bucket)  # type: ignore[arg-type]
 
         ddp.register_comm_hook(state=None, hook=hook)
 
@@ -193,7 +202,7 @@ def _record_child_exits(folder: Path) -> None:
 
     original = subprocess_script._basic_subprocess_cmd
 
-    def command():
+    def command() -> list[str]:
         return [sys.executable, "-m", __name__, "--record-exit", str(folder), "--", *original()]
 
     subprocess_script._basic_subprocess_cmd = command

@@ -32,7 +32,7 @@ def read_progress(pth: Path) -> dict:
     return {"iter_num": int(state["iter_num"]), "step_count": int(state["step_count"])}
 
 
-def saved_setting(step_dir: Path, *keys: str):
+def saved_setting(step_dir: Path, *keys: str) -> object:
     """A setting of the launch that wrote the checkpoint, from the hyperparameters.yaml litgpt saves
     beside it (cheap: no torch); None when the file or the key is missing or unreadable."""
     try:
@@ -46,8 +46,9 @@ def saved_setting(step_dir: Path, *keys: str):
 
 def checkpoint_micro_batch(step_dir: Path) -> int | None:
     """micro_batch_size the checkpoint was trained with."""
+    value = saved_setting(step_dir, "train", "micro_batch_size")
     try:
-        return int(saved_setting(step_dir, "train", "micro_batch_size"))
+        return int(value) if isinstance(value, (int, float, str)) else None
     except (TypeError, ValueError):   # unknown means "assume unchanged"
         return None
 
@@ -101,7 +102,7 @@ def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> in
 
     old, new, changed = str(old_run_dir), str(new_run_dir), 0
 
-    def walk(node):
+    def walk(node: object) -> object:
         nonlocal changed
         if isinstance(node, dict):
             return {k: walk(v) for k, v in node.items()}

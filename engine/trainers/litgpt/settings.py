@@ -7,13 +7,16 @@ Imported when a run config loads (engine/trainers/registry.py names it): it impo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
 from engine.core.config import ModelSection, TrainerSettings
 from engine.core.yaml_source import SourceError, load_yaml, locate
 from engine.trainers.litgpt import user_config
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 
 class ModelShape(ModelSection):
@@ -56,7 +59,7 @@ class LitGPTSettings(TrainerSettings):
             raise SourceError(problems)
         return user_config.overlay(values, litgpt_path, config_path) if litgpt_path else values
 
-    def write_owned(self, loaded, updates: dict) -> dict:
+    def write_owned(self, loaded: LoadedConfig, updates: dict) -> dict:
         if not self.litgpt_config:
             return updates
         owned = {k: v for k, v in updates.items() if k in user_config.OWNED}
@@ -64,25 +67,25 @@ class LitGPTSettings(TrainerSettings):
             user_config.write_values(loaded.resolve(self.litgpt_config), owned)
         return {k: v for k, v in updates.items() if k not in owned}
 
-    def source_line(self, loaded, loc: tuple) -> str | None:
+    def source_line(self, loaded: LoadedConfig, loc: tuple) -> str | None:
         if not self.litgpt_config:
             return None
         source = user_config.source_of(loaded, loc)
         return user_config.line_of(*source) if source else None
 
-    def write_data_dirs(self, loaded, values: dict) -> bool:
+    def write_data_dirs(self, loaded: LoadedConfig, values: dict) -> bool:
         if not self.litgpt_config:
             return False
         user_config.write_data_values(loaded.resolve(self.litgpt_config), values)
         return True
 
-    def detach(self, tree: dict, loaded, folder: Path) -> dict:
+    def detach(self, tree: dict, loaded: LoadedConfig, folder: Path) -> dict:
         if not self.litgpt_config:
             return tree
         return user_config.detach(tree, loaded, Path(folder) / "litgpt" / "pretrain.yaml")
 
 
-def _path_problem(value, config_path: Path) -> str | None:
+def _path_problem(value: object, config_path: Path) -> str | None:
     """PURE but for locating the key. `litgpt_config: true` (or a number, list, map, "") is the user's
     mistake, worded with file:line like pydantic's errors, not a TypeError in the overlay."""
     if value is None or (isinstance(value, str) and value.strip()):

@@ -19,7 +19,8 @@ from typing import Any
 from engine.core.durable import atomic_write_text
 from engine.core.merge import deep_merge
 from engine.core.yaml_source import SourceError, load_yaml, locate, plain, round_trip_yaml, write_yaml_places
-from engine.core.config import RunConfig
+from engine.core.config import LoadedConfig, RunConfig
+from engine.trainers.litgpt.settings_of import trainer_settings
 
 TEXT_FILES = "litgpt.data.TextFiles"
 # runbook key -> where litgpt keeps it.
@@ -146,12 +147,20 @@ def line_of(path: Path, keys: tuple) -> str:
     return f"{path}:{found[0]}:{found[1]}" if found else str(path)
 
 
-def source_of(loaded, run_config_key: tuple) -> tuple[Path, tuple] | None:
+def yaml_path(loaded: LoadedConfig) -> Path:
+    """The user's litgpt YAML, absolute; asked only of a run config that names one."""
+    named = trainer_settings(loaded.config).litgpt_config
+    if named is None:
+        raise ValueError(f"{loaded.path}: trainer.litgpt_config is not set")
+    return loaded.resolve(named)
+
+
+def source_of(loaded: LoadedConfig, run_config_key: tuple) -> tuple[Path, tuple] | None:
     """Where in the user's litgpt YAML a run-config key (as the run config names it) is written:
     (file, keys) for keys the litgpt YAML owns, None otherwise."""
-    if not loaded.config.trainer.litgpt_config:
+    if not trainer_settings(loaded.config).litgpt_config:
         return None
-    path = loaded.resolve(loaded.config.trainer.litgpt_config)
+    path = yaml_path(loaded)
     if len(run_config_key) == 1 and run_config_key[0] in OWNED:
         return path, OWNED[run_config_key[0]]
     if run_config_key[:1] == ("data",) and run_config_key[1:] and run_config_key[1] in DATA_OWNED:
@@ -163,13 +172,13 @@ def source_of(loaded, run_config_key: tuple) -> tuple[Path, tuple] | None:
     return None
 
 
-def data_module(loaded) -> dict:
+def data_module(loaded: LoadedConfig) -> dict:
     """The data module litgpt will build (the user's YAML with trainer.extra merged)."""
     cfg = loaded.config
-    return effective(read(loaded.resolve(cfg.trainer.litgpt_config)), cfg.trainer.extra).get("data") or {}
+    return effective(read(yaml_path(loaded)), cfg.trainer.extra).get("data") or {}
 
 
-def local_paths(loaded, module: dict) -> dict[str, Path]:
+def local_paths(loaded: LoadedConfig, module: dict) -> dict[str, Path]:
     """The data module's arguments that name a local file or folder (relative ones resolved against
     the project folder, where litgpt runs): {argument: path}. URLs (s3://...) are not local."""
     found = {}
@@ -183,7 +192,7 @@ def local_paths(loaded, module: dict) -> dict[str, Path]:
 MAX_FINGERPRINT_FILES = 100_000
 
 
-def data_module_hash(loaded) -> str:
+def data_module_hash(loaded: LoadedConfig) -> str:
     """sha256 over the data module's class and arguments and, for each local folder or file they name,
     every file's relative name and size: a changed dataset (added, removed or rewritten chunks) or a
     changed argument gives a new hash. Contents are not read: a same-size rewrite goes unseen."""
@@ -215,10 +224,10 @@ def _write_places(path: Path, values: dict[tuple, object]) -> None:
     write_yaml_places(Path(path), values)   # the user's file: only the changed values' characters change
 
 
-def launch_config(loaded, resume_from: Path | None) -> dict:
+def launch_config(loaded: LoadedConfig, resume_from: Path | None) -> dict:
     """The user's litgpt config (trainer.extra merged) with only what supervision needs set on top."""
     cfg = loaded.config
-    base = effective(read(loaded.resolve(cfg.trainer.litgpt_config)), cfg.trainer.extra)
+    base = effective(read(yaml_path(loaded)), cfg.trainer.extra)
     train = base.get("train") or {}
     own = {
         "out_dir": str(loaded.out_dir),
@@ -237,7 +246,7 @@ def launch_config(loaded, resume_from: Path | None) -> dict:
     return deep_merge(base, own)
 
 
-def detach(tree: dict, loaded, dest: Path) -> dict:
+def detach(tree: dict, loaded: LoadedConfig, dest: Path) -> dict:
     """A scratch run (drill, replay --execute) of a run based on the user's litgpt YAML: the YAML is
     copied to `dest` with the run-config keys it owns moved out of `tree` into the copy (their litgpt
     places), the scratch out_dir (default: the run config's) and every local data path made absolute.
@@ -245,7 +254,7 @@ def detach(tree: dict, loaded, dest: Path) -> dict:
     `tree` pointed at the copy."""
 
     yaml = round_trip_yaml()
-    source = loaded.resolve(loaded.config.trainer.litgpt_config)
+    source = yaml_path(loaded)
     copy = yaml.load(source.read_text(encoding="utf-8"))
     values = {key: tree.pop(key) for key in list(OWNED) if key in tree}
     values.setdefault("out_dir", str(RunConfig.model_fields["out_dir"].default))
@@ -268,7 +277,7 @@ def detach(tree: dict, loaded, dest: Path) -> dict:
     return tree
 
 
-def _set(tree, keys: tuple, value) -> None:
+def _set(tree: dict, keys: tuple, value: object) -> None:
     *parents, last = keys
     for parent in parents:
         if not isinstance(tree.get(parent), dict):

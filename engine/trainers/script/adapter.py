@@ -3,6 +3,7 @@ that prints runbook/sdk.py's lines and takes resume, micro-batch and lr as templ
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,10 @@ from engine.trainers.preflight import where
 from engine.trainers.script import launch, lines, template, weights
 from engine.trainers.script.layout import FolderLayout
 from engine.trainers.script.settings import ScriptSettings
+
+if TYPE_CHECKING:
+    from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig, RunConfig
 
 # The contract (docs/trainers.md): each save is <out_dir>/step-<6 digits>/state.pt, announced first with
 # runbook.sdk.saving(folder); the last is <out_dir>/final/state.pt.
@@ -33,19 +38,20 @@ class ScriptAdapter:
     contract_hint = ("call runbook.sdk: sdk.progress(step, loss) after each optimizer step and sdk.saving(folder) before each save "
                      "(docs/trainers.md, 'The lines runbook reads')")   # said when a launch prints nothing runbook reads
 
-    def __init__(self):
+    def __init__(self) -> None:
         # Fixed, not configured: the engine reads checkpoints (status, verify, drills) before any config binds.
         self.layout = FolderLayout(CHECKPOINT_PREFIX, RESUME_FILE, 6, frozenset())
         self._settings: ScriptSettings | None = None
 
-    def _bind(self, loaded) -> ScriptSettings:
-        self._settings = loaded.config.trainer
-        return self._settings
+    def _bind(self, loaded: LoadedConfig) -> ScriptSettings:
+        # a script run config is run_config_type(ScriptSettings): its `trainer:` is one
+        settings = self._settings = cast(ScriptSettings, loaded.config.trainer)
+        return settings
 
     def is_installed(self) -> bool:
         return True   # what is run is the user's command; check_environment says when it cannot start
 
-    def check_environment(self, loaded) -> list[str]:
+    def check_environment(self, loaded: LoadedConfig) -> list[str]:
         s = self._bind(loaded)
         values = template.values_of(loaded, None)
         argv = [template.render(item, values) for item in s.command]
@@ -59,32 +65,32 @@ class ScriptAdapter:
                             f"no file {script} (the command runs in {loaded.project_dir})")
         return problems
 
-    def data_fingerprint(self, loaded) -> str | None:
+    def data_fingerprint(self, loaded: LoadedConfig) -> str | None:
         return None   # the script reads data.train_dir/val_dir: runbook's own hash applies
 
-    def prepare_launch(self, loaded, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
+    def prepare_launch(self, loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, data_hash: str) -> LaunchSpec:
         s = self._bind(loaded)
         values = template.values_of(loaded, str(resume_from) if resume_from else None, s.command)
         return launch.launch_spec(loaded, launch_dir, resume_from, launch.argv_of(s.command, s.resume_args, values))
 
-    def progress_meaning(self, config) -> ProgressMeaning:
+    def progress_meaning(self, config: RunConfig) -> ProgressMeaning:
         """sdk.progress is called per optimizer step and counts them: the global batch of the command's ranks
         (its launcher's flags, engine/trainers/script/world.py), timed since the previous call."""
-        return optimizer_step_meaning(config, template.launcher_world(config, config.trainer.command))
+        return optimizer_step_meaning(config, template.launcher_world(config, cast(ScriptSettings, config.trainer).command))
 
     def parse_line(self, line: str) -> Event | None:
         return lines.parse(line, lambda folder: self.layout.resume_file(Path(folder)))
 
-    def prepare_resume(self, checkpoint, loaded, scratch_dir: Path) -> ResumePlan:
+    def prepare_resume(self, checkpoint: Checkpoint, loaded: LoadedConfig, scratch_dir: Path) -> ResumePlan:
         self._bind(loaded)
         return ResumePlan(self.layout.resume_file(checkpoint.path), f"from step {checkpoint.step}")
 
-    def find_nonfinite(self, checkpoint, limit: int) -> list[str]:
+    def find_nonfinite(self, checkpoint: Checkpoint, limit: int) -> list[str]:
         path = self.layout.resume_file(checkpoint.path)
         key = self._settings.weights_key if self._settings else "model"
         return weights.nonfinite_names(path, key, limit) if path.is_file() else []
 
-    def relocate_run_dir(self, checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
+    def relocate_run_dir(self, checkpoint: Checkpoint, old_run_dir: Path, new_run_dir: Path) -> int:
         return 0   # the sdk's contract records no run-folder paths in a checkpoint
 
     def share_run_data(self, source_run_dir: Path, scratch_run_dir: Path) -> list[Path]:

@@ -3,12 +3,16 @@ templates, its environment (the notice signals, offline Hugging Face, the data f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import json
 import os
 from pathlib import Path
 
 from engine.process.launch_spec import LaunchSpec
 from engine.trainers.script import template
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 NOTICE_SIGNALS_ENV = "RUNBOOK_NOTICE_SIGNALS"   # read by runbook/sdk.py's watch_notice()
 
@@ -19,7 +23,7 @@ def argv_of(command: list[str], resume_args: list[str], values: dict) -> list[st
     return [template.render(item, values) for item in items]
 
 
-def trainer_env(loaded) -> dict[str, str]:
+def trainer_env(loaded: LoadedConfig) -> dict[str, str]:
     cfg = loaded.config
     return {**os.environ, "PYTHONUNBUFFERED": "1",
             # Nothing is downloaded at run time: a model, a tokenizer, a dataset must be local.
@@ -31,7 +35,7 @@ def trainer_env(loaded) -> dict[str, str]:
             **cfg.trainer.env}
 
 
-def launch_spec(loaded, launch_dir: Path, resume_from: Path | None, argv: list[str]) -> LaunchSpec:
+def launch_spec(loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None, argv: list[str]) -> LaunchSpec:
     """The spec, with the launch written down (launch.json: argv and the hyperparameters it carries)."""
     cfg = loaded.config
     launch_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from engine.observe.events import CheckpointSaving, Event, Progress, Resumed, Validation
 
@@ -27,7 +28,7 @@ def _loss(text: str) -> float | None:
         return None
 
 
-def parse(line: str, resume_file_of) -> Event | None:
+def parse(line: str, resume_file_of: Callable[[str], Path]) -> Event | None:
     """`resume_file_of(folder) -> Path`: the announced folder's resume file (the event names the file)."""
     line = line.rstrip("\r\n")
     if len(line) > MAX_LINE or not line.startswith("runbook: "):
@@ -45,7 +46,7 @@ def parse(line: str, resume_file_of) -> Event | None:
     return None
 
 
-def announced_folders(log_text: bytes, out_dir, is_checkpoint_name) -> set[str]:
+def announced_folders(log_text: bytes, out_dir: Path, is_checkpoint_name: Callable[[str], bool]) -> set[str]:
     """Names of out_dir's children whose save the log announces (`runbook: saving <out_dir>/<name>`)."""
     roots = {os.path.abspath(out_dir), os.path.realpath(out_dir)}
     names = set()

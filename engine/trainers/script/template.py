@@ -4,11 +4,15 @@ render are pure; values_of reads the loaded run config."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import re
 import sys
 
 from engine.trainers.base import accumulation
 from engine.trainers.script.world import world_size
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig, RunConfig
 
 NAMES = ("python", "out_dir", "resume", "micro_batch_size", "batch_size", "grad_accum", "lr", "max_steps",
          "save_interval", "seed", "block_size", "train_dir", "val_dir", "device", "devices", "num_nodes", "world_size")
@@ -29,7 +33,7 @@ def render(text: str, values: dict) -> str:
     return _FIELD.sub(one, text)
 
 
-def launcher_world(config, launcher: list[str] | None) -> int:
+def launcher_world(config: RunConfig, launcher: list[str] | None) -> int:
     """Ranks sharing the global batch, as the launcher's flags say (engine/trainers/script/world.py)."""
     devices, nodes = config.trainer.devices, config.trainer.num_nodes
     # `launcher` may be a script's whole command: its other names ({out_dir}, {max_steps}) are no launcher's
@@ -38,7 +42,7 @@ def launcher_world(config, launcher: list[str] | None) -> int:
     return world_size([render(item, early) for item in (launcher or [])], devices, nodes)
 
 
-def values_of(loaded, resume: str | None, launcher: list[str] | None = None) -> dict:
+def values_of(loaded: LoadedConfig, resume: str | None, launcher: list[str] | None = None) -> dict:
     """The template's values for one launch of the run `loaded` describes. `launcher`: the argv's launcher part
     (torchrun ...), whose flags say how many ranks share the global batch (engine/trainers/script/world.py)."""
     cfg = loaded.config
