@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from engine.language.playbook import Playbook
+from engine.language.playbook import ActionStep, Playbook
 from engine.records.signature import UNKNOWN_CLASSES, Signature, signature_of, signature_of_record, similarity
 from engine.language.playbook_testing import build_snapshots
 
@@ -103,8 +103,8 @@ def draft_name(signature: Signature, taken: Iterable[str]) -> str:
     return name
 
 
-def _action_yaml(step) -> dict:
-    out = {step.verb: dict(step.params)}
+def _action_yaml(step: ActionStep) -> dict:
+    out: dict[str, object] = {step.verb: dict(step.params)}
     if step.condition is not None:
         out["if"] = step.condition
     if step.on_failure != "abort":

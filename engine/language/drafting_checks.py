@@ -14,6 +14,7 @@ from engine.language.playbook import Playbook, build_playbook
 from engine.language.playbook_testing import TestResult, run_test
 from engine.language.replay import RecordError, recorded_config, replay
 from engine.records.signature import signature_of_record
+from engine.core.config import RunConfig
 
 
 def as_yaml(tree: dict, header: str = "") -> str:
@@ -55,7 +56,7 @@ class Change:
     expected: bool              # the drafted incident, or one of its signature: the change is the point
 
 
-def changed_decisions(records: list[dict], today: list[Playbook], draft: Playbook, config,
+def changed_decisions(records: list[dict], today: list[Playbook], draft: Playbook, config: RunConfig,
                       drafted: dict) -> tuple[list[Change], list[str]]:
     """Every record whose replayed decision the draft changes, and the records that could not be replayed."""
     target = signature_of_record(drafted)

@@ -6,6 +6,7 @@ Nothing here touches a process or a file, which is what makes dry-run, explain a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.language.clauses import MatchContext
 from engine.language.clauses.all_of import AllClause
@@ -14,6 +15,11 @@ from engine.records.attempts import AttemptHistory  # noqa: F401 - decide() read
 from engine.language.playbook import Playbook
 from engine.language.restart_storm import restart_storm
 from engine.language.tail_index import TailIndex, tail_patterns
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.core.state import StateSnapshot
+    from engine.language.clauses import Clause
 
 
 @dataclass(frozen=True)
@@ -97,14 +103,14 @@ def judging_completion(playbooks: list[Playbook]) -> list[Playbook]:
     requires exit code 0 (the whole match, or a member of its top-level `all`). A completed run is judged by these
     alone; the others judge a running or failed trainer (a spike playbook must not roll back a finished run, and
     a log line in a finished run's tail must not relaunch it)."""
-    def names_exit_zero(clause) -> bool:
+    def names_exit_zero(clause: Clause) -> bool:
         return isinstance(clause, ExitClause) and 0 in clause.exit.codes
 
     return [p for p in playbooks if names_exit_zero(p.match)
             or (isinstance(p.match, AllClause) and any(names_exit_zero(c) for c in p.match.all))]
 
 
-def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, history: AttemptHistory) -> MatchOutcome:
+def decide(state: StateSnapshot, config: RunConfig, playbooks: list[Playbook], memory: MatchMemory, history: AttemptHistory) -> MatchOutcome:
     in_order, tail_index = _prepared(playbooks)
     ctx = MatchContext(state=state, config=config, tail_index=tail_index)
     now = state.time
@@ -147,7 +153,7 @@ def decide(state, config, playbooks: list[Playbook], memory: MatchMemory, histor
     return MatchOutcome(decision, new_memory, ctx.errors)
 
 
-def attempt_number(history, playbook, now: float) -> int:
+def attempt_number(history: AttemptHistory, playbook: Playbook, now: float) -> int:
     """PURE. 1 for the first firing within the playbook's limits window, 2 for the next..."""
     earlier = [t for t in history.fired.get(playbook.name, ()) if now - t < playbook.limits.window]
     return len(earlier) + 1

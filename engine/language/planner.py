@@ -6,13 +6,17 @@ Guards (`if:`) and "{{ ... }}" parameters are evaluated here, against the state 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from engine.language.actions import REGISTRY
 from engine.expr.expressions import compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.language.playbook import Playbook
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.core.state import StateSnapshot
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def _evaluate_params(raw: dict, context: dict) -> dict:
     return values
 
 
-def plan(playbook: Playbook, state, config, attempt: int = 1) -> list[PlannedStep]:
+def plan(playbook: Playbook, state: StateSnapshot, config: RunConfig, attempt: int = 1) -> list[PlannedStep]:
     """`attempt` is 1 for the first firing of this playbook in its limits window, 2 for a repeat..."""
     context = {"state": state, "config": config, "attempt": attempt}
     steps = []

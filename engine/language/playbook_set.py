@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, read_playbook_files, set_problems
 from engine.language.metric_needs import unprovided_metrics
 from engine.core.yaml_source import SourceError
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 def _shipped_dir() -> Path:
     installed = Path(__file__).resolve().parents[1] / "shipped_playbooks"   # a wheel's package data
@@ -70,7 +74,7 @@ def load_set(project_paths: list[Path], include_shipped: bool = True) -> tuple[l
     return playbooks, replaced
 
 
-def load_run_playbooks(loaded, adapter) -> list[Playbook]:
+def load_run_playbooks(loaded: LoadedConfig, adapter: object) -> list[Playbook]:
     """The playbooks of a run config: shipped (unless playbooks.shipped is false) + playbooks.paths; refused
     (SourceError, file:line) where one's metric clause names a metric the run's trainer (`adapter`) never prints."""
     playbooks = load_set(loaded.playbook_paths, loaded.config.playbooks.shipped)[0]

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from engine.core.merge import deep_merge
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
-from engine.language.planner import plan
+from engine.language.planner import PlannedStep, plan
 from engine.language.playbook import Playbook, PlaybookTest
 from engine.core.state import StateSnapshot
 from engine.core.config import RunConfig
@@ -146,7 +146,7 @@ def run_test(playbook: Playbook, test: PlaybookTest, siblings: Iterable[Playbook
     return result
 
 
-def _unplannable(steps) -> list[str]:
+def _unplannable(steps: Iterable[PlannedStep]) -> list[str]:
     """Steps that cannot be planned and would be reached (the supervisor stops after an escalate)."""
     problems = []
     for step in steps:

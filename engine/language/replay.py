@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from pydantic import ValidationError
 
@@ -29,6 +29,10 @@ from engine.language.matcher import AttemptHistory, MatchMemory, Streak, decide
 from engine.language.planner import plan
 from engine.language.playbook import Playbook, unclaimed_failure_playbook
 from engine.core.state import StateSnapshot
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.language.planner import PlannedStep
 
 _EPSILON_S = 1e-3                 # float slack so "held for exactly `seconds`" is not lost to rounding
 
@@ -146,7 +150,7 @@ def snapshot_of(record: dict) -> StateSnapshot:
         raise RecordError(f"{record.get('id', 'the record')}: snapshot.{where}: {first['msg']}") from None
 
 
-def recorded_config(record: dict, today):
+def recorded_config(record: dict, today: RunConfig) -> tuple[RunConfig, str | None]:
     """The run config the incident saw (config_before), validated as today's RunConfig type.
 
     Matching and planning read the config (hang_timeout_s, `{{ config.lr / 2 }}`): replaying against
@@ -191,7 +195,7 @@ def persisted_memory(playbooks: list[Playbook], now: float) -> MatchMemory:
     return MatchMemory(streaks)
 
 
-def _planned(steps) -> tuple[PlannedAction, ...]:
+def _planned(steps: Iterable[PlannedStep]) -> tuple[PlannedAction, ...]:
     return tuple(PlannedAction(s.verb, s.description, _canonical(s.to_dict().get("params")), s.skipped or s.error)
                  for s in steps)
 
@@ -206,16 +210,16 @@ def _recorded_actions(record: dict) -> tuple[PlannedAction, ...]:
     return tuple(out)
 
 
-def _canonical(value) -> str:
+def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _number(value, default: float) -> float:
+def _number(value: object, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 # --- the replay ---------------------------------------------------------------------------------
-def replay(record: dict, playbooks: list[Playbook], config, earlier: Iterable[dict] = ()) -> ReplayResult:
+def replay(record: dict, playbooks: list[Playbook], config: RunConfig, earlier: Iterable[dict] = ()) -> ReplayResult:
     """Re-decide `record` with `playbooks` under `config` (pass recorded_config(...)'s result to
     replay faithfully). `earlier`: the run's other records, for the attempt history."""
     incident_id = str(record.get("id", "?"))

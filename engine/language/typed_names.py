@@ -24,15 +24,18 @@ from engine.expr.expressions import is_expression, is_template, syntax_tree
 from engine.expr.sandbox import model_info
 from engine.language.clauses import walk
 
+if typing.TYPE_CHECKING:
+    from engine.language.playbook import Playbook
+
 ROOTS: dict[str, type[BaseModel]] = {"state": StateSnapshot, "config": RunConfig}
 
 
-def expressions(playbook) -> Iterator[tuple[tuple, str, str]]:
+def expressions(playbook: Playbook) -> Iterator[tuple[tuple, str, str]]:
     """(YAML location, role, source) of every expression of a playbook: conditions (the match's
     clauses, each step's `if`, a wait_for's condition), computed params ("{{ ... }}") and templates."""
     for loc, clause in walk(playbook.match, ("match",)):
-        for key, source in clause.expressions():
-            yield loc + key, "condition", source
+        for place, source in clause.expressions():
+            yield loc + place, "condition", source
     for index, step in enumerate(playbook.actions):
         if step.condition is not None:
             yield ("actions", index, "if"), "condition", step.condition
@@ -96,7 +99,7 @@ def _resolve(node: nodes.Node, roots: dict, found: dict) -> tuple[str, type[Base
 OPEN_SECTIONS = (TrainerSettings, ModelSection)
 
 
-def _model_of(annotation) -> type[BaseModel] | None:
+def _model_of(annotation: object) -> type[BaseModel] | None:
     """The pydantic model a field holds (`Metrics`, `Metrics | None`), else None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return None if issubclass(annotation, OPEN_SECTIONS) else annotation
@@ -107,6 +110,6 @@ def _model_of(annotation) -> type[BaseModel] | None:
     return None
 
 
-def playbook_name_problems(playbook) -> list[tuple[tuple, str]]:
+def playbook_name_problems(playbook: Playbook) -> list[tuple[tuple, str]]:
     """(YAML location, sentence) for every unknown typed name in the playbook's expressions."""
     return [(loc, problem) for loc, role, source in expressions(playbook) for problem in unknown_names(source, role)]

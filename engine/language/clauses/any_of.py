@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from engine.language.clauses.base import Combinator, MatchContext
+from engine.language.clauses.base import Clause, Combinator, MatchContext
 
 if TYPE_CHECKING:
     from engine.language.clauses import AnyClause
@@ -19,10 +20,10 @@ class AnyOfClause(Combinator):
 
     any: list[AnyClause] = Field(min_length=1)
 
-    def children(self):
+    def children(self) -> list[Clause]:
         return self.any
 
-    def holds(self, verdicts) -> bool:
+    def holds(self, verdicts: Iterable[bool]) -> bool:
         return any(verdicts)
 
     def check(self, ctx: MatchContext) -> bool:

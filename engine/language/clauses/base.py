@@ -8,11 +8,16 @@ that unroll the pair on the matcher's hot path are held to `explain` by tests/la
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict
 
 from engine.core.exit_codes import effective_exit
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.core.state import StateSnapshot
+    from engine.language.tail_index import TailIndex
 
 
 @dataclass
@@ -28,10 +33,10 @@ class Explanation:
 class MatchContext:
     """What clauses see: the snapshot, the run config, and what one observation computes once."""
 
-    state: Any
-    config: Any
+    state: StateSnapshot
+    config: RunConfig
     errors: list[str] = field(default_factory=list)
-    tail_index: Any = None   # engine.language.tail_index.TailIndex of the matcher's playbook set
+    tail_index: TailIndex | None = None   # of the matcher's playbook set
     expr_results: dict = field(default_factory=dict)   # condition -> (value, error), this observation
     _expr_context: dict | None = None
     _tail_first: dict | None = None
@@ -47,6 +52,7 @@ class MatchContext:
 
     def first_tail_lines(self) -> dict:
         if self._tail_first is None:
+            assert self.tail_index is not None   # asked only where the matcher gave its index (log.py)
             self._tail_first = self.tail_index.first_lines(self.state.tail)
         return self._tail_first
 

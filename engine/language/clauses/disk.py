@@ -14,7 +14,7 @@ class DiskSpec(BaseModel):
     free_below_checkpoint_factor: float | None = Field(None, gt=0, description="free < factor x last checkpoint size")
 
     @model_validator(mode="after")
-    def _one(self):
+    def _one(self) -> DiskSpec:
         if sum(v is not None for v in (self.free_bytes_below, self.free_percent_below, self.free_below_checkpoint_factor)) != 1:
             raise ValueError("give exactly one of free_bytes_below, free_percent_below, free_below_checkpoint_factor")
         return self
@@ -37,7 +37,7 @@ class DiskClause(Clause):
             free = disk.free_percent if self.disk.free_percent_below is not None else disk.free_bytes
         return free, self._limit(ctx)
 
-    def holds(self, observed) -> bool:
+    def holds(self, observed: tuple[float | None, float | None]) -> bool:
         free, limit = observed
         return free is not None and limit is not None and free < limit
 
@@ -45,7 +45,7 @@ class DiskClause(Clause):
         unit = "%" if self.disk.free_percent_below is not None else " bytes"
         return f"free < {self._limit(ctx)}{unit}"
 
-    def show(self, observed) -> str:
+    def show(self, observed: tuple[float | None, float | None]) -> str:
         return repr(observed[0])
 
     def _limit(self, ctx: MatchContext) -> float | None:

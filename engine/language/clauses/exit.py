@@ -19,7 +19,7 @@ class ExitSpec(BaseModel):
 
     @field_validator("signals")
     @classmethod
-    def _known(cls, value):
+    def _known(cls, value: list[str]) -> list[str]:
         unknown = [s for s in value if s not in SIGNALS]
         if unknown:
             raise ValueError(f"unknown signal(s) {unknown}; known: {sorted(SIGNALS)}")
@@ -44,7 +44,7 @@ class ExitClause(Clause):
         # holds(observe(ctx)) inlined: the commonest clause, checked while the trainer runs (false).
         return not ctx.state.trainer.alive and self.holds(ctx.exit_seen())
 
-    def holds(self, observed) -> bool:
+    def holds(self, observed: tuple[int | None, str | None] | None) -> bool:
         if observed is None:
             return False
         code, signal = observed

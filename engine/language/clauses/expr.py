@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import Field, field_validator
 
 from engine.language.clauses.base import Clause, MatchContext
@@ -45,7 +47,7 @@ class ExprClause(Clause):
         value, error = observed
         return error or repr(value)
 
-    def expressions(self):
+    def expressions(self) -> Iterable[tuple[tuple, str]]:
         return ((("expr",), self.expr),)
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.core.state import Metrics
 from engine.language.clauses.base import Clause, MatchContext
 
 MetricName = Literal["loss", "val_loss", "tokens_per_sec", "grad_norm", "lr", "step", "tokens"]
@@ -34,7 +35,7 @@ class MetricSpec(BaseModel):
     consecutive: int = Field(1, ge=1, le=20, description="loss only: the last N logged values must all satisfy it")
 
     @model_validator(mode="after")
-    def _needs_value(self):
+    def _needs_value(self) -> MetricSpec:
         if self.op not in UNARY and self.value is None:
             raise ValueError(f"op '{self.op}' needs a value")
         if self.consecutive > 1 and self.name != "loss":
@@ -59,8 +60,9 @@ class MetricClause(Clause):
         spec = self.metric
         if spec.min_step and (metrics.step or 0) < spec.min_step:
             return None
+        values: list[float | None]
         if spec.consecutive > 1:
-            values = metrics.loss_history[-spec.consecutive:]
+            values = list(metrics.loss_history[-spec.consecutive:])
             if len(values) < spec.consecutive:
                 return None
         else:
@@ -96,7 +98,7 @@ class MetricClause(Clause):
     def show(self, observed: list[float | None] | None) -> str:
         return repr(observed if observed is None or self.metric.consecutive > 1 else observed[0])
 
-    def _baseline(self, metrics) -> float | None:
+    def _baseline(self, metrics: Metrics) -> float | None:
         if self.metric.name != "loss":
             return None
         return metrics.loss_best_median if self.metric.op == "ratio_to_best_above" else metrics.loss_median

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pydantic import ConfigDict, Field
 
-from engine.language.clauses.base import Combinator, MatchContext
+from engine.language.clauses.base import Clause, Combinator, MatchContext
 
 if TYPE_CHECKING:
     from engine.language.clauses import AnyClause
@@ -20,10 +21,10 @@ class NotClause(Combinator):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     not_: AnyClause = Field(alias="not")  # `not` is a Python keyword
 
-    def children(self):
+    def children(self) -> list[Clause]:
         return [self.not_]
 
-    def holds(self, verdicts) -> bool:
+    def holds(self, verdicts: Iterable[bool]) -> bool:
         return not next(iter(verdicts))
 
     def check(self, ctx: MatchContext) -> bool:
@@ -32,5 +33,5 @@ class NotClause(Combinator):
     def expected(self, ctx: MatchContext) -> str:
         return "the clause below does not match"
 
-    def parts(self):
+    def parts(self) -> Iterable[tuple[tuple, Clause]]:
         return (((self.kind,), self.not_),)

@@ -18,7 +18,7 @@ class SignalsSpec(BaseModel):
 
     @field_validator("any_of")
     @classmethod
-    def _known(cls, value):
+    def _known(cls, value: list[str]) -> list[str]:
         unknown = [s for s in value if s not in _signal.Signals.__members__ or not s.startswith("SIG")]
         if unknown:
             raise ValueError(f"unknown signal(s) {unknown}; e.g. SIGBUS, SIGSEGV, SIGABRT")
@@ -53,7 +53,7 @@ class SignalsClause(Clause):
         own = None if state.trainer.alive else ctx.exit_seen()[1]
         return [r.signal for r in reports], own
 
-    def holds(self, observed) -> bool:
+    def holds(self, observed: tuple[list[str | None], str | None]) -> bool:
         reported, own = observed
         spec = self.signals
         if spec.every_rank:
@@ -68,6 +68,6 @@ class SignalsClause(Clause):
                     f"{spec.any_of or list(CRASH_SIGNALS)}")
         return f"a process of the trainer died of {spec.any_of}"
 
-    def show(self, observed) -> str:
+    def show(self, observed: tuple[list[str | None], str | None]) -> str:
         reported, own = observed
         return f"reported {reported or 'none'}; the trainer's own exit signal {own}"

@@ -34,7 +34,7 @@ class StalledClause(Clause):
         """(what, seconds, limit) of a live trainer; None when it is not running."""
         return stall(ctx.state, self.stalled.seconds)
 
-    def holds(self, observed) -> bool:
+    def holds(self, observed: tuple[str, float, float] | None) -> bool:
         return observed is not None and observed[1] >= observed[2]
 
     def expected(self, ctx: MatchContext) -> str:
@@ -50,7 +50,7 @@ class StalledClause(Clause):
                     f"or validating for >= {ctx.state.save_timeout_s:g} s")
         return f"alive trainer without progress for >= {limit:g} s"
 
-    def show(self, observed) -> str:
+    def show(self, observed: tuple[str, float, float] | None) -> str:
         if observed is None or observed[0] == "no progress":
             return repr(None if observed is None else observed[1])
         return f"{observed[0]}: {observed[1]:g} s"
