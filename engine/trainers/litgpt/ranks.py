@@ -41,7 +41,6 @@ from engine.process.nodes import NODE_ENV
 from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
 
 if TYPE_CHECKING:
-    import torch
     from lightning.fabric import Fabric
     from lightning.fabric.strategies import DDPStrategy
 
@@ -178,11 +177,11 @@ class Heartbeat:
             return
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        def hook(state: torch.distributed.ProcessGroup | None,
-                 bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        # Unannotated on purpose: register_comm_hook compares a hook's annotations with torch's classes at run time,
+        # and under `from __future__ import annotations` they would be strings, refused (every rank died).
+        def hook(state, bucket):  # type: ignore[no-untyped-def]
             self.synced_at = time.monotonic()
-            # None is the default group (register_comm_hook(state=None) below); torch annotates ProcessGroup only
-            return default_hooks.allreduce_hook(state, bucket)  # type: ignore[arg-type]
+            return default_hooks.allreduce_hook(state, bucket)
 
         ddp.register_comm_hook(state=None, hook=hook)
 
