@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from statistics import mean
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _row(key: str, label: str, entries: list[LedgerEntry]) -> LedgerRow:
 
 def build_ledger(entries: list[LedgerEntry]) -> dict[str, list[LedgerRow]]:
     """{"by_class": [...], "by_signature": [...]}, most frequent first (then the costliest)."""
-    def grouped(key) -> dict[str, list[LedgerEntry]]:
+    def grouped(key: Callable[[LedgerEntry], str]) -> dict[str, list[LedgerEntry]]:
         out: dict[str, list[LedgerEntry]] = {}
         for entry in entries:
             out.setdefault(key(entry), []).append(entry)

@@ -81,7 +81,7 @@ def read_records(run_dir: Path) -> tuple[list[dict], list[str]]:
     return records, problems
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

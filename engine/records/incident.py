@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any, Literal
+from typing import Any, Iterable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -23,6 +23,34 @@ from engine.core.state import StateSnapshot
 SCHEMA_VERSION = 3
 
 Outcome = Literal["open", "recovered", "escalated", "failed"]
+
+
+# What opening a record reads of the playbook and of the matcher's decision (engine/language, a floor
+# above this one: described here by shape, not imported).
+class PlaybookFacts(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def content_hash(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def lesson(self) -> str: ...
+
+
+class DecisionFacts(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def matched(self) -> Iterable[str]: ...
+    @property
+    def inhibited(self) -> Iterable[str]: ...
 
 
 class ActionRecord(BaseModel):
@@ -94,11 +122,11 @@ class Incident(BaseModel):
     steps_lost: int | None = None
     tokens_lost: int | None = None
 
-    _snapshot_model: Any = PrivateAttr(default=None)   # the StateSnapshot object, while the incident runs
+    _snapshot_model: StateSnapshot | None = PrivateAttr(default=None)   # the StateSnapshot object, while the incident runs
 
     @classmethod
-    def open(cls, incident_id: str, playbook, decision, snapshot, attempt: int, plan: list[dict],
-             config_before: dict) -> "Incident":
+    def open(cls, incident_id: str, playbook: PlaybookFacts, decision: DecisionFacts, snapshot: StateSnapshot,
+             attempt: int, plan: list[dict], config_before: dict) -> "Incident":
         now = time.time()
         incident = cls(
             schema_version=SCHEMA_VERSION, id=incident_id, playbook=playbook.name,
@@ -116,7 +144,7 @@ class Incident(BaseModel):
         return incident
 
     @property
-    def state(self):
+    def state(self) -> StateSnapshot:
         """The snapshot the playbook matched, as the object expressions and actions read."""
         if self._snapshot_model is None:
             self._snapshot_model = StateSnapshot.model_validate(self.snapshot)
