@@ -93,6 +93,8 @@ class Incident(BaseModel):
     snapshot: dict[str, Any] = Field(default_factory=dict)     # the StateSnapshot as JSON
     signature: Signature | None = None   # schema 3: what makes this failure "the same" as another
     same_as: str | None = None           # schema 3: the run's first earlier incident with this signature
+    # the data window a skip_data action skipped for every later launch: steps, positions, batches, tokens
+    data_skipped: dict[str, Any] | None = None
     # decided: the plan computed once, at opening; it is the plan that runs
     plan: list[dict[str, Any]] = Field(default_factory=list)
     config_before: dict[str, Any] = Field(default_factory=dict)
