@@ -28,7 +28,7 @@ def render_slurm(slurm: dict) -> list[str]:
     return lines
 
 
-def _number(value, fmt: str) -> str:
+def _number(value: object, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
