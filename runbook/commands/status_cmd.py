@@ -157,9 +157,9 @@ def gather(loaded: LoadedConfig, now: float | None = None) -> dict:
             if isinstance(error, SourceError):
                 heartbeat_problem = f"{error} (heartbeat skipped)"
 
-    from runbook.outbox import pending_summary
+    from runbook.notices import summary
 
-    notices = pending_summary(loaded.folder.outbox)
+    notices = summary(loaded)   # every receiver's outbox (Slack, webhooks, e-mail)
     notices["oldest_age_seconds"] = (round(now - notices["oldest_queued_at"], 1)
                                      if notices["oldest_queued_at"] is not None else None)
     disk = disk_status(loaded.out_dir)
