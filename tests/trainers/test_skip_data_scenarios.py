@@ -20,7 +20,7 @@ from tests.conftest import REPO
 from tests.trainers.projects import BATCH, BLOCK, TRAINERS, corpus, make_project
 from tests.trainers.test_scenarios import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.waits]   # mostly 0.2 s sleeps a step: runs on the waiting worker (tests/waiting_worker.py)
 RUN = BATCH * BLOCK          # bytes per data position
 JUNK = (21, 32)              # data positions of random bytes
 STEPS, SAVE_INTERVAL, LR = 48, 16, 0.01
