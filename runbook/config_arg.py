@@ -4,22 +4,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from runbook.exit_codes import ExitCode
 
+if TYPE_CHECKING:
+    from typer._click import Context   # the click typer vendors: its TyperGroup's parse_args takes this
+
 DEFAULT_CONFIG = Path("configs/run_config.yaml")
 CONFIG_HELP = f"run config (YAML), default {DEFAULT_CONFIG}"
 
 
-def config_argument(help: str = CONFIG_HELP):
+# Any, as typer's own Argument and Option declare: the default of a parameter typed Optional[Path].
+def config_argument(help: str = CONFIG_HELP) -> Any:
     return typer.Argument(None, metavar="CONFIG", help=help, show_default=False)
 
 
-def config_option(help: str = "the run config, as an option (same as CONFIG)"):
+def config_option(help: str = "the run config, as an option (same as CONFIG)") -> Any:
     return typer.Option(None, "--config", "-c", help=help, show_default=False)
 
 
@@ -36,7 +40,7 @@ class ConfigGroup(TyperGroup):
     (`runbook incidents show ID [CONFIG]`): the group's optional positional would otherwise take the
     subcommand's name, so everything from the first subcommand name on is the subcommand's."""
 
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         split = next((i for i, arg in enumerate(args) if arg in self.commands), None)
         if split is None:
             return super().parse_args(ctx, args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+from typing import TextIO
 
 from engine.core.events import (ActionDone, DryRun, DryRunPlan, ExpressionError, IncidentClosed, IncidentOpened,
                                 Launch, Observed, Transition, WatchEvent, WatchWarning)
@@ -19,7 +20,7 @@ HISTORY = (IncidentOpened, IncidentClosed, Transition)   # what --quiet still pr
 class PlainReporter:
     """Prints each event it hears as one line; nothing animated."""
 
-    def __init__(self, stream=None, quiet: bool = False, as_json: bool = False):
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False, as_json: bool = False) -> None:
         self.stream = stream or sys.stdout
         self.quiet = quiet
         self.as_json = as_json

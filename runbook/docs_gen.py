@@ -17,7 +17,7 @@ from typing import Any
 
 from jinja2.defaults import DEFAULT_NAMESPACE
 from pydantic import BaseModel, TypeAdapter
-from pydantic_core import PydanticUndefined
+from pydantic.fields import FieldInfo
 from ruamel.yaml import YAML
 
 import engine.language.playbook_testing as playbook_testing
@@ -170,10 +170,10 @@ def _type(annotation: Any) -> str:
     return {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}.get(annotation, "value")
 
 
-def _default(info) -> str:
+def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
-    value = info.default_factory() if info.default is PydanticUndefined and info.default_factory else info.default
+    value = info.get_default(call_default_factory=True)   # the factory's value, or a copy of the default
     if isinstance(value, BaseModel):
         return "see below"
     if value in ("", [], {}):

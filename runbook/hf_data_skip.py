@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from runbook import sdk
+
+if TYPE_CHECKING:   # annotations only
+    from collections.abc import Mapping
+
+    from transformers import TrainingArguments
 
 
 class SkippingSampler:
@@ -52,7 +57,7 @@ def _innermost_batch_sampler(loader: Any) -> Any:
     return batch_sampler
 
 
-def install(train_dataloader: Any, args: Any, environ=os.environ) -> str | None:
+def install(train_dataloader: Any, args: TrainingArguments, environ: Mapping[str, str] = os.environ) -> str | None:
     """Filter the loader's sampler by the windows in force; what was done, for the log (None: nothing to skip)."""
     windows_module = sdk._data_windows()
     try:

@@ -15,6 +15,7 @@ import json
 import os
 import runpy
 import sys
+from typing import Callable
 
 FIELDS = ("output_dir", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "max_steps",
           "save_steps", "seed", "logging_steps", "save_only_model", "save_total_limit", "use_cpu")
@@ -29,8 +30,8 @@ def main(argv: list[str]) -> int:
 
     script = os.path.abspath(argv[0])
 
-    def wrapped(method):
-        def parse(self, *args, **kwargs):
+    def wrapped(method: Callable[..., object]) -> Callable[..., object]:
+        def parse(self: HfArgumentParser, *args: object, **kwargs: object) -> object:
             result = method(self, *args, **kwargs)
             for obj in result if isinstance(result, tuple) else (result,):
                 if isinstance(obj, TrainingArguments):

@@ -22,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.core.events import ActionDone, IncidentClosed, IncidentOpened, Launch, Observed, Transition, WatchEvent
-from engine.core.state import RunState
+from engine.core.config import LoadedConfig
+from engine.core.state import Metrics, RunState, StateSnapshot
 from runbook.console import PlainReporter
 from runbook.report import duration, total_steps
 from runbook.shown_values import step_problem, step_text
@@ -33,7 +34,7 @@ STATE_STYLES = {"starting": "cyan", "running": "green", "incident": "bold red", 
 
 
 class LiveView:
-    def __init__(self, loaded, console: Console | None = None, refresh_per_second: float = 4):
+    def __init__(self, loaded: LoadedConfig, console: Console | None = None, refresh_per_second: float = 4):
         self.console = console or Console()
         self.title = str(loaded.path.name)
         self.total_steps = total_steps(loaded.config)
@@ -42,7 +43,7 @@ class LiveView:
         self.started = time.time()
         self.state = RunState.STARTING
         self.reason = ""
-        self.snapshot = None
+        self.snapshot: StateSnapshot | None = None
         self.samples: deque[tuple[float, int]] = deque()
         self.incident: dict | None = None           # a copy: id, playbook, step, outcome, doing, result
         self.env: dict[str, str] = {}               # what remedies added to the current launch's environment
@@ -55,7 +56,7 @@ class LiveView:
         self._live.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -79,7 +80,7 @@ class LiveView:
             if line is not None:
                 self.console.print(Text(f"{dt.datetime.now():%H:%M:%S} {line}"))
 
-    def _observe(self, snapshot) -> None:
+    def _observe(self, snapshot: StateSnapshot) -> None:
         step = snapshot.metrics.step
         if step is not None:
             if self.samples and step < self.samples[-1][1]:
@@ -127,7 +128,7 @@ class LiveView:
         return Panel(grid, title=f"runbook watch · {self.title}", subtitle=f"watching for {elapsed} · Ctrl-C stops",
                      border_style=STATE_STYLES.get(state, "white").replace("bold ", ""), expand=False)
 
-    def _metric_rows(self, grid: Table, snap) -> None:
+    def _metric_rows(self, grid: Table, snap: StateSnapshot) -> None:
         m, total = snap.metrics, self.total_steps
         step = m.step or 0
         bar = ProgressBar(total=max(total, 1), completed=min(step, total), width=30)
@@ -164,7 +165,7 @@ class LiveView:
         grid.add_row("trainer", f"{alive}, pid {t.pid}, launch {t.launches}" + ("  STOPPED (SIGSTOP)" if t.stopped else ""))
 
     @staticmethod
-    def _speed_text(m) -> Text:
+    def _speed_text(m: Metrics) -> Text:
         if m.tokens_per_sec is None:
             return Text("-", style="dim")
         text = Text(f"{m.tokens_per_sec:,.0f} tok/s")

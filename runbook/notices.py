@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from engine.core.config import LoadedConfig
 from runbook.exit_codes import ExitCode
 from runbook.outbox import pending_summary
 
@@ -22,11 +23,11 @@ class NoticesRefused(Exception):
         super().__init__(message)
 
 
-def outbox_dir(loaded) -> Path:
+def outbox_dir(loaded: LoadedConfig) -> Path:
     return loaded.folder.outbox
 
 
-def summary(loaded) -> dict:
+def summary(loaded: LoadedConfig) -> dict:
     """pending_summary over every outbox of the run (runbook/outbox.py): counts summed, the oldest kept."""
     from runbook.receivers import outbox_dirs
 
@@ -37,11 +38,11 @@ def summary(loaded) -> dict:
             "oldest_queued_at": min(oldest, default=None)}
 
 
-def pending(loaded) -> int:
+def pending(loaded: LoadedConfig) -> int:
     return summary(loaded)["pending"]
 
 
-def deliver_pending(loaded, timeout_s: float | None = None, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+def deliver_pending(loaded: LoadedConfig, timeout_s: float | None = None, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
     """(delivered, still pending) after delivering for at most ``timeout_s`` (default: delivery_timeout_s)."""
     from engine.core.lock import RunLock, RunLocked
     from runbook.receivers import make_notifier

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from engine.language.actions import REGISTRY
 from engine.language.planner import plan
-from engine.expr.expressions import LIMIT_MARK, compile_expression, evaluate_condition, is_expression, render_template
+from engine.expr.expressions import LIMIT_MARK, Expression, compile_expression, evaluate_condition, is_expression, render_template
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, set_problems, where
 from engine.language.playbook_set import SHIPPED_DIR, read_set, shipped_files
@@ -165,7 +165,7 @@ def runtime_warnings(playbook: Playbook, config: RunConfig) -> list[tuple[tuple,
     return warnings
 
 
-def _value_error(playbook: Playbook, loc: tuple, compiled, context: dict) -> str | None:
+def _value_error(playbook: Playbook, loc: tuple, compiled: Expression, context: dict) -> str | None:
     """Evaluate one computed param and validate it with the action's params model."""
     _, index, verb, key = loc
     try:

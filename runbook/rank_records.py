@@ -17,6 +17,11 @@ import sysconfig
 import time
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # annotations only: nothing more is imported into the user's process
+    from collections.abc import Callable, Mapping
+    from types import TracebackType
 
 RANKS_DIR_ENV = "RUNBOOK_RANKS_DIR"       # engine/process/ranks.py's name for the same folder
 MAX_ERROR_CHARS = 500                     # an exception's message can be megabytes (a tensor's repr)
@@ -29,7 +34,7 @@ class RankIdentity:
     local_rank: int
 
 
-def identity_from(environ) -> RankIdentity:
+def identity_from(environ: Mapping[str, str]) -> RankIdentity:
     """PURE. torchrun, accelerate and deepspeed set RANK/WORLD_SIZE/LOCAL_RANK; srun sets SLURM_PROCID/
     SLURM_NTASKS/SLURM_LOCALID (used only when the launcher's names are absent: runbook may itself run
     inside a one-task SLURM job)."""
@@ -69,7 +74,7 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 
-def user_frame(tb) -> str | None:
+def user_frame(tb: TracebackType | None) -> str | None:
     """'train.py:57' when the innermost frame of a traceback is the user's own code (not the standard library's,
     not an installed package's, not runbook's); None when the error was raised inside library code (a CUDA
     error, a collective's lost peer), which may be the machine's rather than the script's."""
@@ -93,7 +98,7 @@ def error_line(exc: BaseException) -> str:
 class RankRecorder:
     """This process's records in the ranks folder; does nothing when the watcher asked for none."""
 
-    def __init__(self, environ=os.environ):
+    def __init__(self, environ: Mapping[str, str] = os.environ) -> None:
         self.folder = environ.get(RANKS_DIR_ENV) or None
         self.me = identity_from(environ)
         self.pid = os.getpid()
@@ -128,14 +133,14 @@ class RankRecorder:
         except OSError:
             pass
 
-    def install_exit_hooks(self, exit_code_on_clean_exit) -> None:
+    def install_exit_hooks(self, exit_code_on_clean_exit: Callable[[], int]) -> None:
         """An uncaught exception is recorded with its message and, when it was raised in the user's own code,
         the file:line (a restart cannot fix that); a clean interpreter exit with the code the caller says."""
         import atexit
 
         previous = sys.excepthook
 
-        def on_exception(kind, value, tb):
+        def on_exception(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
             previous(kind, value, tb)   # the traceback reaches the log before the record: the text decides too
             if not issubclass(kind, (SystemExit, KeyboardInterrupt)):
                 sys.stderr.flush()

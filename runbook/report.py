@@ -12,9 +12,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import Iterable, TypeGuard
 
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.layout import CheckpointLayout
+from engine.core.config import LoadedConfig, RunConfig
 from engine.core.durable import atomic_write
 from engine.core.state import Metrics
 from engine.observe.events import FinalValidation, Progress, Resumed, Validation
@@ -22,6 +24,7 @@ from engine.observe.log_replay import replay
 from engine.observe.throughput import ProgressMeaning, progress_meaning_of
 from engine.records.journal import Journal, JournalState, rebuild
 from engine.trainers import adapter_for
+from engine.trainers.base import TrainerAdapter
 from runbook.shown_values import checked_incident
 
 LOG_NAME = re.compile(r"^trainer-(\d+)\.log(\.gz)?$")
@@ -88,7 +91,7 @@ class RunHistory:
         return self.launches[-1].last_step if self.launches else None
 
 
-def total_steps(config) -> int:
+def total_steps(config: RunConfig) -> int:
     """Optimizer steps the run is planned for: max_tokens / (batch_size x block_size)."""
     return config.max_tokens // (config.batch_size * config.model.block_size)
 
@@ -112,7 +115,8 @@ def read_log_lines(path: Path) -> list[str]:
         return []
 
 
-def parse_launch(number: int, path: Path, start_step: int | None, adapter, meaning: ProgressMeaning) -> LaunchCurve:
+def parse_launch(number: int, path: Path, start_step: int | None, adapter: TrainerAdapter,
+                 meaning: ProgressMeaning) -> LaunchCurve:
     """One launch's log read by the watch's own parser and tracker (engine/observe/log_replay.py): its curve, and
     the figures the watch would show for it."""
     curve = LaunchCurve(number=number, log=path, start_step=start_step or 0)
@@ -134,7 +138,7 @@ def parse_launch(number: int, path: Path, start_step: int | None, adapter, meani
     return curve
 
 
-def launch_starts(entries: list[dict], layout) -> dict[int, int]:
+def launch_starts(entries: list[dict], layout: CheckpointLayout) -> dict[int, int]:
     """Launch number -> the step of the checkpoint it resumed from (a rescaled copy keeps the step in its name)."""
     starts = {}
     for e in entries:
@@ -166,14 +170,14 @@ def _resolved(path: Path) -> Path | None:
         return None
 
 
-def read_checkpoints(out_dir: Path, layout) -> list[CheckpointInfo]:
+def read_checkpoints(out_dir: Path, layout: CheckpointLayout) -> list[CheckpointInfo]:
     last = ckpts.last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
     return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last == _resolved(c.path))
             for c in ckpts.list_checkpoints(out_dir, layout)]
 
 
-def read_history(loaded, only_newest_launch: bool = False, with_incidents: bool = True) -> RunHistory:
+def read_history(loaded: LoadedConfig, only_newest_launch: bool = False, with_incidents: bool = True) -> RunHistory:
     """Raises JournalUnreadable when the journal file itself cannot be read; bad lines are only skipped.
     with_incidents=False: no incident record is read (`status` reads the store's summary instead)."""
     run_dir = loaded.run_dir
@@ -198,7 +202,7 @@ def read_history(loaded, only_newest_launch: bool = False, with_incidents: bool 
     )
 
 
-def finite(values) -> list[float]:
+def finite(values: Iterable[float | None]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
@@ -233,7 +237,7 @@ LAUNCH_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17bec
 OUTCOME_COLOURS = {"recovered": "#d62728", "escalated": "#000000", "failed": "#000000", "open": "#ff7f0e"}
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -24,9 +24,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook.rank_records import RankRecorder
+
+if TYPE_CHECKING:   # annotations only: nothing more is imported into the user's process
+    from types import ModuleType
 
 NOTICE_EXIT = 75                       # "saved on the notice": the preemption playbook resumes with 0 steps lost
 _state: dict[str, Any] = {"noticed": None, "last": time.monotonic()}   # the signal number; monotonic time
@@ -52,7 +55,7 @@ def progress(step: int, loss: float, grad_norm: float | None = None, lr: float |
         print(f"runbook: step {int(step)} loss {float(loss):.6f} took {took:.1f} ms{extra}", flush=True)
 
 
-def _float_or_none(value) -> float | None:
+def _float_or_none(value: float | None) -> float | None:
     """A number to print, or None: an optional metric of an odd type must never stop the training."""
     try:
         return None if value is None else float(value)
@@ -66,13 +69,13 @@ def validation(step: int, val_loss: float) -> None:
         print(f"runbook: step {int(step)} val_loss {float(val_loss):.6f}", flush=True)
 
 
-def saving(path) -> None:
+def saving(path: str | os.PathLike[str]) -> None:
     """Call BEFORE the first byte of a checkpoint is written: runbook prunes only folders announced so."""
     if is_rank_zero():
         print(f"runbook: saving {os.path.abspath(path)}", flush=True)
 
 
-def resumed(path) -> None:
+def resumed(path: str | os.PathLike[str]) -> None:
     if is_rank_zero():
         print(f"runbook: resumed {os.path.abspath(path)}", flush=True)
 
@@ -86,7 +89,7 @@ def data_position(step: int) -> int:
     return windows.position(step, windows.parse(os.environ.get(windows.ENV)))
 
 
-def _data_windows():
+def _data_windows() -> ModuleType:
     """engine/core/data_windows.py, the one implementation, loaded by its path: nothing of the engine is imported by
     name here (your folder may hold an `engine` of its own)."""
     if "data_windows" not in _state:

@@ -8,6 +8,7 @@ ago", "at step -5"); these checks say they are invalid instead, and why.
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 MAX_STEP = 10**15            # the trainer log parser's own bound (15 digits, engine/trainers/litgpt/log_lines.py)
 MAX_COUNT = 10**21           # tokens: steps x a batch of tokens
@@ -19,11 +20,11 @@ INCIDENT_STEPS = ("step_at_failure", "resumed_step", "steps_lost", "rollback_tar
 INCIDENT_COUNTS = ("tokens_lost", "tokens_at_failure")
 
 
-def _number(value) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def step_problem(value, limit: int = MAX_STEP) -> str | None:
+def step_problem(value: object, limit: int = MAX_STEP) -> str | None:
     """Why `value` is no step (or count) to show: not a whole number, negative, beyond `limit`; None when valid
     or absent."""
     if value is None:
@@ -37,7 +38,7 @@ def step_problem(value, limit: int = MAX_STEP) -> str | None:
     return None
 
 
-def time_problem(value, now: float) -> str | None:
+def time_problem(value: object, now: float) -> str | None:
     """Why `value` is no wall-clock time of this run (seconds since the epoch): not a finite number, before
     2000, or further in the future than a clock's skew; None when valid."""
     if not _number(value):
@@ -51,7 +52,7 @@ def time_problem(value, now: float) -> str | None:
     return None
 
 
-def step_text(value) -> str:
+def step_text(value: object) -> str:
     """A step as shown: '-' when unknown, 'invalid (why)' when out of range, else the number."""
     if value is None:
         return "-"
@@ -82,6 +83,6 @@ def field_text(record: dict, key: str, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = f"{value:.4g}" if isinstance(value, float) else repr(value)
     return text if len(text) <= 40 else text[:40] + "..."

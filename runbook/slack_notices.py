@@ -43,7 +43,7 @@ def digest_notice(title: str, text: str, fields: dict[str, str], queued_at: floa
     return _message("digest", "digest", _esc(text), blocks, queued_at)
 
 
-def message_problem(message: Any) -> str | None:
+def message_problem(message: object) -> str | None:
     """Why ``message`` cannot be a notice the sender delivers (its fields as the functions above write
     them), or None. A hand-edited `{}` used to raise KeyError 'text' in the sender at every attempt and
     hold every notice queued behind it."""
@@ -72,7 +72,7 @@ def _message(kind: str, incident_id: str, text: str, blocks: list[dict[str, Any]
             "blocks": blocks, "broadcast": broadcast, "queued_at": queued_at}
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     if value is None:
         return "missing"
     text = repr(value)

@@ -14,6 +14,8 @@ from runbook.exit_codes import ExitCode
 from engine.core.yaml_source import SourceError
 
 if TYPE_CHECKING:   # imported where used: `runbook --help` loads none of them
+    from engine.core.config import LoadedConfig
+    from engine.core.state import RunState
     from engine.core.notifier import Notifier
     from runbook.console import PlainReporter
     from runbook.live_view import LiveView
@@ -27,7 +29,7 @@ class Refusal(Exception):
         super().__init__(message)
 
 
-def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, make_default: bool = True) -> str:
+def prepare_data(loaded: LoadedConfig, accept_data_change: bool, record_hash: bool = True, make_default: bool = True) -> str:
     """Make the embedded default if asked, check the data and what the trainer needs besides it
     (its adapter's check_environment), and settle `data_hash`. Returns the hash.
 
@@ -62,7 +64,7 @@ def prepare_data(loaded, accept_data_change: bool, record_hash: bool = True, mak
     return _settle_hash(loaded, compute_data_hash(train_dir, val_dir), accept_data_change, record_hash)
 
 
-def _settle_hash(loaded, data_hash: str, accept_data_change: bool, record_hash: bool) -> str:
+def _settle_hash(loaded: LoadedConfig, data_hash: str, accept_data_change: bool, record_hash: bool) -> str:
     """Record the first data_hash; refuse a changed one where checkpoints exist, unless accepted."""
     from engine.checkpoints import store as ckpts
     from engine.trainers import adapter_for
@@ -83,7 +85,7 @@ def _settle_hash(loaded, data_hash: str, accept_data_change: bool, record_hash: 
     return data_hash
 
 
-def check_trainer(loaded) -> None:
+def check_trainer(loaded: LoadedConfig) -> None:
     from engine.trainers import adapter_for
 
     adapter = adapter_for(loaded.config.trainer.kind)
@@ -92,7 +94,7 @@ def check_trainer(loaded) -> None:
                       f"{adapter.name} is not installed in this Python environment; {adapter.install_hint}")
 
 
-def read_journal_state(loaded):
+def read_journal_state(loaded: LoadedConfig) -> RunState:
     """The run state the journal says; each bad line is one warning (file:line), then skipped."""
     from engine.records.journal import Journal, JournalUnreadable, rebuild
 
@@ -106,7 +108,7 @@ def read_journal_state(loaded):
     return rebuild(entries).run_state
 
 
-def deliver_leftover_notices(loaded) -> None:
+def deliver_leftover_notices(loaded: LoadedConfig) -> None:
     """A run that ended while a receiver was down: deliver what its watcher could not, before saying "nothing to do"."""
     from runbook.notices import NoticesRefused, deliver_pending, pending
 
@@ -123,7 +125,8 @@ def deliver_leftover_notices(loaded) -> None:
                                                      if left else ""), markup=False)
 
 
-def run_watch(config_path: Path, dry_run=False, accept_data_change=False, quiet=False, as_json=False, debug=False) -> ExitCode:
+def run_watch(config_path: Path, dry_run: bool = False, accept_data_change: bool = False, quiet: bool = False,
+              as_json: bool = False, debug: bool = False) -> ExitCode:
     from engine.core.lock import RunLocked
     from engine.core.run_dir_owner import RunDirTaken, claim_run_dir
     from engine.checkpoints.out_dir_claim import OutDirBlocked, OutDirTaken

@@ -8,7 +8,6 @@ Every object has `time` (ISO 8601, UTC), `event` and `text` (the line the plain 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from engine.core.events import (ActionDone, DryRun, DryRunPlan, ExpressionError, IncidentClosed, IncidentOpened, Launch,
                                 Observed, Transition, WatchEvent, WatchWarning)
@@ -48,7 +47,7 @@ COMMON = {"time": ((STR,), True), "event": ((STR,), True), "text": ((STR,), True
 ACTION_OUTCOMES = ("ok", "failed")
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """JSON has no NaN or infinity: a non-finite loss (the NaN playbook's case) is null."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
@@ -101,7 +100,7 @@ def problems(line: dict) -> list[str]:
     return found
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return NULL
     if isinstance(value, bool):

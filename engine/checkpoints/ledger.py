@@ -11,14 +11,26 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 from pathlib import Path
 
 from engine.checkpoints import store as ckpts
 from engine.checkpoints import partial_saves
 from engine.checkpoints.rollback import RollbackResult, UnreadableWeights
 from engine.core.run_folder import RunFolder
+from engine.core.journal_writer import JournalWriter
 from engine.core.state import CheckpointStatus
+
+if TYPE_CHECKING:
+    from engine.checkpoints.layout import CheckpointLayout
+
+
+class WeightsReader(Protocol):
+    """The trainer's adapter (engine/trainers, a floor above), as the ledger uses it."""
+
+    @property
+    def layout(self) -> CheckpointLayout: ...
+    def find_nonfinite(self, checkpoint: ckpts.Checkpoint, limit: int) -> list[str]: ...
 
 
 @dataclass
@@ -48,8 +60,8 @@ class PruneResult:
 
 
 class CheckpointLedger:
-    def __init__(self, out_dir: Path, folder: RunFolder, quarantine_dir: Path, adapter, journal=None,
-                 read_only: bool = False):
+    def __init__(self, out_dir: Path, folder: RunFolder, quarantine_dir: Path, adapter: WeightsReader,
+                 journal: JournalWriter | None = None, read_only: bool = False):
         self.out_dir = out_dir
         self.folder = folder
         self.quarantine_dir = quarantine_dir
@@ -100,7 +112,7 @@ class CheckpointLedger:
             corrupt_steps=sorted(self.corrupt),
         )
 
-    def _size(self, ckpt) -> int:
+    def _size(self, ckpt: ckpts.Checkpoint | None) -> int:
         if ckpt is None:
             return 0
         if ckpt.path not in self._sizes:
@@ -214,7 +226,7 @@ class CheckpointLedger:
         return False, None
 
     # --- moving out and deleting ---------------------------------------------------------------
-    def quarantine(self, ckpt, reason: str) -> Path:
+    def quarantine(self, ckpt: ckpts.Checkpoint, reason: str) -> Path:
         dest = ckpts.quarantine(ckpt, self.quarantine_dir, reason)
         self.forget({ckpt.step})
         if self.journal is not None:
@@ -281,7 +293,9 @@ class CheckpointLedger:
             for name in cleanup.partial:
                 path = self.out_dir / name
                 result.freed_bytes += _size(path)
-                self.quarantine(ckpts.Checkpoint(path, self.layout.step_of(name), self.layout), "partial save")
+                step = self.layout.step_of(name)
+                assert step is not None, name   # plan_cleanup lists only step folders as partial saves
+                self.quarantine(ckpts.Checkpoint(path, step, self.layout), "partial save")
                 result.moved.append(name)
             result.freed_bytes += partial_saves.remove_temps(self.out_dir, cleanup.temps)
             result.removed = list(cleanup.temps)

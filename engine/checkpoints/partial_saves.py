@@ -18,12 +18,13 @@ Everything else is left alone and reported. ``plan_cleanup`` is pure; the rest r
 from __future__ import annotations
 
 import gzip
+import io
 import shutil
 import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
 from engine.checkpoints import store as ckpts
@@ -50,7 +51,7 @@ BLOCK = 1 << 20          # bytes read at a time
 LONGEST_LINE = 1 << 20   # a longer line may be left out: an announcement names one path (a few KiB at most)
 
 
-def line_blocks(stream) -> Iterator[bytes]:
+def line_blocks(stream: io.BufferedIOBase) -> Iterator[bytes]:
     """The stream's bytes as blocks of whole lines (each ends with a newline, the last one at the end of the
     stream), each at most BLOCK + LONGEST_LINE bytes: an announcement is one line, so the announcements of the blocks are
     those of the whole log. A line that runs past LONGEST_LINE bytes without a newline is left out whole."""
@@ -124,8 +125,8 @@ class Cleanup:
     foreign: list[str] = field(default_factory=list)     # not ours, relative to out_dir: leave alone, report
 
 
-def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | set[str], layout,
-                 require_side_files=()) -> Cleanup:
+def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | set[str], layout: CheckpointLayout,
+                 require_side_files: Collection[str] = ()) -> Cleanup:
     """PURE. Sort out_dir's children into this run's partial saves, its temporaries, and others' files."""
     plan = Cleanup()
     for e in sorted(entries, key=lambda e: e.name):
@@ -148,7 +149,7 @@ def plan_cleanup(entries: list[Entry], prefix: str, announced: frozenset[str] | 
     return plan
 
 
-def survey(out_dir: Path, layout) -> list[Entry]:
+def survey(out_dir: Path, layout: CheckpointLayout) -> list[Entry]:
     """Read out_dir's children (cheap: names, and the layout's quick look at each step folder's resume file)."""
     out_dir = Path(out_dir)
     entries = []
@@ -160,7 +161,8 @@ def survey(out_dir: Path, layout) -> list[Entry]:
     return entries
 
 
-def find_partial_saves(out_dir: Path, announced, layout: CheckpointLayout, require_side_files=()) -> Cleanup:
+def find_partial_saves(out_dir: Path, announced: frozenset[str] | set[str], layout: CheckpointLayout,
+                       require_side_files: Collection[str] = ()) -> Cleanup:
     """What an interrupted save of this run left in out_dir. Call only while no trainer writes there."""
     return plan_cleanup(survey(out_dir, layout), ckpts.own_tmp_prefix(out_dir), announced, layout, require_side_files)
 
@@ -186,7 +188,7 @@ def remove_temps(out_dir: Path, temps: list[str]) -> int:
     return freed
 
 
-def owned_checkpoints(out_dir: Path, announced, layout: CheckpointLayout) -> list[ckpts.Checkpoint]:
+def owned_checkpoints(out_dir: Path, announced: frozenset[str] | set[str], layout: CheckpointLayout) -> list[ckpts.Checkpoint]:
     """The checkpoints this run's trainer announced and nobody else added files to: the only ones pruning may delete."""
     return [c for c in ckpts.list_checkpoints(out_dir, layout)
             if c.path.name in announced and not ckpts.foreign_files(c.path, layout)]

@@ -7,10 +7,23 @@ prune_checkpoints), all through `retain`, with one source of "best": the observe
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from engine.checkpoints.ledger import PruneResult
 
 
-def retain(ledger, keep_last_k: int, best_step: int | None, trainer_alive: bool, remove_partial: bool = False):
+class PruningLedger(Protocol):
+    """What retention asks of the ledger (engine/checkpoints/ledger.CheckpointLedger, or an action's port to it)."""
+
+    @property
+    def verified(self) -> set[int]: ...
+
+    def prune(self, keep_last_k: int, best_step: int | None, remove_partial: bool, trainer_alive: bool) -> PruneResult: ...
+
+
+def retain(ledger: PruningLedger, keep_last_k: int, best_step: int | None, trainer_alive: bool,
+           remove_partial: bool = False) -> PruneResult:
     """Apply keep_last_k + best now (remove_partial: leftovers of interrupted saves first); the ledger's
     PruneResult. A ValueError is the ledger's refusal to delete (it is reported by the caller, never forced)."""
     return ledger.prune(keep_last_k, best_step, remove_partial=remove_partial, trainer_alive=trainer_alive)
@@ -20,7 +33,7 @@ class Retention:
     """The policy bound to one run: its ledger, its keep_last_k (a recovery may rewrite it), its one
     source of "best", and where a refusal is said."""
 
-    def __init__(self, ledger, keep_last_k: Callable[[], int], best_step: Callable[[], int | None],
+    def __init__(self, ledger: PruningLedger, keep_last_k: Callable[[], int], best_step: Callable[[], int | None],
                  warn: Callable[[str], None]):
         self.ledger = ledger
         self.keep_last_k = keep_last_k
@@ -28,7 +41,7 @@ class Retention:
         self.warn = warn
         self._verified_seen = 0   # checkpoints verified when after_new_saves last looked
 
-    def now(self, trainer_alive: bool):
+    def now(self, trainer_alive: bool) -> PruneResult | None:
         """Apply it now; None when the ledger refused (said through warn, never forced)."""
         try:
             return retain(self.ledger, self.keep_last_k(), self.best_step(), trainer_alive)
@@ -36,7 +49,7 @@ class Retention:
             self.warn(f"retention skipped: {error}")
             return None
 
-    def after_new_saves(self, trainer_alive: bool):
+    def after_new_saves(self, trainer_alive: bool) -> PruneResult | None:
         """keep_last_k + best as soon as a new save is sealed, not only on upkeep's clock: a run that saves
         faster than upkeep's retention interval (a short save_interval, a small disk) otherwise piles up
         checkpoints between two passes until its disk is full (seen: a 13 MB out_dir, a 2 MB save every

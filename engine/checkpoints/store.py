@@ -20,6 +20,7 @@ import shutil
 import stat
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def _entry_problem(ckpt: Checkpoint, name: object, expected: dict) -> str | None
     return None
 
 
-def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[Verification, dict]:
+def _verify(ckpt: Checkpoint, require_side_files: Collection[str] | None, want_digests: bool) -> tuple[Verification, dict]:
     """verify_checkpoint, optionally also returning {name: {"size", "sha256"}} for sealing."""
     resume_file = ckpt.resume_file
     if require_side_files is None:
@@ -199,7 +200,7 @@ def _verify(ckpt: Checkpoint, require_side_files, want_digests: bool) -> tuple[V
     return Verification(True, None), digests
 
 
-def verify_checkpoint(ckpt: Checkpoint, require_side_files=None) -> Verification:
+def verify_checkpoint(ckpt: Checkpoint, require_side_files: Collection[str] | None = None) -> Verification:
     """Without loading it: the resume file present and non-empty, the layout's required files
     present (or require_side_files), the layout's own check of its format (litgpt: every zip
     member's CRC) and, if a manifest exists, every listed file's size and sha256 as recorded."""
@@ -222,7 +223,7 @@ def write_manifest(ckpt: Checkpoint) -> Path:
     return _write_manifest_entries(ckpt, files)
 
 
-def verify_for_sealing(ckpt: Checkpoint, require_side_files=None) -> tuple[Verification, dict]:
+def verify_for_sealing(ckpt: Checkpoint, require_side_files: Collection[str] | None = None) -> tuple[Verification, dict]:
     """verify_checkpoint, plus the digests write_seal records: a caller that may find no room for the
     manifest (a full disk) keeps them and seals later without reading the checkpoint again."""
     return _verify(ckpt, require_side_files, want_digests=True)
@@ -233,7 +234,7 @@ def write_seal(ckpt: Checkpoint, digests: dict) -> Path:
     return _write_manifest_entries(ckpt, digests)
 
 
-def seal_checkpoint(ckpt: Checkpoint, require_side_files=None) -> Verification:
+def seal_checkpoint(ckpt: Checkpoint, require_side_files: Collection[str] | None = None) -> Verification:
     """Verify, and only if that passes write the manifest from the hashes of the same read. An
     existing manifest is checked first and rewritten only if it still holds."""
     result, digests = verify_for_sealing(ckpt, require_side_files)

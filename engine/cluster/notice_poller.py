@@ -22,7 +22,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from apscheduler.schedulers.background import BackgroundScheduler
 
 
 AWS_TOKEN_TTL_S = 21600
@@ -126,7 +131,7 @@ class NoticePoller:
             scheduler.shutdown(wait=False)
 
 
-def _now(scheduler):
+def _now(scheduler: BackgroundScheduler) -> datetime:
     import datetime as dt
 
     return dt.datetime.now(scheduler.timezone)

@@ -22,6 +22,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Literal
 
 
@@ -108,7 +109,7 @@ def classify_notice(job: JobView | None, signal_lead_s: float) -> tuple[NoticeCa
                       "(scancel --signal, or an administrator's or site's notice)")
 
 
-def should_requeue(cause: NoticeCause, requeue_on: list[str] | tuple[str, ...], job: JobView | None = None,
+def should_requeue(cause: NoticeCause, requeue_on: Sequence[str], job: JobView | None = None,
                    stop_signal: str = "SIGTERM") -> bool:
     """PURE. Requeue after the save only for a notice that means "yield the node": never for a cancel,
     a Ctrl-C (SIGINT: a person stopping the watcher), or a job that is no batch job (SLURM refuses)."""

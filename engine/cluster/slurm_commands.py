@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
-from engine.cluster.sacct import FORMAT, by_allocation, parse_allocation_ends
+from engine.cluster.sacct import FORMAT, AllocationEnd, by_allocation, parse_allocation_ends
 from engine.cluster.slurm import JobQuery, JobView, job_view, parse_sacct, parse_show_job
 
 MAX_OUTPUT = 64 * 1024   # a job's description is a few hundred bytes
@@ -20,7 +21,8 @@ class Answer:
     timed_out: bool = False
 
 
-def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = None, cwd=None) -> Answer:
+def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = None,
+                cwd: str | Path | None = None) -> Answer:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env or os.environ.copy(),
                               cwd=cwd, stdin=subprocess.DEVNULL)
@@ -74,7 +76,7 @@ def sacct_allocations(job_id: str, timeout_s: float) -> tuple[list[dict[str, str
     return parse_sacct(answer.text), None
 
 
-def sacct_ends(job_ids: list[str], timeout_s: float):
+def sacct_ends(job_ids: list[str], timeout_s: float) -> tuple[dict[tuple[str, int], AllocationEnd], str | None]:
     """How each allocation of these jobs ended, as sacct says (engine/cluster/sacct.py), keyed by (job id,
     restart); {} and why where there is no answer (no sacct, accounting disabled, a slow database)."""
     if not job_ids:

@@ -13,16 +13,22 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import TYPE_CHECKING
 
-from engine.core.events import WatchWarning, ignore
+from engine.core.events import Publish, WatchWarning, ignore
+from engine.core.journal_writer import JournalWriter
 from engine.cluster import slurm_commands
 from engine.cluster.slurm import classify_notice, previous_ending, should_requeue
 from engine.cluster.slurm_records import Allocation, read_allocations, write_allocation
 from engine.core.state import RunState
 
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+
 
 class SlurmAllocation:
-    def __init__(self, loaded, journal, job_id: str, restart: int, events=None):
+    def __init__(self, loaded: LoadedConfig, journal: JournalWriter, job_id: str, restart: int,
+                 events: Publish | None = None):
         self.loaded = loaded
         self.journal = journal
         self.events = events or ignore
@@ -32,7 +38,8 @@ class SlurmAllocation:
         self.requeue_wanted = False
 
     @classmethod
-    def from_environment(cls, loaded, journal, events=None) -> "SlurmAllocation | None":
+    def from_environment(cls, loaded: LoadedConfig, journal: JournalWriter,
+                         events: Publish | None = None) -> "SlurmAllocation | None":
         job_id = os.environ.get("SLURM_JOB_ID", "")
         if not job_id.isdigit():
             return None
@@ -85,7 +92,7 @@ class SlurmAllocation:
         self.events(WatchWarning(f"SLURM job {self.record.job_id}: notice cause {cause} ({evidence})"
                     + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue")))
 
-    def finished(self, state) -> None:
+    def finished(self, state: RunState) -> None:
         """Record how this allocation ended; requeue the job when the notice asked for it and the run
         stopped resumably. SLURM then TERMs this job's processes: the record is written before."""
 

@@ -126,7 +126,7 @@ def _read_some(fd: int, kept: HeadTail) -> bool:
     return False
 
 
-def run_bounded(argv: list[str], timeout_s: float, cwd=None, env: dict[str, str] | None = None,
+def run_bounded(argv: list[str], timeout_s: float, cwd: str | Path | None = None, env: dict[str, str] | None = None,
                 keep_bytes: int = KEEP_BYTES, kill_grace_s: float = 0.3) -> CommandResult:
     """Run argv (no shell) to its end or its deadline; OSError when it cannot start."""
     started = time.monotonic()

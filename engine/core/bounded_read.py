@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from engine.core.errors import SourceError
 
@@ -77,7 +78,7 @@ MAX_RECORD_BYTES = 1024 * 1024   # a heartbeat, manifest, outbox message or laun
 MAX_JSON_DEPTH = 64              # runbook's own records nest 5 deep at most
 
 
-def json_depth_over(value, limit: int = MAX_JSON_DEPTH) -> bool:
+def json_depth_over(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``value`` nests lists/objects more than ``limit`` deep (iteratively: no recursion to run out of)."""
     stack = [(value, 1)]
     while stack:
@@ -89,7 +90,7 @@ def json_depth_over(value, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def parse_json_record(text: str | bytes, name: str, max_depth: int = MAX_JSON_DEPTH):
+def parse_json_record(text: str | bytes, name: str, max_depth: int = MAX_JSON_DEPTH) -> Any:   # JSON: any shape
     """``text`` as JSON, or a SourceError saying in one sentence why not: not JSON, nested deeper than
     ``max_depth`` (100,000 `[` raise RecursionError inside json; 900 parse, then break whoever walks them)."""
     import json
@@ -106,7 +107,7 @@ def parse_json_record(text: str | bytes, name: str, max_depth: int = MAX_JSON_DE
 
 
 def read_json_record(path: Path, limit: int = MAX_RECORD_BYTES, max_depth: int = MAX_JSON_DEPTH,
-                     name: str | None = None):
+                     name: str | None = None) -> Any:
     """A small JSON record of a run folder (a regular file, at most ``limit`` bytes, UTF-8, at most
     ``max_depth`` levels), or a SourceError in one sentence that starts with ``name`` (default: the
     path). FileNotFoundError passes through unchanged so that callers can tell "not written yet" from

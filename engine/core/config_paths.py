@@ -57,7 +57,7 @@ def run_folder_problem(key: str, folder: Path, other_key: str, other: Path | Non
             f"of this run's own (e.g. {example})")
 
 
-def run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
+def run_folder_problems(path: Path, tree: object, loaded: LoadedConfig) -> list[str]:
     real = lambda p: Path(os.path.realpath(p))  # noqa: E731 - symlinks and `..` resolved alike
     system = {real(p) for p in SYSTEM_FOLDERS} | {Path(p) for p in SYSTEM_FOLDERS} | {real(tempfile.gettempdir())}
     # Data folders as resolved and as written: a linked-in data folder is protected under both names.
@@ -83,7 +83,7 @@ def run_folder_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
 MAX_RUN_LOG_TEMPLATE_BYTES = 256 * 1024   # engine/records/run_log.py reads at most this
 
 
-def file_problems(path: Path, tree, loaded: LoadedConfig) -> list[str]:
+def file_problems(path: Path, tree: object, loaded: LoadedConfig) -> list[str]:
     """run_log, run_log_template and watch.quarantine_dir get out_dir's protections (issue 26 item 6):
     the run log is appended to, so it may not be another file runbook or the trainer owns, nor a
     FIFO or device; quarantine_dir receives moved checkpoints, so it may not be a system, project,

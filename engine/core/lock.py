@@ -5,8 +5,12 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.run_folder import RunFolder
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class RunLocked(RuntimeError):
@@ -28,11 +32,11 @@ class HeldFlock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

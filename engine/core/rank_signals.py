@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from engine.core.exit_codes import normalise, signal_of
+
+if TYPE_CHECKING:
+    from engine.core.state import RankStatus
 
 MAX_LINE = 4096
 MAX_REPORTS = 4096
@@ -95,7 +98,7 @@ def reports_from_log(lines: Iterable[str]) -> list[SignalReport]:
     return (list(by_pid.values()) + anonymous)[:MAX_REPORTS]
 
 
-def reports_from_ranks(ranks) -> list[SignalReport]:
+def reports_from_ranks(ranks: Iterable[RankStatus]) -> list[SignalReport]:
     """PURE. The ranks' own recorded exits (RankStatus: exit_code, signal), those that ended."""
     out = []
     for rank in ranks:

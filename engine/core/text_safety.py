@@ -23,7 +23,7 @@ lost and nothing acts. Every pattern is RE2 (linear time: no log line can make t
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import re2
 
@@ -79,7 +79,7 @@ _known: set[str] = set()
 _known_pattern: Any = None
 
 
-def remember_secrets(values) -> None:
+def remember_secrets(values: Iterable[object]) -> None:
     """Redact these values (and, from MIN_FOLDED characters, their reversed and case-folded forms) from
     now on, in this process. Values shorter than MIN_KNOWN are ignored."""
     global _known_pattern
@@ -137,7 +137,7 @@ def for_run_log(text: Any) -> str:
     return without_comments(neutralise(redact(str(text))))
 
 
-def redact_tree(value: Any, clean=redact, _depth: int = 0) -> Any:
+def redact_tree(value: Any, clean: Callable[[str], str] = redact, _depth: int = 0) -> Any:
     """A copy of a JSON-like value with `clean` applied to every string (keys included); a private key
     spread over the items of a list (a log tail, one line per item) is redacted item by item."""
     if isinstance(value, str):

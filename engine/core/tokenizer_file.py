@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024   # the largest real ones (256k-token vocabularies) are ~35 MB
 
@@ -19,7 +23,7 @@ class TokenizerUnloadable(ValueError):
     """One sentence naming the file and why it does not load."""
 
 
-def load_tokenizer_file(path: Path, limit: int = MAX_TOKENIZER_BYTES):
+def load_tokenizer_file(path: Path, limit: int = MAX_TOKENIZER_BYTES) -> Tokenizer:
     """`tokenizers.Tokenizer` from ``path``, or TokenizerUnloadable. FileNotFoundError passes through
     (callers word a missing tokenizer in their own terms)."""
     try:

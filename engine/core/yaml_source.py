@@ -10,7 +10,7 @@ import copy
 import datetime as dt
 import io
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import ValidationError
 from ruamel.yaml import YAML
@@ -21,6 +21,9 @@ from ruamel.yaml.error import MarkedYAMLError
 from engine.core.bounded_read import read_text_file, shown
 from engine.core.errors import SourceError  # noqa: F401 - raised here and importable from here
 from engine.core.durable import atomic_write_text
+
+if TYPE_CHECKING:
+    from ruamel.yaml.events import Event
 
 
 def round_trip_yaml() -> YAML:
@@ -127,15 +130,15 @@ class _ReplayedEvents:
         self._events = events
         self._next = 0
 
-    def check_event(self, *choices) -> bool:
+    def check_event(self, *choices: type[Event]) -> bool:
         if self._next >= len(self._events):
             return False
         return not choices or isinstance(self._events[self._next], choices)
 
-    def peek_event(self):
+    def peek_event(self) -> Event:
         return self._events[self._next]
 
-    def get_event(self):
+    def get_event(self) -> Event:
         event = self._events[self._next]
         self._next += 1
         return event
@@ -338,7 +341,7 @@ def yaml_scalar_text(value: Any) -> str | None:
     return None
 
 
-def _set_place(tree, keys: tuple, value) -> None:
+def _set_place(tree: dict, keys: tuple, value: object) -> None:
     *parents, last = keys
     for parent in parents:
         if not isinstance(tree.get(parent), dict):

@@ -11,7 +11,7 @@ import re
 import shutil
 from itertools import count
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
 from engine.datascan.files import copy_lines_except, text_files
 from engine.datascan.report import ScanReport
@@ -39,7 +39,7 @@ def fix_file(path: Path, report: ScanReport, out_dir: Path | None = None) -> Pat
         raise FileExistsError(f"{target} exists; a cleaned copy never replaces a file")
     bad = report.bad_lines_of(path)
 
-    def write_kept_lines(dst) -> None:
+    def write_kept_lines(dst: BinaryIO) -> None:
         with open(path, "rb") as src:
             copy_lines_except(src, dst, bad)
 

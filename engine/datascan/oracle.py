@@ -12,10 +12,10 @@ from typing import Iterable
 
 from engine.datascan.lines import CONTROL, control_detail, utf8_detail
 from engine.datascan.report import FileStats, ScanReport
-from engine.datascan.tokens import DEFAULT_MAX_TOKENS, counting_tokenizer, encode_one, token_finding
+from engine.datascan.tokens import DEFAULT_MAX_TOKENS, LineTokenizer, counting_tokenizer, encode_one, token_finding
 
 
-def scan_files_per_line(paths: Iterable[Path], tokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
+def scan_files_per_line(paths: Iterable[Path], tokenizer: LineTokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
                         context: int | None = None, max_findings: int = 1000) -> ScanReport:
     """One line at a time, every line through `tokenizer.encode`: slow and obviously right."""
     started = time.perf_counter()

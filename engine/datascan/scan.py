@@ -30,15 +30,15 @@ from engine.datascan.fix import clean_dir_for, fix_file, fix_folder
 from engine.datascan.lines import LongLine, batches, control_chars, empty_lines, invalid_utf8, plan_tokens
 from engine.datascan.oracle import scan_files_per_line
 from engine.datascan.report import INFO_KINDS, KINDS, DataScanError, FileStats, Finding, ScanReport
-from engine.datascan.tokens import (DEFAULT_MAX_TOKENS, ByteCounter, TokenBounds, counting_tokenizer, describe_bounds,
-                                    encode_batch, load_tokenizer, token_bounds, token_finding)
+from engine.datascan.tokens import (DEFAULT_MAX_TOKENS, ByteCounter, LineTokenizer, TokenBounds, counting_tokenizer,
+                                    describe_bounds, encode_batch, load_tokenizer, token_bounds, token_finding)
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_MAX_TOKENS", "INFO_KINDS", "KINDS", "MAX_LINE_BYTES", "DataScanError", "FileStats",
            "Finding", "ScanReport", "TokenBounds", "clean_dir_for", "fix_file", "fix_folder", "load_tokenizer",
            "scan_files", "scan_files_per_line", "scan_folder", "text_files", "token_bounds"]
 
 
-def scan_files(paths: Iterable[Path], tokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
+def scan_files(paths: Iterable[Path], tokenizer: LineTokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
                context: int | None = None, max_findings: int = 1000, max_line_bytes: int = MAX_LINE_BYTES) -> ScanReport:
     """Scan text files with a `tokenizers.Tokenizer` (or anything with encode/encode_batch)."""
     started = time.perf_counter()
@@ -74,7 +74,7 @@ def scan_folder(train_dir: Path, tokenizer_dir: Path, max_tokens_per_line: int =
     return result
 
 
-def _scan_chunk(chunk: bytes, tokenizer, bounds: TokenBounds | None, report: ScanReport, stats: FileStats,
+def _scan_chunk(chunk: bytes, tokenizer: LineTokenizer, bounds: TokenBounds | None, report: ScanReport, stats: FileStats,
                 max_line_bytes: int) -> None:
     lines = chunk.split(b"\n")
     if lines[-1] == b"":

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from engine.core.tokenizer_file import TokenizerUnloadable, load_tokenizer_file
 from engine.datascan.report import DataScanError
@@ -23,7 +25,24 @@ _SPLITTERS = frozenset({"Split", "Digits", "Punctuation", "Whitespace", "Whitesp
 _LOSSLESS = frozenset({"ByteLevel", "Split", "Digits", "Punctuation"})  # keep every byte (Split unless "Removed")
 
 
-def load_tokenizer(tokenizer_dir: Path):
+class Encoded(Protocol):
+    @property
+    def ids(self) -> Sized: ...   # one item per token
+
+
+class LineTokenizer(Protocol):
+    """What the scan asks of a tokenizer: a `tokenizers.Tokenizer`, ByteCounter, or anything that encodes alike."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> Encoded: ...
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = ...) -> Sequence[Encoded]: ...
+
+
+def _spec_text(tokenizer: LineTokenizer) -> str:
+    """A Hugging Face tokenizer's JSON spec; AttributeError for any other kind (ByteCounter, another library)."""
+    return getattr(tokenizer, "to_str")()
+
+
+def load_tokenizer(tokenizer_dir: Path) -> LineTokenizer:
     """The folder's tokenizer.json, or DataScanError in one sentence (the same as `runbook check`'s)."""
     path = Path(tokenizer_dir) / "tokenizer.json"
     if not os.path.lexists(path):
@@ -52,13 +71,13 @@ class ByteCounter:
         return [self.encode(t) for t in texts]
 
 
-def counting_tokenizer(tokenizer):
+def counting_tokenizer(tokenizer: LineTokenizer) -> LineTokenizer:
     """Truncation would hide long lines and padding would inflate counts: count on a copy without them."""
     if getattr(tokenizer, "truncation", None) is None and getattr(tokenizer, "padding", None) is None:
         return tokenizer
     from tokenizers import Tokenizer
 
-    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy = Tokenizer.from_str(_spec_text(tokenizer))
     copy.no_truncation()
     copy.no_padding()
     return copy
@@ -75,7 +94,7 @@ class TokenBounds:
         return -(-nbytes // self.longest) if self.longest else 0
 
 
-def token_bounds(tokenizer) -> TokenBounds | None:
+def token_bounds(tokenizer: LineTokenizer) -> TokenBounds | None:
     """Bounds on a line's token count from its byte length, or None when the spec doesn't show them.
 
     Upper: BPE over a ByteLevel pre-tokenizer with no normalizer. ByteLevel maps each byte to one
@@ -85,7 +104,7 @@ def token_bounds(tokenizer) -> TokenBounds | None:
     bytes or fuses unknowns, the tokens partition the bytes, so there are at least bytes / longest.
     """
     try:
-        spec = json.loads(tokenizer.to_str())
+        spec = json.loads(_spec_text(tokenizer))
     except Exception:  # not a HF tokenizers object (a test double, another library)
         return None
     model = spec.get("model") or {}
@@ -108,7 +127,7 @@ def describe_bounds(bounds: TokenBounds | None) -> str:
     return "none" if bounds is None else f"bytes/{bounds.longest or 'inf'} <= tokens <= bytes + {bounds.slack}"
 
 
-def encode_batch(tokenizer, texts: list[str]) -> list[int | Exception]:
+def encode_batch(tokenizer: LineTokenizer, texts: list[str]) -> list[int | Exception]:
     """Token counts, or the exception for lines the tokenizer refuses (found by retrying one by one)."""
     fast = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
     try:
@@ -117,7 +136,7 @@ def encode_batch(tokenizer, texts: list[str]) -> list[int | Exception]:
         return [encode_one(tokenizer, t) for t in texts]
 
 
-def encode_one(tokenizer, text: str) -> int | Exception:
+def encode_one(tokenizer: LineTokenizer, text: str) -> int | Exception:
     try:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
     except Exception as exc:

@@ -13,7 +13,10 @@ import re
 import threading
 import time
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from pydantic import BaseModel
 
@@ -44,13 +47,13 @@ _BUDGET = _Budget()
 class budget:
     """`with budget():` around one evaluation or rendering; nested uses share the outer one."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.outer = _BUDGET.deadline is not None
         if not self.outer:
             _BUDGET.deadline, _BUDGET.work = time.monotonic() + MAX_SECONDS, 0
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if not self.outer:
             _BUDGET.deadline = None
 
@@ -238,17 +241,19 @@ def safe_concat(*values: Any) -> str:
     return "".join(parts)
 
 
+Item = TypeVar("Item")
+
 BINOPS = {"+": safe_add, "*": safe_mul, "**": safe_pow, "%": safe_mod}
 
 
-def budget_iter(iterable: Any):
+def budget_iter(iterable: Iterable[Item]) -> Iterator[Item]:
     """What every `{% for %}` loops over: counted against the budget."""
     for item in iterable:
         spend()
         yield item
 
 
-def budget_stream(iterable: Any):
+def budget_stream(iterable: Iterable[Item]) -> Iterator[Item]:
     """A lazy filter's output (select, map, slice, ...): each item counted and weighed, as if built."""
     for item in iterable:
         spend(1 + (weight(item) // COPY_UNIT if isinstance(item, (str, *_NESTED)) else 0))

@@ -12,9 +12,9 @@ None and the expression runs through jinja. tests/language/test_playbook_languag
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
-from jinja2 import nodes
+from jinja2 import Environment, nodes
 from jinja2.utils import _PassArg
 
 from engine.expr.budget import BINOPS, check_weight
@@ -36,7 +36,7 @@ class _Unsupported(Exception):
     pass
 
 
-def direct_evaluator(expression: nodes.Expr, env, env_globals: dict) -> Evaluator | None:
+def direct_evaluator(expression: nodes.Expr, env: Environment, env_globals: dict) -> Evaluator | None:
     """A function of the expression's names (a dict), or None when jinja must evaluate it."""
     try:
         return _build(expression, env, env_globals)
@@ -44,7 +44,7 @@ def direct_evaluator(expression: nodes.Expr, env, env_globals: dict) -> Evaluato
         return None
 
 
-def _build(node: nodes.Node, env, env_globals: dict) -> Evaluator:  # noqa: C901 - one branch per node type
+def _build(node: nodes.Node, env: Environment, env_globals: dict) -> Evaluator:  # noqa: C901 - one branch per node type
     def sub(child: nodes.Node) -> Evaluator:
         return _build(child, env, env_globals)
 
@@ -90,7 +90,8 @@ def _build(node: nodes.Node, env, env_globals: dict) -> Evaluator:  # noqa: C901
         items, kind = [sub(i) for i in node.items], list if isinstance(node, nodes.List) else tuple
         return lambda names: check_weight(kind([item(names) for item in items]))  # as jinja's __weighed
     if isinstance(node, nodes.Test) and not (node.kwargs or node.dyn_args or node.dyn_kwargs):
-        func = env.tests.get(node.name)
+        # jinja's table of tests is inferred as plain `function`, which mypy will not call: they are callables
+        func = cast("Callable[..., Any] | None", env.tests.get(node.name))
         if func is None or _PassArg.from_obj(func) is not None:
             raise _Unsupported(node.name)
         inner, args = sub(node.node), [sub(a) for a in node.args]

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, nodes
 from jinja2.parser import Parser
 from jinja2.utils import consume
 
@@ -116,7 +116,7 @@ def _parse(make: Any, source: str) -> Any:
         raise ExpressionError(f"'{_short(source)}': {_limit_reason(err)}") from None
 
 
-def _build_template(tree: nodes.Template, source: str) -> Any:
+def _build_template(tree: nodes.Template, source: str) -> Template:
     try:
         return _ENV.from_string(bound(tree))
     except TemplateSyntaxError as err:
@@ -178,10 +178,10 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value) and not is_expression(value)
 
 
-_TEMPLATE_CACHE: dict[str, Any] = {}
+_TEMPLATE_CACHE: dict[str, Template] = {}
 
 
-def compile_template(source: str):
+def compile_template(source: str) -> Template:
     if source not in _TEMPLATE_CACHE:
         tree = _parse(lambda: _ENV.parse(source), source)
         _TEMPLATE_CACHE[source] = _build_template(tree, source)

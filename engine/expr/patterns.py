@@ -8,13 +8,15 @@ Lines longer than MAX_LINE (1 MB) are matched on their first MAX_LINE characters
 
 from __future__ import annotations
 
+from typing import Any
+
 import re2
 
 MAX_LINE = 1_000_000  # RE2 is linear, so this only bounds the work per line; `$` then means "at this length"
 MAX_PATTERN = 2000
 
 
-def compile_pattern(pattern: str, ignore_case: bool):
+def compile_pattern(pattern: str, ignore_case: bool) -> Any:   # re2's pattern: google-re2 ships no types
     """A compiled RE2 pattern (with .search like `re`), or a ValueError that says why not."""
     if len(pattern) > MAX_PATTERN:
         raise ValueError(f"regular expression longer than {MAX_PATTERN} characters")

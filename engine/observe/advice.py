@@ -5,6 +5,23 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.observe.observer import MetricTracker
+
+
+# The run's playbook history and journal (engine/records, beside this floor), as the advice reads them.
+class FiredHistory(Protocol):
+    def all_fired(self) -> list[float]: ...
+
+
+class JournalEntries(Protocol):
+    @property
+    def path(self) -> Path: ...
+    def entries(self) -> list[dict]: ...
 
 
 def young_daly_interval_s(save_cost_s: float, mtbf_s: float) -> float:
@@ -24,7 +41,8 @@ def save_interval_advice(save_cost_s: float | None, mtbf_s: float | None, step_t
             f"(save cost {save_cost_s:.2f} s, mean time between failures {mtbf_s:.0f} s, {step_time_s:.3f} s/step)")
 
 
-def run_save_interval_advice(tracker, history, journal, config) -> str | None:
+def run_save_interval_advice(tracker: MetricTracker, history: FiredHistory, journal: JournalEntries,
+                             config: RunConfig) -> str | None:
     """save_interval_advice from what this run has shown: its save cost and step time (the log), and
     its mean time between failures (the journal's first entry and the playbooks fired since)."""
     save_cost = statistics.median(tracker.save_seconds) if tracker.save_seconds else None

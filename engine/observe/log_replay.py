@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.observe.events import Event
-from engine.observe.observer import MetricTracker, Observer
+from engine.observe.observer import LineParser, MetricTracker, Observer
 from engine.observe.throughput import ProgressMeaning
 
 
@@ -22,12 +22,12 @@ class RecordingTracker(MetricTracker):
 
     events: list[tuple[Event, int | None]] = field(default_factory=list)
 
-    def on_event(self, event, now: float) -> None:
+    def on_event(self, event: Event, now: float) -> None:
         super().on_event(event, now)
         self.events.append((event, self.step))
 
 
-def replay(lines: list[str], adapter, meaning: ProgressMeaning, now: float = 0.0) -> RecordingTracker:
+def replay(lines: list[str], adapter: LineParser, meaning: ProgressMeaning, now: float = 0.0) -> RecordingTracker:
     """The tracker after the Observer has read these lines (a whole log: the last line waits for nothing)."""
     tracker = RecordingTracker(meaning)
     Observer(adapter, Path("."), meaning, tracker=tracker).take_lines(lines, now)   # no snapshot: no evidence, no disk

@@ -9,15 +9,19 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from engine.observe.activity import StartupActivity
 from engine.observe.launcher_report import awaiting_first_failure, read_report, with_report
-from engine.observe.events import CheckpointSaving, FinalValidation, Progress, Validation, ValidationStarted
+from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Validation, ValidationStarted
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.other_stacks import other_stack_progress
 from engine.observe.same_start_error import alike_in_a_row, last_error, same_error_everywhere
 from engine.observe.throughput import ProgressMeaning, tokens_per_sec, tokens_so_far
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+
+if TYPE_CHECKING:
+    from engine.core.settings import WatchSettings
 
 WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the throughput baseline
 BASELINE_SAMPLES = 20
@@ -122,7 +126,7 @@ class MetricTracker:
         self.loss = None   # the old process's: a NaN it printed would match again before the relaunch prints a loss
         self.grad_norm = self.lr = None
 
-    def on_event(self, event, now: float) -> None:
+    def on_event(self, event: Event, now: float) -> None:
         if isinstance(event, Progress):
             if self.progress_since_launch == 0 and self.last_healthy_step is not None and event.step_known:
                 # Resumed at event.step - 1: after a rollback, nothing later than that is known healthy.
@@ -213,8 +217,14 @@ class MetricTracker:
         )
 
 
+class LineParser(Protocol):
+    """The trainer adapter's reading of its output (engine/trainers, a floor above this one)."""
+
+    def parse_line(self, line: str) -> Event | None: ...
+
+
 class Observer:
-    def __init__(self, adapter, out_dir: Path, meaning: ProgressMeaning, tail_lines: int = 200,
+    def __init__(self, adapter: LineParser, out_dir: Path, meaning: ProgressMeaning, tail_lines: int = 200,
                  evidence: EvidenceGatherer | None = None, tracker: MetricTracker | None = None):
         self.adapter = adapter
         self.out_dir = out_dir
@@ -292,7 +302,7 @@ class Observer:
         self._flush_other_stack()   # a whole log: no line follows the last
         return lines
 
-    def hang_timeout(self, watch) -> float:
+    def hang_timeout(self, watch: WatchSettings) -> float:
         """The run's own measure of "too long without progress": the longest gap seen (in any launch)
         x a safety factor, clamped to [floor, ceiling]; the ceiling until this launch has printed its
         first progress line, since start-up (imports, data, model, resume) is not a progress gap."""
@@ -302,7 +312,7 @@ class Observer:
         return min(watch.hang_timeout_s, max(watch.hang_floor_s, watch.hang_safety_factor * gap))
 
     def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
-                 new_lines: list[str], watch) -> StateSnapshot:
+                 new_lines: list[str], watch: WatchSettings) -> StateSnapshot:
         self.observation += 1
         # Waited a whole observation, or the trainer is gone and prints nothing more: nothing replaces it.
         self._flush_other_stack(read_before=self.observation - 1 if trainer.alive else None)
@@ -327,7 +337,7 @@ class Observer:
             evidence=self.evidence.gather(trainer, checkpoints),
         )
 
-    def _first_failure(self, trainer: TrainerStatus, now: float, watch) -> TrainerStatus:
+    def _first_failure(self, trainer: TrainerStatus, now: float, watch: WatchSettings) -> TrainerStatus:
         """The launcher's report merged into the ranks (engine/observe/launcher_report.py), and whether to wait
         for it: a group failing under a live launcher is decided by its first failed rank, once known, or
         after watch.first_failure_wait_s."""
@@ -344,7 +354,7 @@ class Observer:
         return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting,
                                           "failed_alike_before_progress": alike})
 
-    def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch) -> TrainerStatus:
+    def _judged_by_life(self, trainer: TrainerStatus, now: float, phase: str, watch: WatchSettings) -> TrainerStatus:
         """Start-up (before this launch's first progress line) or a save (announced, no progress line
         since): the phase, and how long since the trainer last showed life: output, or I/O anywhere in
         its process tree, or in start-up CPU time too (activity.py says why not in a save); the save's

@@ -24,6 +24,7 @@ printed before (HF logs 'loss': 0.0 beside it), and the loss is what the nan pla
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import re2
 
@@ -81,7 +82,11 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
     return None
 
 
-def _optional(match) -> float | None:
+class _Match(Protocol):   # re2's match object (google-re2 ships no types)
+    def group(self, index: int, /) -> str: ...
+
+
+def _optional(match: _Match | None) -> float | None:
     return _number(match.group(1)) if match is not None else None
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ def accumulation(batch_size: int, micro_batch_size: int, world_size: int) -> int
     return max(1, batch_size // (micro_batch_size * world_size))
 
 
-def micro_batch_meaning(config) -> ProgressMeaning:
+def micro_batch_meaning(config: RunConfig) -> ProgressMeaning:
     """A progress line per micro-batch iteration timed alone (a pretrain loop's `iter`; an adapter that declares nothing):
     one micro-batch on each of devices x num_nodes ranks; an optimizer step is `accumulation` of them."""
     world = config.trainer.devices * config.trainer.num_nodes
@@ -43,7 +47,7 @@ def micro_batch_meaning(config) -> ProgressMeaning:
     return ProgressMeaning(per_iter, per_iter, per_iter * accumulation(config.batch_size, config.micro_batch_size, world))
 
 
-def optimizer_step_meaning(config, world_size: int, steps_per_line: int = 1) -> ProgressMeaning:
+def optimizer_step_meaning(config: RunConfig, world_size: int, steps_per_line: int = 1) -> ProgressMeaning:
     """A progress line per `steps_per_line` optimizer steps, counting steps (runbook.sdk's line: a script, HF's
     callback), timed since the previous line: the global batch each step, micro x accumulation x ranks."""
     micro = config.micro_batch_size
@@ -51,7 +55,7 @@ def optimizer_step_meaning(config, world_size: int, steps_per_line: int = 1) -> 
     return ProgressMeaning(step, step * steps_per_line, step)
 
 
-def progress_meaning_of(adapter, config) -> ProgressMeaning:
+def progress_meaning_of(adapter: object, config: RunConfig) -> ProgressMeaning:
     """The adapter's word on its progress line (TrainerAdapter.progress_meaning) under a run config (RunConfig);
     one micro-batch per rank for an adapter that gives none."""
     declared = getattr(adapter, "progress_meaning", None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -112,7 +113,7 @@ def record_ages(records: dict[int, HostRecord], now: float) -> dict[int, float]:
     return {rank: round(max(0.0, now - record.time), 3) for rank, record in records.items()}
 
 
-def allocation(environ=None) -> str:
+def allocation(environ: Mapping[str, str] | None = None) -> str:
     """"<job id>.<restart count>" of the SLURM allocation this runs in ("" outside SLURM)."""
     environ = os.environ if environ is None else environ
     job = environ.get("SLURM_JOB_ID", "")

@@ -152,7 +152,7 @@ class ProvenProcess:
                 pass
             self._fd = None
 
-    def __del__(self):   # a handle left to the garbage collector still frees its fd
+    def __del__(self) -> None:   # a handle left to the garbage collector still frees its fd
         self.close()
 
 

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import FrameType
 
 NOTED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 NO_SUCH_PROGRAM = 127
@@ -187,7 +188,7 @@ def main(argv: list[str]) -> int:
     status_path, stop_signals, command = parsed
     status: dict = {"launcher_pid": os.getpid(), "started": time.time(), "signals_to_launcher": [], **stop_signals}
 
-    def note(signum, _frame):  # a Python handler, not SIG_IGN: the trainer gets default dispositions on exec
+    def note(signum: int, _frame: FrameType | None) -> None:  # a Python handler, not SIG_IGN: the trainer gets default dispositions on exec
         status["signals_to_launcher"].append(signal.Signals(signum).name)
 
     for sig in NOTED_SIGNALS:

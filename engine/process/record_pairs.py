@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from engine.core.bounded_read import parse_json_record
 
+Record = TypeVar("Record", bound=BaseModel)
+
 MAX_FILE_BYTES = 64 * 1024   # a record is a few hundred bytes; anything bigger is not one
 
 
-def _read(path: Path, model: type[BaseModel]):
+def _read(path: Path, model: type[Record]) -> Record | None:
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)

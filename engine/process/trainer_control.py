@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import psutil
 
@@ -22,12 +23,28 @@ from engine.process.trainer_env import release_short_tmpdir, trainer_environment
 from engine.process.trainer_process import TrainerProcess, read_exit_status, signal_name
 from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble, passing
+from engine.process.launch_spec import LaunchSpec
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.core.run_folder import RunFolder
 
 LAUNCH_SPACE_WAIT_S = 60.0   # a relaunch onto a full run folder waits this long for space, then fails cleanly
 
 
-class TrainerControl:
-    def __init__(self, loaded, adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None,
+class LaunchesTrainer(Protocol):
+    """What this layer asks of the trainer's adapter (engine/trainers/base.TrainerAdapter, a floor above)."""
+
+    def prepare_launch(self, loaded: LoadedConfig, launch_dir: Path, resume_from: Path | None,
+                       data_hash: str) -> LaunchSpec: ...
+
+
+# The caller's adapter, kept whole: the watch also resumes through it (TrainerAdapter.prepare_resume).
+Adapter = TypeVar("Adapter", bound=LaunchesTrainer)
+
+
+class TrainerControl(Generic[Adapter]):
+    def __init__(self, loaded: LoadedConfig, adapter: Adapter, journal: Journal, data_hash: str, trouble: WriteTrouble | None = None,
                  spares: SparePool | None = None):
         self.loaded = loaded              # the run config in force; a recovery may rewrite it
         self.adapter = adapter
@@ -46,7 +63,7 @@ class TrainerControl:
         self.long_tmpdir: str | None = None   # the last launch's TMPDIR as its adapter gave it
 
     @property
-    def folder(self):
+    def folder(self) -> RunFolder:
         return self.loaded.folder
 
     @property
@@ -117,7 +134,7 @@ class TrainerControl:
             dest.unlink(missing_ok=True)
             self.trouble.failed("launch copies", error, "launching without this launch's run_config.yaml copy")
 
-    def _prepare(self, launch_dir: Path, resume_file: Path | None):
+    def _prepare(self, launch_dir: Path, resume_file: Path | None) -> LaunchSpec:
         """The trainer's own launch files are needed: wait a while for space, then fail the launch cleanly."""
         deadline = time.monotonic() + LAUNCH_SPACE_WAIT_S
         while True:

@@ -37,10 +37,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from engine.core.bounded_read import read_json_record
 from engine.process.identity import ProvenProcess
-from engine.process.launch_spec import LAUNCHER
+from engine.process.launch_spec import LAUNCHER, LaunchSpec
 from engine.process.spare_main import restore_all_threads
 
 # read after the imports, or re-applied by spare_main (TORCH_DISTRIBUTED_DEBUG: the hang playbook sets it)
@@ -104,7 +105,7 @@ class Spare:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def spare_key(spec) -> tuple:
+def spare_key(spec: LaunchSpec) -> tuple:
     return (tuple(spec.argv[:1]), str(spec.cwd), spec.memory_limit_bytes, spec.notice_signal, spec.quit_signal,
             tuple(spec.warm_imports), tuple(sorted(early_env(spec.env).items())))
 
@@ -112,7 +113,7 @@ def spare_key(spec) -> tuple:
 MARKER_WAIT_S = 3600.0
 
 
-def memory_limiter(limit: int | None):
+def memory_limiter(limit: int | None) -> Callable[[], None] | None:
     """The preexec_fn a launch uses for its RLIMIT_AS (the spare must start under the same limit)."""
     if not limit:
         return None
@@ -141,7 +142,7 @@ class SparePool:
         """The spare waiting now (started, maybe still importing), or None."""
         return self._spare
 
-    def start_next(self, spec, launcher_path: Path, log_path: Path | None = None) -> None:
+    def start_next(self, spec: LaunchSpec, launcher_path: Path, log_path: Path | None = None) -> None:
         """Start the next launch's spare, in a thread (the launch never waits for it). Until a launch of this
         watcher has trained (spec.training_marker starts a line of its log) it starts at once: a launch that
         dies at start (an OOM, a bad setting) is then followed by a warm relaunch. Afterwards it starts once
@@ -190,11 +191,12 @@ class SparePool:
 
         threading.Thread(target=wait_then_start, name="warm spare", daemon=True).start()
 
-    def prestart(self, spec) -> None:
+    def prestart(self, spec: LaunchSpec) -> None:
         """The first launch's spare, started while the watcher starts up (engine/watch/startup.py)."""
         self.start_next(spec, LAUNCHER)
 
-    def _start(self, spec, launcher_path: Path, preexec_fn=None) -> Spare | None:
+    def _start(self, spec: LaunchSpec, launcher_path: Path,
+               preexec_fn: Callable[[], None] | None = None) -> Spare | None:
         """Start a spare shaped like `spec` in spec.warm_spare_dir (replacing any earlier one). Under _lock."""
         old, self._spare = self._spare, None
         if old is not None and old.alive() and old.key == spare_key(spec):
@@ -217,7 +219,7 @@ class SparePool:
         self._spare = Spare(folder, launcher, spare_key(spec), status)
         return self._spare
 
-    def take(self, spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen] | None:
+    def take(self, spec: LaunchSpec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen] | None:
         """Hand this launch to the spare when it matches: (trainer pid, its launcher); None: launch cold."""
         with self._lock:   # a spare still being started is waited for
             if self._pending is not None:
@@ -252,7 +254,7 @@ class SparePool:
             spare.discard()
 
 
-def hand_over(spare: Spare, spec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen]:
+def hand_over(spare: Spare, spec: LaunchSpec, log_path: Path, status_path: Path) -> tuple[int, subprocess.Popen]:
     """The spare becomes this launch: its status is this launch's, and it is told what to run (go.json)."""
     status = json.loads(spare.status_path.read_text())
     (spare.status_path.parent / (spare.status_path.name + ".redirect")).write_text(str(status_path))
@@ -268,7 +270,7 @@ def hand_over(spare: Spare, spec, log_path: Path, status_path: Path) -> tuple[in
     return status["trainer_pid"], spare.launcher
 
 
-def unusable(spare: Spare, spec) -> str | None:
+def unusable(spare: Spare, spec: LaunchSpec) -> str | None:
     """Why this launch cannot be the spare, or None."""
     key = spare_key(spec)
     if spare.key != key:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from statistics import mean
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class LedgerEntry:
     tokens_lost: int | None = None
     device_hours: float | None = None
     device_kind: str = "cpu"                # "gpu" | "cpu"
+    tokens_skipped: int = 0                 # data a skip_data left out for good (not lost work: never trained)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class LedgerRow:
     recovery_worst_s: float | None = None
     steps_lost: int = 0
     tokens_lost: int = 0
+    tokens_skipped: int = 0
     gpu_hours: float = 0.0
     cpu_hours: float = 0.0
     handled_by: list[str] = field(default_factory=list)
@@ -66,6 +68,7 @@ def _row(key: str, label: str, entries: list[LedgerEntry]) -> LedgerRow:
         [e.recovery_s for e in entries if e.recovery_s is not None and e.outcome == "recovered"])
     row.steps_lost = sum(e.steps_lost or 0 for e in entries)
     row.tokens_lost = sum(e.tokens_lost or 0 for e in entries)
+    row.tokens_skipped = sum(e.tokens_skipped for e in entries)
     row.gpu_hours = round(sum(e.device_hours or 0 for e in entries if e.device_kind == "gpu"), 4)
     row.cpu_hours = round(sum(e.device_hours or 0 for e in entries if e.device_kind != "gpu"), 4)
     row.handled_by = sorted({e.playbook for e in entries if e.outcome == "recovered"})
@@ -76,7 +79,7 @@ def _row(key: str, label: str, entries: list[LedgerEntry]) -> LedgerRow:
 
 def build_ledger(entries: list[LedgerEntry]) -> dict[str, list[LedgerRow]]:
     """{"by_class": [...], "by_signature": [...]}, most frequent first (then the costliest)."""
-    def grouped(key) -> dict[str, list[LedgerEntry]]:
+    def grouped(key: Callable[[LedgerEntry], str]) -> dict[str, list[LedgerEntry]]:
         out: dict[str, list[LedgerEntry]] = {}
         for entry in entries:
             out.setdefault(key(entry), []).append(entry)
@@ -101,10 +104,11 @@ def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: S
     lines = ["# Failure ledger", "",
              f"{total} incident(s) in {len(runs)} run folder(s): {', '.join(_cell(r) for r in runs) or 'none'}.",
              "Detection: failure -> decision; recovery: detection -> training again (recovered incidents); "
-             "hours: devices x (recovery + retraining the lost tokens). – : not known from the records.", ""]
+             "hours: devices x (recovery + retraining the lost tokens); tokens skipped: data a divergence's skip "
+             "left out for good. – : not known from the records.", ""]
     head = ("| {first} | count | escalated | detection mean / worst s | recovery mean / worst s | steps lost | "
-            "tokens lost | GPU-h | CPU-h | handled by |")
-    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "tokens lost | tokens skipped | GPU-h | CPU-h | handled by |")
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     for title, rows, first in (("By failure class", ledger["by_class"], "class (playbook)"),
                                ("By signature", ledger["by_signature"], "signature")):
         lines += [f"## {title}", "", head.format(first=first), rule]
@@ -112,7 +116,7 @@ def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: S
             label = _cell(r.label).replace("`", "'")
             name = label if r.key == r.label else f"`{r.key}`: `{label}`"   # code: <n>, <path> are not HTML
             lines.append(f"| {name} | {r.count} | {r.escalations} | {_s(r.detection_mean_s)} / {_s(r.detection_worst_s)} | "
-                         f"{_s(r.recovery_mean_s)} / {_s(r.recovery_worst_s)} | {r.steps_lost:,} | {r.tokens_lost:,} | "
+                         f"{_s(r.recovery_mean_s)} / {_s(r.recovery_worst_s)} | {r.steps_lost:,} | {r.tokens_lost:,} | {r.tokens_skipped:,} | "
                          f"{r.gpu_hours:.3f} | {r.cpu_hours:.3f} | {', '.join(r.handled_by) or 'nobody (escalated)'} |")
         lines.append("")
     if problems:

@@ -81,7 +81,7 @@ def read_records(run_dir: Path) -> tuple[list[dict], list[str]]:
     return records, problems
 
 
-def _number(value) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -145,8 +145,14 @@ def ledger_entries(run_dir: Path, label: str) -> tuple[list[LedgerEntry], list[s
             recovery_s=_number(record.get("recovery_seconds")),
             steps_lost=steps if isinstance(steps, int) and steps >= 0 else None,
             tokens_lost=tokens if isinstance(tokens, int) and tokens >= 0 else None,
-            device_hours=hours, device_kind=kind))
+            device_hours=hours, device_kind=kind, tokens_skipped=_skipped_tokens(record)))
     return entries, problems
+
+
+def _skipped_tokens(record: dict) -> int:
+    skipped = record.get("data_skipped")
+    tokens = skipped.get("tokens") if isinstance(skipped, dict) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else 0
 
 
 __all__ = ["detection_seconds", "device_hours", "exit_time", "ledger_entries", "read_records", "run_folders"]

@@ -8,6 +8,7 @@ Each kind says once that it is failing and once that it is written again (engine
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from engine.core.events import WatchWarning, Publish
@@ -18,18 +19,19 @@ from engine.records.run_log import append_entry
 
 if TYPE_CHECKING:
     from engine.core.config import LoadedConfig
+    from engine.records.journal import Journal
 
 
 class HoldingStore(IncidentStore):
     """An IncidentStore whose write never raises OSError: a record the disk refuses is kept (the
     latest state of that incident) and written, oldest first, at the next write or catch-up."""
 
-    def __init__(self, run_dir, counter_file, trouble: WriteTrouble):
+    def __init__(self, run_dir: Path, counter_file: Path | None, trouble: WriteTrouble):
         super().__init__(run_dir, counter_file)
         self.trouble = trouble
         self._held: dict[str, Incident] = {}
 
-    def write(self, incident: Incident):
+    def write(self, incident: Incident) -> Path:
         self._held[incident.id] = incident   # the object itself: a later write sends its newest state
         self.flush()
         return self.path(incident.id)
@@ -95,7 +97,7 @@ class HeldRunLog:
 class Backlog:
     """Everything held in memory, caught up in the order the crash-safety rules want."""
 
-    def __init__(self, store: HoldingStore, journal, run_log: HeldRunLog):
+    def __init__(self, store: HoldingStore, journal: Journal, run_log: HeldRunLog):
         self.store, self.journal, self.run_log = store, journal, run_log
 
     def catch_up(self) -> dict[str, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any, Literal
+from typing import Any, Iterable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -23,6 +23,34 @@ from engine.core.state import StateSnapshot
 SCHEMA_VERSION = 3
 
 Outcome = Literal["open", "recovered", "escalated", "failed"]
+
+
+# What opening a record reads of the playbook and of the matcher's decision (engine/language, a floor
+# above this one: described here by shape, not imported).
+class PlaybookFacts(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def content_hash(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def lesson(self) -> str: ...
+
+
+class DecisionFacts(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def matched(self) -> Iterable[str]: ...
+    @property
+    def inhibited(self) -> Iterable[str]: ...
 
 
 class ActionRecord(BaseModel):
@@ -65,6 +93,8 @@ class Incident(BaseModel):
     snapshot: dict[str, Any] = Field(default_factory=dict)     # the StateSnapshot as JSON
     signature: Signature | None = None   # schema 3: what makes this failure "the same" as another
     same_as: str | None = None           # schema 3: the run's first earlier incident with this signature
+    # the data window a skip_data action skipped for every later launch: steps, positions, batches, tokens
+    data_skipped: dict[str, Any] | None = None
     # decided: the plan computed once, at opening; it is the plan that runs
     plan: list[dict[str, Any]] = Field(default_factory=list)
     config_before: dict[str, Any] = Field(default_factory=dict)
@@ -94,11 +124,11 @@ class Incident(BaseModel):
     steps_lost: int | None = None
     tokens_lost: int | None = None
 
-    _snapshot_model: Any = PrivateAttr(default=None)   # the StateSnapshot object, while the incident runs
+    _snapshot_model: StateSnapshot | None = PrivateAttr(default=None)   # the StateSnapshot object, while the incident runs
 
     @classmethod
-    def open(cls, incident_id: str, playbook, decision, snapshot, attempt: int, plan: list[dict],
-             config_before: dict) -> "Incident":
+    def open(cls, incident_id: str, playbook: PlaybookFacts, decision: DecisionFacts, snapshot: StateSnapshot,
+             attempt: int, plan: list[dict], config_before: dict) -> "Incident":
         now = time.time()
         incident = cls(
             schema_version=SCHEMA_VERSION, id=incident_id, playbook=playbook.name,
@@ -116,7 +146,7 @@ class Incident(BaseModel):
         return incident
 
     @property
-    def state(self):
+    def state(self) -> StateSnapshot:
         """The snapshot the playbook matched, as the object expressions and actions read."""
         if self._snapshot_model is None:
             self._snapshot_model = StateSnapshot.model_validate(self.snapshot)

@@ -24,12 +24,12 @@ _LISTS_OF_TEXT = ("notes", "log_excerpt")
 _OBJECTS = ("config_before", "config_after", "snapshot")
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def problem(record) -> str | None:
+def problem(record: object) -> str | None:
     """None for a usable record, else why it is not (one clause, no file name)."""
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not an object"

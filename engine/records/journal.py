@@ -76,7 +76,7 @@ class Journal:
         self._held: list[bytes] = []               # encoded lines not yet on disk, oldest first
         self._lock = threading.Lock()              # upkeep's thread may append (retention) too
 
-    def append(self, kind: str, **data) -> dict:
+    def append(self, kind: str, **data: object) -> dict:
         if "snapshot" in data:   # an incident's snapshot holds the trainer's log tail: any token it printed
             data["snapshot"] = redact_tree(data["snapshot"])   # (not every entry: a journaled env is replayed)
         entry = {"time": time.time(), "kind": kind, **data}
@@ -165,7 +165,7 @@ class Journal:
         return rebuild(self.entries())
 
 
-def _step_of(snapshot) -> int | None:
+def _step_of(snapshot: object) -> int | None:
     """The step an incident's snapshot had reached (its metrics.step), if the entry holds a usable one."""
     metrics = snapshot.get("metrics") if isinstance(snapshot, dict) else None
     step = metrics.get("step") if isinstance(metrics, dict) else None

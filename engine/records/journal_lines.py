@@ -20,7 +20,7 @@ import json
 import math
 import re
 import zlib
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from engine.core.env_names import env_problem
 
@@ -70,7 +70,7 @@ def decode(raw: bytes) -> dict:
     return entry
 
 
-def finite(value):
+def finite(value: object) -> object:
     """``value`` with NaN/inf floats replaced by None: a journal line is strict JSON (json.org has no NaN)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -96,7 +96,7 @@ def recover_glued(raw: bytes) -> dict | None:
 
 
 # --- the fields the engine reads back -------------------------------------------------------------
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
@@ -104,18 +104,18 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _is_int(value, low: int = 0, high: int = MAX_INT) -> bool:
+def _is_int(value: object, low: int = 0, high: int = MAX_INT) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def number_within(value, low: float, high: float) -> bool:
+def number_within(value: object, low: float, high: float) -> bool:
     """A real number (not bool, not NaN/inf) in [low, high]; a 400-digit int is compared, never converted."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
 
 
-def _is_time(value) -> bool:
+def _is_time(value: object) -> bool:
     return number_within(value, 0, MAX_TIME)
 
 
@@ -128,7 +128,7 @@ def _need(entry: dict, key: str, ok: Callable[[Any], bool], what: str, optional:
         raise BadLine(f"{entry.get('kind')} entry: '{key}' is {_clip(repr(entry[key]), 40)}, not {what}")
 
 
-def _is_str(value) -> bool:
+def _is_str(value: object) -> bool:
     return isinstance(value, str)
 
 

@@ -22,11 +22,11 @@ MAX_SUMMARY = 600          # an action's summary can name a rank, a pid and a pr
 MAX_EVIDENCE = 300
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _seconds(value) -> float | None:
+def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 

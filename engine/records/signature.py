@@ -119,7 +119,7 @@ def _process_ending(trainer: dict) -> str:
     return f"exit {code}" if isinstance(code, int) and not isinstance(code, bool) else "exit unknown"
 
 
-def _group_cause(ranks) -> str:
+def _group_cause(ranks: object) -> str:
     """Several ranks or nodes: a lost node and a rank that died first are different failures, whatever
     rank 0's process shows (engine/process/nodes.py); empty for one process."""
     if not isinstance(ranks, dict):

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.events import DryRun, DryRunPlan, PlannedStepView
 from engine.language.matcher import MatchMemory, decide
 from engine.language.planner import plan
-from engine.core.state import RunState
+from engine.core.state import RunState, StateSnapshot
 from engine.process.trainer_process import signal_name
 
+if TYPE_CHECKING:
+    from engine.language.matcher import Decision
+    from engine.watch.supervisor import Supervisor
 
-def observe_without_acting(sup) -> RunState:
+
+def observe_without_acting(sup: Supervisor) -> RunState:
     """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
     recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
     past = sup.journal.replay()
     sup.continue_from(past, acting=False)
     control = sup.control
     attached = (control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
-                if past.trainer_pid else None)
+                if past.trainer_pid and past.trainer_log else None)   # the journal records the two together
     if attached is not None and not attached.alive:
         if attached.exit_known:   # what its launcher recorded, though no watcher saw it
             control.past_exit = (attached.poll(), signal_name(attached.poll()))
@@ -51,7 +56,7 @@ def observe_without_acting(sup) -> RunState:
     return RunState.STOPPED
 
 
-def with_journal_pid(snapshot, pid: int | None):
+def with_journal_pid(snapshot: StateSnapshot, pid: int | None) -> StateSnapshot:
     """PURE. The snapshot of a trainer that is gone carries no pid (no live process was attached), so a
     plan's text read "trainer pid None ended"; the journal knows which trainer it was."""
     if snapshot.trainer.pid is not None or not pid:
@@ -59,7 +64,7 @@ def with_journal_pid(snapshot, pid: int | None):
     return snapshot.model_copy(update={"trainer": snapshot.trainer.model_copy(update={"pid": pid})})
 
 
-def _show_plan(sup, decision, snapshot) -> None:
+def _show_plan(sup: Supervisor, decision: Decision, snapshot: StateSnapshot) -> None:
     steps = plan(decision.playbook, snapshot, sup.loaded.config, sup.attempt(decision.playbook))
     sup.events(DryRunPlan(decision.playbook.name, decision.kind, str(decision.reason),
                           tuple(map(PlannedStepView.of, steps))))

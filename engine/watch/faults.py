@@ -19,6 +19,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from engine.observe.events import Progress
+from engine.trainers.base import TrainerAdapter
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ def config_for(config: dict, settings: type[BaseModel]) -> dict:
 class DrillRun:
     """What an injector needs: where the run writes, its trainer's adapter, and how to wait for it."""
 
-    def __init__(self, out_dir: Path, run_dir: Path, watcher: subprocess.Popen, adapter, timeout: float = 300.0):
+    def __init__(self, out_dir: Path, run_dir: Path, watcher: subprocess.Popen, adapter: TrainerAdapter,
+                 timeout: float = 300.0):
         self.out_dir, self.run_dir, self.watcher, self.timeout = out_dir, run_dir, watcher, timeout
         self.adapter, self.layout = adapter, adapter.layout
 

@@ -19,12 +19,14 @@ from engine.language.planner import PlannedStep, plan
 from engine.watch.context import WatchContext
 from engine.watch.remedy_guard import change_summary, remedy_to_blame
 from engine.watch.stopping import stop_on_request
-from engine.core.state import RunState
+from engine.core.config import RunConfig
+from engine.core.state import RunState, StateSnapshot
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
 from engine.language.actions.ports import ActionContext, IncidentEffects
 from engine.language.matcher import Decision
-from engine.language.playbook import unclaimed_failure_playbook
+from engine.language.playbook import Playbook, unclaimed_failure_playbook
+from engine.observe.observer import MetricTracker
 from engine.records.incident import ActionRecord, Outcome
 from engine.records.run_log_entry import relaunch_failed
 from engine.records.signature import first_with
@@ -38,7 +40,7 @@ class IncidentRunner:
         self.awaiting_progress: Incident | None = None   # recovered, waiting for the first new progress
 
     # --- opening -------------------------------------------------------------------------------
-    def handle(self, decision, snapshot, attempt: int, config) -> Incident:
+    def handle(self, decision: Decision, snapshot: StateSnapshot, attempt: int, config: RunConfig) -> Incident:
         """Open an incident for the decision and run its plan to the end."""
         playbook = decision.playbook
         blame = remedy_to_blame(self.awaiting_progress, playbook.name, snapshot)
@@ -69,7 +71,8 @@ class IncidentRunner:
         self._run(incident, steps)
         return incident
 
-    def _revert_and_retry(self, decision, snapshot, attempt: int, config, blame: str) -> Incident:
+    def _revert_and_retry(self, decision: Decision, snapshot: StateSnapshot, attempt: int, config: RunConfig,
+                          blame: str) -> Incident:
         """The remedy on probation killed the launch it made (engine/watch/remedy_guard.py): undo it, say so in
         both incidents, and resume once more without it. The new failure is its own incident, recovered so."""
         s = self.ctx
@@ -122,7 +125,7 @@ class IncidentRunner:
             return None
         return first_with(incident.signature.id, earlier)
 
-    def continue_open(self, opened: dict, done: list[int], playbooks) -> Incident:
+    def continue_open(self, opened: dict, done: list[int], playbooks: list[Playbook]) -> Incident:
         """A watcher died mid-recovery: finish the same incident, from its stored plan."""
         s = self.ctx
         incident = s.store.read(opened["incident"])
@@ -159,7 +162,7 @@ class IncidentRunner:
         for incident_id in incident_ids:
             self._report(self.ctx.store.read(incident_id))
 
-    def escalate_unclaimed(self, snapshot, config) -> Incident:
+    def escalate_unclaimed(self, snapshot: StateSnapshot, config: RunConfig) -> Incident:
         code = snapshot.trainer.exit_code
         fallback = unclaimed_failure_playbook(code)
         decision = Decision("escalate", fallback, f"trainer exited with {code} and no playbook matched")
@@ -248,7 +251,7 @@ class IncidentRunner:
         else:
             self._report(incident)
 
-    def check_progress(self, tracker) -> None:
+    def check_progress(self, tracker: MetricTracker) -> None:
         incident = self.awaiting_progress
         if incident is None:
             return

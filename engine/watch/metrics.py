@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from engine.core.durable import atomic_write_text
@@ -22,6 +22,9 @@ from engine.core.run_folder import RunFolder
 from engine.core.state import RunState, StateSnapshot
 from engine.core.settings import MetricsSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import BadIncidentRecord, IncidentStore
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 ADDRESS_FILE = RunFolder(Path()).metrics_address.name   # in run_dir while the endpoint serves: the URL to scrape
 
@@ -65,7 +68,7 @@ def goodput(useful_steps: int, steps_lost: int) -> float | None:
 
 def metric_families(view: WatcherView) -> list[Family]:
     """PURE. The metric values of one instant. A value nobody knows yet is left out, not exposed as 0."""
-    def one(name: str, help_: str, value, kind: str = "gauge") -> list[Family]:
+    def one(name: str, help_: str, value: float | None, kind: str = "gauge") -> list[Family]:
         return [] if value is None else [Family(name, kind, help_, samples=(((), float(value)),))]
 
     snap = view.snapshot
@@ -201,7 +204,7 @@ class _Collector:
     def __init__(self, endpoint: MetricsEndpoint):
         self.endpoint = endpoint
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for f in metric_families(self.endpoint.view()):

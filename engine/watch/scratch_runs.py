@@ -10,9 +10,13 @@ model knows its file (TrainerSettings.detach).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig, TrainerSettings
 
 
-def own_trainer_config(tree: dict, loaded, folder: Path) -> dict:
+def own_trainer_config(tree: dict, loaded: LoadedConfig, folder: Path) -> dict:
     """`tree` (the scratch run config, top-level keys as RunConfig names them) with any trainer config
     it is based on copied into `folder`, so the scratch run owns every file it may write, and the trainer's
     relative paths anchored to the user's project (the scratch run's project folder is another one)."""
@@ -22,7 +26,7 @@ def own_trainer_config(tree: dict, loaded, folder: Path) -> dict:
     return tree
 
 
-def anchored(trainer: dict, settings, project_dir: Path) -> dict:
+def anchored(trainer: dict, settings: TrainerSettings, project_dir: Path) -> dict:
     """The keys of the `trainer:` section whose relative paths of the user's project are made absolute: a Path setting
     (hf-trainer's `script`, its default "train.py" too) and an argv item naming a file or folder there (kind
     script's `command`: ["{python}", "train.py", ...]), with their new values. Absolute values (a copy detach

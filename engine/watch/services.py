@@ -4,23 +4,31 @@ Each returns None when it is not configured (or cannot start: a busy metrics por
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Callable
 
-from engine.core.events import WatchWarning
+from engine.checkpoints.ledger import CheckpointLedger
+from engine.core.events import Publish, WatchWarning
 from engine.cluster.notice_poller import NoticePoller
 from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
+from engine.core.state import RunState, StateSnapshot
+from engine.core.write_trouble import WriteTrouble
+from engine.records.journal import Journal
 from engine.watch.context import WatchContext
 from engine.watch.metrics import MetricsEndpoint
 from engine.watch.upkeep import SupervisorContext, Upkeep
 
 
-def upkeep(settings: UpkeepSettings, context: WatchContext, recovery_lock, events, trouble) -> Upkeep:
+def upkeep(settings: UpkeepSettings, context: WatchContext, recovery_lock: threading.Lock, events: Publish,
+           trouble: WriteTrouble) -> Upkeep:
     jobs = Upkeep(settings, SupervisorContext(context), recovery_lock=recovery_lock, events=events, trouble=trouble)
     jobs.start()
     return jobs
 
 
-def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], None], events) -> NoticePoller | None:
+def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], None],
+                  events: Publish) -> NoticePoller | None:
     if not settings.enabled:
         return None
 
@@ -33,8 +41,8 @@ def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], N
     return poller
 
 
-def metrics_endpoint(settings: MetricsSettings, run_dir, ledger, journal, events,
-                     state_and_snapshot: Callable[[], tuple]) -> MetricsEndpoint | None:
+def metrics_endpoint(settings: MetricsSettings, run_dir: Path, ledger: CheckpointLedger, journal: Journal, events: Publish,
+                     state_and_snapshot: Callable[[], tuple[RunState, StateSnapshot | None]]) -> MetricsEndpoint | None:
     """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
     supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
     if settings.port is None:

@@ -10,6 +10,7 @@ killed in; a run stopped by a person resumes from the newest verified checkpoint
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.durable import remove_stale_temps
 from engine.core.state import RunState
@@ -17,8 +18,13 @@ from engine.process import warm_spare
 from engine.process.trainer_env import trainer_environment
 from engine.trainers import adapter_for
 
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.process.trainer_process import TrainerProcess
+    from engine.watch.supervisor import Supervisor
 
-def start_or_continue(sup) -> None:
+
+def start_or_continue(sup: Supervisor) -> None:
     """`sup` is the engine.watch.supervisor.Supervisor; only its public methods are used (it assigns its own state)."""
     past = sup.journal.replay()
     if sup.incidents.adopt_unjournaled(past.incidents) is not None:
@@ -26,7 +32,7 @@ def start_or_continue(sup) -> None:
     sup.continue_from(past)
     sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
     trainer = None
-    if past.trainer_pid:
+    if past.trainer_pid and past.trainer_log:   # the journal records the two together
         # Whatever the run's state: a trainer left running (a watcher killed or crashed; an escalation
         # stops its trainer, but one of an older runbook did not) is taken back rather than doubled
         # (engine/process/identity.py proves it is this run's).
@@ -83,7 +89,7 @@ def start_or_continue(sup) -> None:
     sup.launch(plan.file)
 
 
-def take_back(sup, trainer, why: str) -> None:
+def take_back(sup: Supervisor, trainer: TrainerProcess, why: str) -> None:
     """A live trainer no incident is open for: follow it again, judging only its sealed checkpoints
     (it may be in the middle of a save)."""
     sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
@@ -91,7 +97,7 @@ def take_back(sup, trainer, why: str) -> None:
     sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
 
 
-def prestart_spare(loaded, spares: warm_spare.SparePool) -> None:
+def prestart_spare(loaded: LoadedConfig, spares: warm_spare.SparePool) -> None:
     """The first launch's warm spare (trainer.warm_spare, engine/process/warm_spare.py), started before the
     watcher's own start-up checks (the data hash, litgpt's preflight parse: 4-7 s on 2 cores) so that its
     imports run beside them and the first launch is warm too. A watcher that then refuses to start

@@ -8,11 +8,13 @@ while the run said "escalated", and nobody watched what it wrote into out_dir.""
 from __future__ import annotations
 
 from engine.checkpoints.ledger import CheckpointLedger
+from engine.cluster.slurm_watch import SlurmAllocation
 from engine.process.trainer_control import TrainerControl
 from engine.records.journal import Journal
 
 
-def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger, slurm=None) -> str:
+def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger,
+                    slurm: SlurmAllocation | None = None) -> str:
     """What was done, for the transition to STOPPED."""
     noticed = None
     if control.alive and control.process is not None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from types import FrameType
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable, Protocol, TypeVar
 
+from engine.core.config import LoadedConfig
 from engine.core.events import (EventBus, ExpressionError, Launch, NotifierListener, Publish, Transition,
                                 WatchWarning, ignore)
 from engine.observe.advice import run_save_interval_advice
@@ -27,6 +30,8 @@ from engine.checkpoints.ledger import CheckpointLedger
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
 from engine.language.matcher import MatchMemory, attempt_number, decide, judging_completion
+from engine.language.playbook import Playbook
+from engine.core.notifier import Notifier
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
 from engine.watch.context import WatchContext
@@ -41,11 +46,18 @@ from engine.process.warm_spare import SparePool
 from engine.core.write_trouble import WriteTrouble
 from engine.watch import services as services_of_watch
 
+class _Service(Protocol):
+    def shutdown(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Service)
+
 DEAD_TRAINER_GRACE_OBSERVATIONS = 5   # a dead trainer nobody's playbook claims is escalated after this
 
 
 class Supervisor:
-    def __init__(self, loaded, playbooks, notifier, data_hash: str, dry_run: bool = False, events=None,
+    def __init__(self, loaded: LoadedConfig, playbooks: list[Playbook], notifier: Notifier, data_hash: str,
+                 dry_run: bool = False, events: Publish | None = None,
                  spares: SparePool | None = None):
         self.playbooks = playbooks
         self.notifier = notifier
@@ -83,7 +95,7 @@ class Supervisor:
         self.slurm = None if dry_run else SlurmAllocation.from_environment(loaded, self.journal, self.events)
 
     @property
-    def loaded(self):
+    def loaded(self) -> LoadedConfig:
         return self.control.loaded   # a recovery may have rewritten the run config
 
     # --- the loop ------------------------------------------------------------------------------
@@ -126,7 +138,7 @@ class Supervisor:
             return self.state
 
     @staticmethod
-    def _start(services: ExitStack, make):
+    def _start(services: ExitStack, make: Callable[[], _S | None]) -> _S | None:
         """Start an optional service (None: not configured, or not for this run) and register its stop."""
         service = make()
         if service is not None:
@@ -174,7 +186,7 @@ class Supervisor:
                 self.incidents.escalate_unclaimed(snapshot, self.loaded.config)
                 self.reread_history()
 
-    def _warn_when_blind(self, snapshot) -> None:
+    def _warn_when_blind(self, snapshot: StateSnapshot) -> None:
         """A user's script that prints but never speaks runbook's contract is supervised blind (no progress, no saves
         to prune, no ranks): say so once per launch, with what to add."""
         hint = getattr(self.control.adapter, "contract_hint", None)
@@ -247,7 +259,7 @@ class Supervisor:
     def save_interval_advice(self) -> str | None:
         return run_save_interval_advice(self.observer.tracker, self.history, self.journal, self.loaded.config)
 
-    def attempt(self, playbook) -> int:
+    def attempt(self, playbook: Playbook) -> int:
         return attempt_number(self.history, playbook, time.time())
 
     # --- the session's state: assigned here only (start-up and the dry run call these) ------------
@@ -279,7 +291,7 @@ class Supervisor:
         self.stop_requested = why
 
     def install_signal_handlers(self) -> None:
-        def request_stop(signum, _frame):
+        def request_stop(signum: int, _frame: FrameType | None) -> None:
             self.stop_requested = f"watcher received {signal.Signals(signum).name}"
 
         for sig in (signal.SIGTERM, signal.SIGINT):

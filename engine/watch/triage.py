@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.core.bounded_read import regular_file, shown
+from engine.core.config import RunConfig
 from engine.core.errors import SourceError
 from engine.core.evidence import Evidence
 from engine.core.state import CheckpointStatus, DiskStatus, RunState, StateSnapshot, TrainerStatus
 from engine.language.clauses import Explanation, MatchContext, walk
 from engine.language.matcher import Decision, MatchMemory, decide
 from engine.language.planner import PlannedStep, plan
+from engine.language.playbook import Playbook
 from engine.observe.events import Progress
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import MAX_LINE_BYTES, MAX_READ_BYTES, Observer
@@ -33,6 +35,7 @@ from engine.observe.throughput import progress_meaning_of
 from engine.process.trainer_process import exit_from_launcher, signal_name
 from engine.language import ladder
 from engine.records.attempts import AttemptHistory
+from engine.trainers.base import TrainerAdapter
 
 TAIL_BYTES = MAX_READ_BYTES   # what one observation of the watcher reads at most; a longer log: its end
 PID_UNKNOWN = None
@@ -105,7 +108,7 @@ INFER_WITHIN = 40   # the failure's last lines: what a traceback's end may be fo
 EXCEPTION_LAST = 8  # an exception line with no traceback header: only among the log's last lines (its wrapped message)
 
 
-def infer_ending(lines: list[str], adapter) -> Ending | None:
+def infer_ending(lines: list[str], adapter: TrainerAdapter) -> Ending | None:
     """PURE. The exit a log's own ending shows when none was given: a Python traceback ending in an exception
     (or an exception line as the log's very end), or a launcher's failure summary, with no progress line after it: the trainer died, non-zero (exit 1 as
     Python and the launchers give it; a KeyboardInterrupt is SIGINT). None when the log does not say."""
@@ -169,7 +172,7 @@ class _NoEvidence(EvidenceGatherer):
     def __init__(self) -> None:
         super().__init__(Path("."))   # no folder is read: gather() below asks nothing of the machine
 
-    def gather(self, trainer, checkpoints=None) -> Evidence:
+    def gather(self, trainer: TrainerStatus, checkpoints: CheckpointStatus | None = None) -> Evidence:
         return Evidence()   # StateSnapshot.evidence's default
 
 
@@ -202,7 +205,7 @@ class Triage:
         return "recover"
 
 
-def snapshot_from_log(lines: list[str], end: Ending, config, adapter, now: float | None = None) -> StateSnapshot:
+def snapshot_from_log(lines: list[str], end: Ending, config: RunConfig, adapter: TrainerAdapter, now: float | None = None) -> StateSnapshot:
     """The snapshot the watcher would make of a dead trainer whose log holds these lines: the Observer's
     metrics and tail from its own parser, the exit as recorded; no process, no checkpoints, no disk."""
     now = time.time() if now is None else now
@@ -218,17 +221,18 @@ def snapshot_from_log(lines: list[str], end: Ending, config, adapter, now: float
     return snapshot.model_copy(update={"disk": DiskStatus()})   # unknown: total_bytes 0
 
 
-def _is_progress(line: str, adapter) -> bool:
+def _is_progress(line: str, adapter: TrainerAdapter) -> bool:
     """A progress line as the Observer reads one: the adapter's own, or another stack's (engine/observe/other_stacks.py)."""
     return isinstance(adapter.parse_line(line), Progress) or other_stack_progress(line, None) is not None
 
 
-def _after_last_progress(lines: list[str], adapter) -> list[str]:
+def _after_last_progress(lines: list[str], adapter: TrainerAdapter) -> list[str]:
     last = max((i for i, line in enumerate(lines) if _is_progress(line, adapter)), default=-1)
     return lines[last + 1:][-200:]
 
 
-def triage(log_path: Path, end: Ending, config, playbooks, adapter, tail_bytes: int = TAIL_BYTES) -> Triage:
+def triage(log_path: Path, end: Ending, config: RunConfig, playbooks: list[Playbook], adapter: TrainerAdapter,
+           tail_bytes: int = TAIL_BYTES) -> Triage:
     """Judge a log + exit as the watcher would (SourceError when the log cannot be read)."""
     log = read_log(log_path, tail_bytes)
     if not end.known:
@@ -246,7 +250,7 @@ def triage(log_path: Path, end: Ending, config, playbooks, adapter, tail_bytes: 
     return result
 
 
-def with_an_exit(result: Triage, config, playbooks) -> list[str]:
+def with_an_exit(result: Triage, config: RunConfig, playbooks: list[Playbook]) -> list[str]:
     """What the missing exit status kept from firing: the decision the same log gets with a non-zero exit."""
     dead = result.snapshot.model_copy(update={"trainer": result.snapshot.trainer.model_copy(update={"exit_code": 1})})
     other = decide(dead, config, playbooks, MatchMemory(), AttemptHistory()).decision
@@ -259,7 +263,7 @@ def with_an_exit(result: Triage, config, playbooks) -> list[str]:
             f"({other.playbook.description})"]
 
 
-def missing_evidence(result: Triage, playbooks) -> list[str]:
+def missing_evidence(result: Triage, playbooks: list[Playbook]) -> list[str]:
     """What a log cannot show, each with the playbooks that could not be judged on it."""
     snapshot = result.snapshot
     notes = []

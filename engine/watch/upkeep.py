@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -39,7 +39,12 @@ from engine.core.log_compression import compress_finished_logs
 from engine.core.write_trouble import WriteTrouble, passing, reason
 from engine.core.settings import UpkeepSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import IncidentsUnreadable, IncidentStore
+from engine.checkpoints.ledger import CheckpointLedger
 from engine.checkpoints.retention import retain
+from engine.core.notifier import Notifier
+
+if TYPE_CHECKING:
+    from engine.watch.context import WatchContext
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
@@ -56,9 +61,9 @@ class UpkeepContext(Protocol):
     @property
     def keep_last_k(self) -> int: ...
     @property
-    def ledger(self) -> Any: ...                # engine.checkpoints.ledger.CheckpointLedger: the one prune
+    def ledger(self) -> CheckpointLedger: ...   # the one prune
     @property
-    def notifier(self) -> Any: ...              # engine.core.notifier.Notifier (with .digest)
+    def notifier(self) -> Notifier: ...
 
     def best_step(self) -> int | None: ...      # step of the best validation loss, if known
     def trainer_alive(self) -> bool: ...
@@ -70,7 +75,7 @@ class SupervisorContext:
     """UpkeepContext over the watch loop's WatchContext (engine/watch/context.py). Jobs run while holding
     the recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
 
-    def __init__(self, context):
+    def __init__(self, context: WatchContext) -> None:
         self.ctx = context
 
     @property
@@ -86,11 +91,11 @@ class SupervisorContext:
         return self.ctx.control.loaded.config.keep_last_k   # a recovery may have rewritten the config
 
     @property
-    def ledger(self):
+    def ledger(self) -> CheckpointLedger:
         return self.ctx.ledger
 
     @property
-    def notifier(self):
+    def notifier(self) -> Notifier:
         return self.ctx.notifier
 
     def best_step(self) -> int | None:
@@ -136,10 +141,10 @@ class Upkeep:
         self._stopped = False
 
     # --- schedule ------------------------------------------------------------------------------
-    def triggers(self, now: dt.datetime) -> dict[str, Any]:
+    def triggers(self, now: dt.datetime) -> dict[str, IntervalTrigger | CronTrigger]:
         """job name -> APScheduler trigger, for the jobs the settings switch on. `now` must be aware."""
         s = self.settings
-        out: dict[str, Any] = {}
+        out: dict[str, IntervalTrigger | CronTrigger] = {}
         for name, seconds in (("heartbeat", s.heartbeat_interval_s), ("retention", s.retention_interval_s),
                               ("gzip_logs", s.log_gzip_interval_s)):
             if seconds is not None:

@@ -15,6 +15,7 @@ on rank R (several ranks under torchrun).
 A user's bug, armed from outside for the multi-rank scenarios (tests/cluster/test_launcher_ranks.py):
 RUNBOOK_EXAMPLE_BUG_AT_STEP=N with RUNBOOK_EXAMPLE_BUG_RANK=R: rank R raises in this script's own code at
 step N; RUNBOOK_EXAMPLE_EXIT_AT_STEP=N with RUNBOOK_EXAMPLE_EXIT_RANK=R: rank R leaves (exit 0) at step N.
+RUNBOOK_EXAMPLE_STEP_SECONDS=S makes every step take S seconds more (think a bigger model).
 RUNBOOK_EXAMPLE_RECORD_SAMPLES=FILE appends the index of every training sample read to FILE (which data trained).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,18 +70,20 @@ class Activations(TrainerCallback):
 
 
 class UsersBug(TrainerCallback):
-    """The env-armed code bug or early exit (see the module docstring)."""
+    """The env-armed code bug, early exit or slower steps (see the module docstring)."""
 
     def __init__(self, environ):
         self.rank = int(environ.get("RANK", "0"))
         self.bug = self._at(environ, "BUG")
         self.exit = self._at(environ, "EXIT")
+        self.step_seconds = float(environ.get("RUNBOOK_EXAMPLE_STEP_SECONDS") or 0)
 
     def _at(self, environ, name: str) -> int | None:
         at = environ.get(f"RUNBOOK_EXAMPLE_{name}_AT_STEP")
         return int(at) if at and int(environ.get(f"RUNBOOK_EXAMPLE_{name}_RANK", "0")) == self.rank else None
 
     def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(self.step_seconds)
         if state.global_step == self.bug:
             raise RuntimeError(f"the user's own bug at step {state.global_step}")
         if state.global_step == self.exit:

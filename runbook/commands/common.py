@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
 
 from runbook.exit_codes import ExitCode
 from engine.core.yaml_source import SourceError
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -20,7 +23,7 @@ def fail(code: ExitCode, message: str) -> NoReturn:
     raise typer.Exit(int(code))
 
 
-def load_started_run(config: Path, launched_is_started: bool = False):
+def load_started_run(config: Path, launched_is_started: bool = False) -> LoadedConfig:
     """The LoadedConfig of a run that has a journal (or, with launched_is_started, a launch record: a
     watcher killed as it launched leaves a trainer before any journal line); exit 3 with one sentence
     otherwise."""

@@ -12,7 +12,7 @@ or an unreadable record, 14 the incident needs no playbook (it was recovered, or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.text import Text
@@ -21,6 +21,10 @@ from runbook.commands.incidents_cmd import RecordProblem, err, open_store, out, 
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from engine.core.yaml_source import SourceError
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.language.playbook import Playbook
 
 DRAFTS = Path("playbooks") / "drafts"
 
@@ -45,7 +49,7 @@ def _other_runs(run_dirs: list[Path]) -> list[dict]:
     return records
 
 
-def _handled_today(record: dict, today, config, records: list[dict]) -> str | None:
+def _handled_today(record: dict, today: list[Playbook], config: RunConfig, records: list[dict]) -> str | None:
     """The playbook that would recover this incident today (one was added since it escalated), if any."""
     from engine.language.replay import RecordError, recorded_config, replay
     from engine.records.signature import UNKNOWN_CLASSES

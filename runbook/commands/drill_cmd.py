@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -15,13 +15,17 @@ from rich.console import Console
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.watch.faults import Fault
+
 out = Console(highlight=False, soft_wrap=True)
 
 # A short run is enough to prove a recovery: 40 optimizer steps, a checkpoint every 10.
 DRILL_RUN = {"max_tokens": 40960, "save_interval": 10, "keep_last_k": 10}
 
 
-def make_scratch_project(loaded, fault, root: Path) -> Path:
+def make_scratch_project(loaded: LoadedConfig, fault: Fault, root: Path) -> Path:
     """A new project folder whose config trains on the same data with the fault's settings.
 
     Only the scratch folder is written: the original run, its checkpoints and its config stay untouched.
@@ -120,7 +124,7 @@ def last_line(path: Path, tail: int = 4096) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def summarize(scratch, fault, exit_code: int, injected_at: float, wall_s: float) -> dict:
+def summarize(scratch: LoadedConfig, fault: Fault, exit_code: int, injected_at: float, wall_s: float) -> dict:
     from engine.records.incident_store import IncidentStore
     from engine.checkpoints.store import final_exists
     from engine.trainers import adapter_for

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich import box
@@ -22,6 +22,10 @@ from engine.core.yaml_source import SourceError
 from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from runbook.shown_values import INCIDENT_COUNTS, INCIDENT_STEPS, checked_incident, field_text
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.records.incident_store import IncidentStore
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -37,7 +41,7 @@ class RecordProblem(Exception):
 
 
 # --- reading records (shared with `runbook replay`) ----------------------------------------------
-def open_store(config: Path):
+def open_store(config: Path) -> tuple[LoadedConfig, IncidentStore]:
     """(LoadedConfig, IncidentStore) for a run config; SourceError -> RecordProblem(BAD_CONFIG)."""
     from engine.records.incident_store import IncidentStore
     from engine.trainers.run_config import load_config
@@ -50,7 +54,7 @@ def open_store(config: Path):
     return loaded, IncidentStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter")
 
 
-def _ids(store) -> list[str]:
+def _ids(store: IncidentStore) -> list[str]:
     from engine.records.incident_store import IncidentsUnreadable
 
     try:
@@ -59,7 +63,7 @@ def _ids(store) -> list[str]:
         raise RecordProblem(ExitCode.NOT_FOUND, f"{error}; no record could be read") from None
 
 
-def read_record(store, incident_id: str) -> dict:
+def read_record(store: IncidentStore, incident_id: str) -> dict:
     """The record as JSON for formatting; exit 9 with one sentence when it cannot be used."""
     from engine.records.incident_store import BadIncidentRecord
 
@@ -77,13 +81,13 @@ def read_record(store, incident_id: str) -> dict:
         raise RecordProblem(ExitCode.NOT_FOUND, f"{bad}; nothing was changed") from None
 
 
-def read_all(store, limit: int = 0) -> tuple[list[dict], dict[str, str]]:
+def read_all(store: IncidentStore, limit: int = 0) -> tuple[list[dict], dict[str, str]]:
     """Every readable record (limit > 0: of the newest `limit` files only), oldest first, and
     {id: one sentence} per unreadable file (or the folder)."""
     return read_page(store, limit)[:2]
 
 
-def read_page(store, limit: int) -> tuple[list[dict], dict[str, str], int]:
+def read_page(store: IncidentStore, limit: int) -> tuple[list[dict], dict[str, str], int]:
     """read_all, and how many record files there are: only the page's files are read (at 10,000 records
     reading them all took minutes; the list of names is cheap)."""
     records: list[dict] = []

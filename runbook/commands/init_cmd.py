@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
 from runbook.config_arg import DEFAULT_CONFIG
 from runbook.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -180,7 +183,7 @@ def init(
     typer.echo(f"next: runbook check {target}   then: runbook watch {target}")
 
 
-def missing_data_paths(loaded, litgpt: Path, cwd: Path) -> list[str]:
+def missing_data_paths(loaded: LoadedConfig, litgpt: Path, cwd: Path) -> list[str]:
     """One sentence per data or tokenizer folder the written config names that does not exist: where the
     value from the litgpt YAML resolves (against the project folder, not where litgpt was run from), and
     where it does exist when that is relative to the current folder instead."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.text import Text
 
 from engine.core.text_safety import for_display
 from runbook.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from engine.records.failure_ledger import LedgerEntry, LedgerRow
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -40,14 +43,15 @@ def _label(run_dir: Path, roots: list[Path]) -> str:
     return str(run_dir)
 
 
-def shown(entry):
+def shown(entry: LedgerEntry) -> LedgerEntry:
     """PURE. A ledger entry whose texts (a signature is a log line, masked) can neither act on a terminal
     nor carry a secret: the Markdown, the JSON and the chart are all made from these."""
-    return dataclasses.replace(entry, **{f.name: for_display(getattr(entry, f.name)) for f in dataclasses.fields(entry)
-                                         if isinstance(getattr(entry, f.name), str)})
+    texts = {f.name: for_display(value) for f in dataclasses.fields(entry) if isinstance(value := getattr(entry, f.name), str)}
+    # mypy checks the str values against every field's type; the names are only those holding a str
+    return dataclasses.replace(entry, **texts)   # type: ignore[arg-type]
 
 
-def write_png(ledger, path: Path) -> bool:
+def write_png(ledger: dict[str, list[LedgerRow]], path: Path) -> bool:
     """Incidents and steps lost per failure class, side by side; False when there is nothing to draw."""
     rows = ledger["by_class"]
     if not rows:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
@@ -14,6 +14,13 @@ from engine.core.durable import atomic_write_text
 from engine.core.bounded_read import read_text_file, shown
 from engine.core.yaml_source import SourceError
 
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.core.evidence import Evidence
+    from engine.core.state import StateSnapshot
+    from engine.language.clauses.base import Explanation
+    from engine.language.playbook import Playbook
+
 playbooks_app = typer.Typer(no_args_is_help=True, help="Check, test, explain and document playbooks.")
 DEFAULT_PLAYBOOKS = Path("playbooks")
 
@@ -22,13 +29,13 @@ PATHS = typer.Argument(None, help="playbook files or folders, exactly these (def
 CONFIG = typer.Option(None, "--config", "-c", help="run config (YAML): its playbooks.paths and values")
 
 
-def _exit(code: ExitCode, *lines: str) -> None:
+def _exit(code: ExitCode, *lines: str) -> NoReturn:
     for line in lines:
         typer.echo(line, err=True)
     raise typer.Exit(int(code))
 
 
-def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
+def _setup(paths: Optional[list[Path]], config_path: Optional[Path]) -> tuple[RunConfig, list[Path], bool]:
     """(RunConfig, project paths, include shipped): explicit paths are exactly the set; else the run
     config's set (shipped + playbooks.paths); else the shipped set + ./playbooks when it exists."""
     from engine.core.config import RunConfig
@@ -47,7 +54,7 @@ def _setup(paths: Optional[list[Path]], config_path: Optional[Path]):
     return loaded.config, loaded.playbook_paths, loaded.config.playbooks.shipped
 
 
-def _load(paths: list[Path], code: ExitCode, include_shipped: bool = False):
+def _load(paths: list[Path], code: ExitCode, include_shipped: bool = False) -> list[Playbook]:
     from engine.language.playbook_set import load_set
 
     try:
@@ -104,7 +111,7 @@ def run_tests(paths: Optional[list[Path]] = PATHS, config: Optional[Path] = CONF
     raise typer.Exit(int(ExitCode.INVALID) if failed else 0)
 
 
-def _read_state(path: Path):
+def _read_state(path: Path) -> tuple[StateSnapshot, dict | None]:
     """A StateSnapshot from a snapshot file or an incident record; the record's config too, if any."""
     from engine.core.state import StateSnapshot
 
@@ -125,7 +132,7 @@ def _read_state(path: Path):
         _exit(ExitCode.NOT_FOUND, f"{path}: not a state snapshot: {'.'.join(map(str, first['loc']))}: {first['msg']}")
 
 
-def _tree(explanation, depth: int = 0) -> list[str]:
+def _tree(explanation: Explanation, depth: int = 0) -> list[str]:
     mark = "[match]   " if explanation.matched else "[no match]"
     line = f"{'    ' * depth}{mark} {explanation.clause}: expected {explanation.expected}"
     if explanation.actual:
@@ -133,12 +140,12 @@ def _tree(explanation, depth: int = 0) -> list[str]:
     return [line] + [l for child in explanation.children for l in _tree(child, depth + 1)]
 
 
-def _evidence_line(evidence) -> str:
+def _evidence_line(evidence: Evidence) -> str:
     """state.evidence in one line: every field, `unknown` for what could not be learnt."""
-    def mb(n):
+    def mb(n: int | None) -> str:
         return "unknown" if n is None else f"{n / 1e6:.1f} MB"
 
-    def known(value):
+    def known(value: object) -> object:
         return "unknown" if value is None else str(value).lower() if isinstance(value, bool) else value
 
     parts = [f"out_dir free {mb(evidence.out_dir_free_bytes)}", f"run_dir free {mb(evidence.run_dir_free_bytes)}",

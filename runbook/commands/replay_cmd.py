@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.text import Text
@@ -21,6 +21,11 @@ from runbook.commands.incidents_cmd import (
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
 from engine.core.yaml_source import SourceError
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.language.playbook import Playbook
+    from engine.language.replay import ReplayResult
 
 
 def replay(
@@ -98,7 +103,8 @@ def replay(
     raise typer.Exit(int(code))
 
 
-def _replay_one(record: dict, playbooks, loaded, everything: list[dict], config_now: bool):
+def _replay_one(record: dict, playbooks: list[Playbook], loaded: LoadedConfig, everything: list[dict],
+                config_now: bool) -> ReplayResult | str:
     """A ReplayResult, or one sentence saying why this record cannot be replayed."""
     from engine.language.replay import RecordError, recorded_config, replay as replay_record
 
@@ -114,7 +120,7 @@ def _replay_one(record: dict, playbooks, loaded, everything: list[dict], config_
     return result
 
 
-def _print(result, as_json: bool, brief: bool = False) -> None:
+def _print(result: ReplayResult, as_json: bool, brief: bool = False) -> None:
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
         return

@@ -18,11 +18,17 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from runbook.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from engine.checkpoints.layout import CheckpointLayout
+    from engine.checkpoints.store import Checkpoint
+    from engine.core.config import LoadedConfig
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -36,7 +42,7 @@ class ExecuteRefused(Exception):
         super().__init__(message)
 
 
-def replay_folder(loaded, incident_id: str, now: dt.datetime) -> Path:
+def replay_folder(loaded: LoadedConfig, incident_id: str, now: dt.datetime) -> Path:
     parent = loaded.project_dir / "runs"
     if any(parent.resolve().is_relative_to(d) for d in (loaded.run_dir, loaded.out_dir)):
         parent = loaded.project_dir / "replays"  # runs/ IS (inside) the original run: stay out of it
@@ -47,7 +53,7 @@ def replay_folder(loaded, incident_id: str, now: dt.datetime) -> Path:
     return folder
 
 
-def checkpoint_step(record: dict, layout) -> int | None:
+def checkpoint_step(record: dict, layout: CheckpointLayout) -> int | None:
     """The step the recovery resumed from (0: from scratch), else the newest verified one then."""
     step = record.get("resumed_step")
     if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
@@ -60,7 +66,7 @@ def checkpoint_step(record: dict, layout) -> int | None:
     return newest if isinstance(newest, int) and not isinstance(newest, bool) and newest >= 0 else None
 
 
-def source_checkpoint(record: dict, out_dir: Path, layout):
+def source_checkpoint(record: dict, out_dir: Path, layout: CheckpointLayout) -> Checkpoint | None:
     """The run's own verified checkpoint folder for the recorded step; None for "from scratch"."""
     from engine.checkpoints.store import Checkpoint, verify_checkpoint
 
@@ -80,7 +86,7 @@ def source_checkpoint(record: dict, out_dir: Path, layout):
     return ckpt
 
 
-def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: bool | None = None) -> dict:
+def replay_config(loaded: LoadedConfig, record: dict, playbook_paths: list[Path], shipped: bool | None = None) -> dict:
     """Today's config with the recorded hyperparameters, every outside path absolute, and out_dir,
     run_dir and run_log inside the replay folder (relative: they resolve against it)."""
     from pydantic import ValidationError
@@ -109,7 +115,7 @@ def replay_config(loaded, record: dict, playbook_paths: list[Path], shipped: boo
     return tree
 
 
-def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt.datetime | None = None,
+def prepare_replay_run(record: dict, loaded: LoadedConfig, playbook_paths: list[Path], now: dt.datetime | None = None,
                        shipped: bool | None = None) -> Path:
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine.checkpoints import store as ckpts
@@ -170,7 +176,7 @@ def prepare_replay_run(record: dict, loaded, playbook_paths: list[Path], now: dt
     return config_path
 
 
-def execute_replay(record: dict, loaded, playbook_paths: list[Path], accept_data_change: bool = False,
+def execute_replay(record: dict, loaded: LoadedConfig, playbook_paths: list[Path], accept_data_change: bool = False,
                    shipped: bool | None = None) -> ExitCode:
     """Prepare the replay folder and run `runbook watch` on it in-process; its exit code is ours."""
     from runbook.watch_command import run_watch

@@ -9,13 +9,17 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
 from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.shown_values import field_text
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from runbook.report import RunHistory
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -28,7 +32,7 @@ GOODPUT_EXPLAINED = (
 )
 
 
-def _cell(value, fmt: str = "{}") -> str:
+def _cell(value: object, fmt: str = "{}") -> str:
     if value is None:
         return "-"
     return fmt.format(value).replace("|", "\\|")
@@ -51,7 +55,7 @@ def incident_table(incidents: list[dict]) -> list[str]:
     return lines
 
 
-def launch_table(history) -> list[str]:
+def launch_table(history: RunHistory) -> list[str]:
     lines = ["| launch | resumed from step | first logged step | last logged step | steps run | log |",
              "| ---: | ---: | ---: | ---: | ---: | --- |"]
     for launch in history.launches:
@@ -61,7 +65,7 @@ def launch_table(history) -> list[str]:
     return lines
 
 
-def render_markdown(loaded, history, png_name: str) -> str:
+def render_markdown(loaded: LoadedConfig, history: RunHistory, png_name: str) -> str:
     from runbook.report import ABSURD_LOSS, absurd_losses, drawable
 
     h = history
@@ -111,7 +115,7 @@ def render_markdown(loaded, history, png_name: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(loaded, output: Path) -> tuple[Path, Path, list[str]]:
+def write_report(loaded: LoadedConfig, output: Path) -> tuple[Path, Path, list[str]]:
     """The report and its picture, and the journal lines and records that had to be skipped."""
     from engine.core.durable import atomic_write_text
     from runbook.report import plot_history, read_history

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -22,6 +22,12 @@ from rich.table import Table
 
 from runbook.config_arg import chosen_config, config_option
 from runbook.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from engine.core.config import LoadedConfig
+    from engine.datascan.report import ScanReport
 
 SHOWN_FINDINGS = 50
 out = Console(highlight=False)
@@ -49,8 +55,9 @@ def scan_data(
     loaded = _load_config(config, needed=not paths or tokenizer is None)
     tok_dir = tokenizer or (loaded.data_path("tokenizer_dir") if loaded else None)
     assert tok_dir is not None   # no --tokenizer: the run config was needed, so loaded
+    assert paths or loaded is not None   # no paths: the same
     try:
-        files = _expand(paths) if paths else _configured_train_files(loaded)
+        files = _expand(paths) if paths or loaded is None else _configured_train_files(loaded)
         tok = load_tokenizer(tok_dir)
     except DataScanError as error:
         fail(ExitCode.BAD_CONFIG, f"{error}.")
@@ -71,7 +78,7 @@ def scan_data(
     raise typer.Exit(int(ExitCode.OK if clean_now else ExitCode.DATA_ISSUES))
 
 
-def _load_config(path: Path, needed: bool):
+def _load_config(path: Path, needed: bool) -> LoadedConfig | None:
     from runbook.commands.common import fail
     from engine.trainers.run_config import load_config
 
@@ -98,7 +105,7 @@ def _expand(paths: list[Path]) -> list[Path]:
     return files
 
 
-def _configured_train_files(loaded) -> list[Path]:
+def _configured_train_files(loaded: LoadedConfig) -> list[Path]:
     from engine.datascan.scan import DataScanError, text_files
 
     train_dir = _configured_dir(loaded, "train_dir")
@@ -109,7 +116,7 @@ def _configured_train_files(loaded) -> list[Path]:
     return files
 
 
-def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int | None) -> dict:
+def _fix(report: ScanReport, files: list[Path], loaded: LoadedConfig | None, tok: Tokenizer, max_tokens: int, context: int | None) -> dict:
     """Clean every folder that has bad lines; repoint the config at the ones it trains on; rescan."""
     from engine.datascan.scan import fix_folder, scan_files, text_files
     from engine.core.config import compute_data_hash
@@ -126,7 +133,7 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
             if configured_dir.resolve() == folder.resolve():
                 repoint[key] = target
     rescan = scan_files([p for t in written for p in text_files(Path(t))], tok, max_tokens, context)
-    if repoint:
+    if repoint and loaded is not None:   # only a run config's folders are repointed
         train = repoint.get("train_dir", configured["train_dir"])
         val = repoint.get("val_dir", configured["val_dir"])
         data_hash = compute_data_hash(train, val)
@@ -142,23 +149,23 @@ def _fix(report, files: list[Path], loaded, tok, max_tokens: int, context: int |
             "clean": rescan.clean, "messages": messages}
 
 
-def _configured_dir(loaded, key: str) -> Path:
+def _configured_dir(loaded: LoadedConfig, key: str) -> Path:
     """data.<key> made absolute without resolving symlinks: the clean copy goes beside the folder as named."""
     return Path(os.path.abspath(loaded.project_dir / getattr(loaded.config.data, key)))
 
 
-def _config_value(loaded, key: str, target: Path) -> str:
+def _config_value(loaded: LoadedConfig, key: str, target: Path) -> str:
     """The new data.<key>: the old value with its last part renamed (kept relative) when that names target."""
     sibling = Path(getattr(loaded.config.data, key)).with_name(target.name)
     return str(sibling) if loaded.resolve(sibling) == target.resolve() else str(target)
 
 
-def _set_data_dirs(loaded, repoint: dict[str, Path]) -> None:
+def _set_data_dirs(loaded: LoadedConfig, repoint: dict[str, Path]) -> None:
     """Set data.<key> where the run keeps it (the run config, or the litgpt YAML it is based on)."""
     loaded.write_data_dirs({key: _config_value(loaded, key, target) for key, target in repoint.items()})
 
 
-def _print_report(report) -> None:
+def _print_report(report: ScanReport) -> None:
     from engine.datascan.scan import KINDS
 
     cwd = Path.cwd()

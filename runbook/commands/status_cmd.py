@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -27,6 +27,11 @@ from runbook.config_arg import chosen_config, config_argument, config_option
 from runbook.commands.status_view import render, status_code
 from runbook.exit_codes import ExitCode
 from runbook.shown_values import step_problem, time_problem
+
+if TYPE_CHECKING:
+    from engine.core.config import LoadedConfig
+    from engine.core.state import RunState
+    from engine.records.journal import JournalState
 
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
 out = Console(highlight=False, soft_wrap=True)
@@ -59,7 +64,7 @@ def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
         os.close(fd)
 
 
-def trainer_identity(loaded, journal) -> dict:
+def trainer_identity(loaded: LoadedConfig, journal: JournalState) -> dict:
     """Whether the journal's trainer runs and is provably this run's (engine/process/identity.py):
     a pid alone is not enough, another process may have it now."""
     from engine.process.identity import Identity, live_trainers_of
@@ -84,7 +89,7 @@ def trainer_identity(loaded, journal) -> dict:
     return found
 
 
-def trainer_gone(entries: list[dict], run_state) -> bool:
+def trainer_gone(entries: list[dict], run_state: RunState | str) -> bool:
     """PURE. Has the journal's newest trainer ended: its exit journaled after its launch, or the run completed?
     The watcher's last heartbeat may be older than that (written while it trained), so it is no word on it."""
     kinds = [e.get("kind") for e in entries]
@@ -93,7 +98,7 @@ def trainer_gone(entries: list[dict], run_state) -> bool:
     return last_exit > last_launch or getattr(run_state, "value", run_state) == "completed"
 
 
-def gather(loaded, now: float | None = None) -> dict:
+def gather(loaded: LoadedConfig, now: float | None = None) -> dict:
     """Everything `status` shows, as plain data (the --json output)."""
     from engine.observe.observer import disk_status
     from runbook.report import read_history
@@ -152,9 +157,9 @@ def gather(loaded, now: float | None = None) -> dict:
             if isinstance(error, SourceError):
                 heartbeat_problem = f"{error} (heartbeat skipped)"
 
-    from runbook.outbox import pending_summary
+    from runbook.notices import summary
 
-    notices = pending_summary(loaded.folder.outbox)
+    notices = summary(loaded)   # every receiver's outbox (Slack, webhooks, e-mail)
     notices["oldest_age_seconds"] = (round(now - notices["oldest_queued_at"], 1)
                                      if notices["oldest_queued_at"] is not None else None)
     disk = disk_status(loaded.out_dir)
@@ -236,7 +241,7 @@ def slurm_status(run_dir: Path, sacct_timeout_s: float | None = None) -> dict | 
             "allocations": rows, "sacct_problem": why, "problems": problems}
 
 
-def journal_tail_note(loaded, heartbeat: dict | None, watching: bool) -> str | None:
+def journal_tail_note(loaded: LoadedConfig, heartbeat: dict | None, watching: bool) -> str | None:
     """Why the journal on disk may lack its newest entries (a watcher keeps them in memory while its
     run folder's disk is full, engine/records/journal.py), or None."""
     held = (heartbeat or {}).get("held_in_memory") or {}

@@ -28,7 +28,7 @@ def render_slurm(slurm: dict) -> list[str]:
     return lines
 
 
-def _number(value, fmt: str) -> str:
+def _number(value: object, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
@@ -98,9 +98,9 @@ def render(status: dict) -> list[str]:
                      f"{_number(e.get('tokens_per_sec_after'), '{:,.0f}')} tok/s")
     n = s.get("notices") or {}
     if n.get("pending") or n.get("parked"):
-        lines.append(f"notices   {n['pending']} pending (Slack outbox)"
+        lines.append(f"notices   {n['pending']} pending (the receivers' outboxes)"
                      + (f", oldest queued {duration(n['oldest_age_seconds'])} ago" if n["pending"] else "")
-                     + (f"; {n['parked']} set aside in outbox/failed/ (rejected by Slack or unreadable)" if n.get("parked") else "")
+                     + (f"; {n['parked']} set aside in an outbox's failed/ (rejected by the receiver or unreadable)" if n.get("parked") else "")
                      + ("; `runbook notify --flush` delivers them" if n["pending"] else ""))
     if s.get("slurm"):
         lines += render_slurm(s["slurm"])

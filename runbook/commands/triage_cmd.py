@@ -13,12 +13,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, NoReturn, Optional
 
 import typer
 
 from runbook.config_arg import config_argument, config_option
 from runbook.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from engine.core.config import RunConfig
+    from engine.language.clauses.base import Explanation
+    from engine.language.playbook import Playbook
+    from engine.watch.triage import Triage
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -28,13 +34,13 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _fail(code: ExitCode, *lines: str) -> None:
+def _fail(code: ExitCode, *lines: str) -> NoReturn:
     for line in lines:
         typer.echo(printable(line), err=True)
     raise typer.Exit(int(code))
 
 
-def _setup(config_path: Optional[Path]):
+def _setup(config_path: Optional[Path]) -> tuple[RunConfig, list[Playbook], str]:
     """(run config, playbooks, what was used in words): the user's run config and its playbooks (shipped +
     playbooks.paths), or without one runbook's defaults and the shipped playbooks only."""
     from engine.core.config import RunConfig
@@ -54,7 +60,7 @@ def _setup(config_path: Optional[Path]):
     return loaded.config, playbooks, f"{config_path} ({len(playbooks)} playbooks, {own} of the project's own)"
 
 
-def _tree(explanation, depth: int = 0) -> list[str]:
+def _tree(explanation: Explanation, depth: int = 0) -> list[str]:
     mark = "[held]    " if explanation.matched else "[not held]"
     line = f"{'    ' * depth}{mark} {explanation.clause}: expected {explanation.expected}"
     if explanation.actual:
@@ -62,7 +68,7 @@ def _tree(explanation, depth: int = 0) -> list[str]:
     return [printable(line)] + [l for child in explanation.children for l in _tree(child, depth + 1)]
 
 
-def _explanation_dict(explanation) -> dict | None:
+def _explanation_dict(explanation: Explanation | None) -> dict | None:
     if explanation is None:
         return None
     return {"clause": explanation.clause, "held": explanation.matched, "expected": explanation.expected,
@@ -133,7 +139,7 @@ def triage(
     raise typer.Exit(int(code))
 
 
-def _report(log: Path, result, used: str, code: ExitCode) -> list[str]:
+def _report(log: Path, result: Triage, used: str, code: ExitCode) -> list[str]:
     from engine.core.bounded_read import shown
 
     end, decision, metrics = result.ending, result.decision, result.snapshot.metrics
@@ -161,8 +167,9 @@ def _report(log: Path, result, used: str, code: ExitCode) -> list[str]:
         if playbook.evidence:
             lines.append("it acts on (its stated evidence):")
             lines += [printable(f"  - {item}") for item in playbook.evidence]
-        lines.append("why (the clauses of its match):")
-        lines += ["  " + line for line in _tree(result.explanation)]
+        if result.explanation is not None:   # set with the decision (engine/watch/triage.py)
+            lines.append("why (the clauses of its match):")
+            lines += ["  " + line for line in _tree(result.explanation)]
     for error in result.errors:
         lines.append(printable(f"expression error (fails closed): {error}"))
     lines.append("evidence a log cannot give:")

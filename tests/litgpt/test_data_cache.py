@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from engine.trainers.litgpt import data_cache
-from tests.conftest import make_project, stop_process, wait_for
+from tests.conftest import make_project, seed_data_cache, stop_process, wait_for
 
 
 TEXT_FILES = {"class_path": data_cache.TEXT_FILES, "init_args": {"train_data_path": "a", "val_data_path": "b",
@@ -87,18 +87,23 @@ def test_a_killed_preprocessing_leaves_nothing_trusted_and_the_next_launch_redoe
     assert third.returncode == 0 and "data cache reused" in out, out
 
 
-def _own_small_corpus(project, shared_data):
-    """One train shard and the val shard, copied: this test changes the text (and preprocesses it twice)."""
+def _own_corpus(project, shared_data):
+    """The corpus, copied: this test changes the text. Its first cache is the session's prebuilt one
+    (seed_data_cache: the copy has the shared corpus's bytes, so the same key), the one its first launch would
+    build: a build costs ~15 CPU s of interpreter start-ups (litdata's spawned workers), whatever the corpus's
+    size. The accepted launch builds the changed text's cache for real, as test_a_killed_preprocessing_...
+    and tests/litgpt/test_startup.py's launch do theirs."""
     corpus = project.root / "data" / "stdlib"
     corpus.unlink()
-    shutil.copytree(shared_data / "stdlib", corpus, ignore=shutil.ignore_patterns("shard-00[123].txt"))
+    shutil.copytree(shared_data / "stdlib", corpus)
+    seed_data_cache(project, shared_data)
     return corpus
 
 
 def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, shared_data):
-    project = make_project(tmp_path / "project", shared_data, prebuilt_data=False,   # its caches are the subject
+    project = make_project(tmp_path / "project", shared_data, prebuilt_data=False,   # seeded once the corpus is its own
                            max_tokens=10240, save_interval=5)   # 10 steps
-    corpus = _own_small_corpus(project, shared_data)
+    corpus = _own_corpus(project, shared_data)
     watcher = project.watch()
     try:
         wait_for(lambda: (project.step_dir(5) / "model_config.yaml").exists(), 240, what="first checkpoint")
@@ -107,6 +112,8 @@ def test_accept_data_change_resumes_a_real_run_with_the_loader_reset(tmp_path, s
     finally:
         stop_process(watcher)
     old_caches = sorted(p.name for p in (project.run_dir / "data").iterdir())
+    first_log = (project.run_dir / "logs" / "trainer-001.log").read_text()   # the first launch read the seeded cache
+    assert len(old_caches) == 1 and f"data found in {project.run_dir / 'data' / old_caches[0]}" in first_log, first_log[-3000:]
 
     with open(corpus / "train" / "shard-000.txt", "a") as fh:
         fh.write("\n\ndef added_after_the_run_started():\n    return 42\n" * 200)

@@ -52,6 +52,14 @@ def test_a_poison_window_that_comes_back_after_the_lr_cut_is_skipped_and_the_run
     first_pos, last_pos = skipped["positions"]
     assert first_pos <= POISON["from"] and last_pos >= POISON["until"], skipped   # the window covers the poison
     assert skipped["tokens"] == skipped["batches"] * 16 * 64 == (last_pos - first_pos + 1) * 1024, skipped
+    # the same window in the incident, the run log and the team's failure ledger
+    assert second["data_skipped"] == {k: skipped[k] for k in ("steps", "positions", "batches", "tokens")}, second
+    assert "skipping the data of steps" in project.run_log.read_text()
+    from engine.records.failure_ledger import build_ledger
+    from engine.records.failure_ledger_read import ledger_entries
+
+    [spike] = [row for row in build_ledger(ledger_entries(project.run_dir, "run")[0])["by_class"] if row.key == "loss-spike"]
+    assert spike.tokens_skipped == skipped["tokens"], spike
     # the lr back where it was, and the final weights the undisturbed run's
     assert lr_of(project) == lr_of(reference), (lr_of(project), lr_of(reference))
     assert project.final_state() == reference.final_state()

@@ -1,6 +1,7 @@
-"""A block of junk in the data, reached at a known step (issue 48 item 6), on the `script` kind: a real nanoGPT-style
-run (examples/script/train.py --sequential: data position p trains on the p-th run of batch x block bytes of the
-files) whose train folder holds 12 positions' worth of random bytes at positions 21-32. The junk's loss stays
+"""A block of junk in the data, reached at a known step (issue 48 item 6), on the `script` and `hf-trainer` kinds: a
+real nanoGPT-style run (examples/script/train.py --sequential) and a real Hugging Face Trainer
+(examples/hf_trainer/train.py --train_sampling_strategy sequential), each reading its data in order (data position p
+trains on the p-th run of batch x block bytes of the files) whose train folder holds 12 positions' worth of random bytes at positions 21-32. The junk's loss stays
 over 2x the text's while it lasts (measured at lr 0.01: 9.3 falling towards ln 256 = 5.5, against ~2.5): loss-spike. Rung 1 (today's playbook) rolls back and halves the lr, and the
 same data spikes it again at the same first bad step; rung 2 rolls back, skips the data window and puts the lr
 back; the run completes. Checked: the rungs, the window covering the junk, the skipped tokens being the window's,
@@ -19,17 +20,24 @@ from tests.conftest import REPO
 from tests.trainers.projects import BATCH, BLOCK, TRAINERS, corpus, make_project
 from tests.trainers.test_scenarios import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.waits]   # mostly 0.2 s sleeps a step: runs on the waiting worker (tests/waiting_worker.py)
 RUN = BATCH * BLOCK          # bytes per data position
 JUNK = (21, 32)              # data positions of random bytes
 STEPS, SAVE_INTERVAL, LR = 48, 16, 0.01
 
 
-def sequential_script_project(root, junk: bool):
-    script = TRAINERS["script"]
-    project = make_project(root, script, lr=LR, save_interval=SAVE_INTERVAL, max_tokens=STEPS * RUN)
+SEQUENTIAL = {   # each kind reading its data in order: data position p is the p-th run of batch x block bytes
+    "script": ("command", ["--sequential"]),
+    "hf-trainer": ("args", ["--train_sampling_strategy", "sequential"]),   # HF's own SequentialSampler
+}
+
+
+def sequential_project(root, name: str, junk: bool):
+    trainer = TRAINERS[name]
+    project = make_project(root, trainer, lr=LR, save_interval=SAVE_INTERVAL, max_tokens=STEPS * RUN)
+    key, extra = SEQUENTIAL[name]
     # 0.2 s a step: the junk's 12 steps outlast the watcher's polls and its closing of the first incident
-    project.set(trainer={"command": [*script.trainer["command"], "--sequential"],
+    project.set(trainer={key: [*trainer.trainer[key], *extra],
                          "env": {"OMP_NUM_THREADS": "1", "RUNBOOK_EXAMPLE_STEP_SECONDS": "0.2"}})
     text = corpus()
     folder = root / "data" / "train"
@@ -42,7 +50,7 @@ def sequential_script_project(root, junk: bool):
     return project
 
 
-def validation_loss(project) -> float:
+def validation_loss(project, name: str) -> float:
     """The final model's mean loss over the validation text, in order (the same batches for every model)."""
     import importlib.util
 
@@ -51,22 +59,30 @@ def validation_loss(project) -> float:
     spec = importlib.util.spec_from_file_location("example_script", REPO / "examples" / "script" / "train.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    model = example.GPT(BLOCK)
-    model.load_state_dict(torch.load(project.out_dir / "final" / "state.pt", weights_only=True)["model"])
     data = example.corpus(project.root / "data" / "val")
+    batches = [example.step_batch(data, 0, p, BATCH, BLOCK, sequential=True) for p in range(1, 21)]
+    if name == "script":
+        model = example.GPT(BLOCK)
+        model.load_state_dict(torch.load(project.out_dir / "final" / "state.pt", weights_only=True)["model"])
+        predict = model
+    else:
+        from transformers import GPT2LMHeadModel
+
+        hf_model = GPT2LMHeadModel.from_pretrained(project.out_dir / "final")
+        predict = lambda x: hf_model(input_ids=x).logits   # noqa: E731
     with torch.no_grad():
-        losses = [torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
-                  for x, y in (example.step_batch(data, 0, p, BATCH, BLOCK, sequential=True) for p in range(1, 21))]
+        losses = [torch.nn.functional.cross_entropy(predict(x).flatten(0, 1), y.flatten()).item() for x, y in batches]
     return sum(losses) / len(losses)
 
 
-def test_junk_data_that_spikes_again_after_the_lr_cut_is_skipped_and_the_run_completes(tmp_path):
-    reference = sequential_script_project(tmp_path / "reference", junk=False)
-    code, _ = run(reference, TRAINERS["script"])
+@pytest.mark.parametrize("name", list(SEQUENTIAL))
+def test_junk_data_that_spikes_again_after_the_lr_cut_is_skipped_and_the_run_completes(tmp_path, name):
+    reference = sequential_project(tmp_path / "reference", name, junk=False)
+    code, _ = run(reference, TRAINERS[name])
     assert code == 0, reference.watch_output()[-3000:]
-    project = sequential_script_project(tmp_path / "project", junk=True)
+    project = sequential_project(tmp_path / "project", name, junk=True)
     lr = load_config(project.config).config.lr
-    code, _ = run(project, TRAINERS["script"])
+    code, _ = run(project, TRAINERS[name])
     assert code == 0, project.watch_output()[-4000:]
 
     incidents = project.incidents()
@@ -80,6 +96,7 @@ def test_junk_data_that_spikes_again_after_the_lr_cut_is_skipped_and_the_run_com
     assert skipped["tokens"] == (last_pos - first_pos + 1) * BATCH * BLOCK, skipped   # the window's tokens
     assert "1-junk.txt" in json.dumps(second.get("data_scan") or {}), second.get("data_scan")
     assert load_config(project.config).config.lr == lr                              # the lr put back
-    assert (project.out_dir / "final" / "state.pt").is_file()
-    ratio = validation_loss(project) / validation_loss(reference)
-    assert 0.85 < ratio < 1.15, (validation_loss(project), validation_loss(reference))
+    assert (project.out_dir / "final" / TRAINERS[name].final_file).is_file()
+    losses = validation_loss(project, name), validation_loss(reference, name)
+    print(f"{name}: final validation loss {losses[0]:.3f} against the undisturbed run's {losses[1]:.3f}; skipped {skipped}")
+    assert 0.85 < losses[0] / losses[1] < 1.15, losses

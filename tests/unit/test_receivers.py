@@ -5,6 +5,7 @@ severity and playbook; the trainer's environment scrubbed of every receiver's se
 from __future__ import annotations
 
 import json
+import os
 import socketserver
 import threading
 import time
@@ -241,3 +242,33 @@ def test_a_receivers_unknown_key_is_reported_with_file_line_and_key(tmp_path):
     with pytest.raises(SourceError) as err:
         load_config(path)
     assert f"{path}:9:9: notifications.receivers.0.webhook.match.severity: unknown key" in str(err.value), str(err.value)
+
+
+def test_status_counts_what_waits_in_every_receivers_outbox(tmp_path):
+    """A webhook that answers 500 keeps its notice queued in outbox/<receiver>/; `runbook status` counts it with
+    the rest (not only Slack's outbox)."""
+    import subprocess
+
+    from engine.trainers.run_config import load_config
+    from tests.conftest import REPO, RUNBOOK, make_toy_project
+
+    down = Hook(fail=10**6)
+    project = make_toy_project(tmp_path / "project")
+    project.set(notifications={"receivers": [{"name": "pager", "kind": "webhook", "url_env": "PAGER_URL"}]})
+    loaded = load_config(project.config)
+    from runbook.notices import outbox_dir
+
+    notifier = make_notifier(loaded.config.notifications, outbox_dir(loaded), {"PAGER_URL": down.url}, **FAST)
+    try:
+        notifier.incident_opened("inc-1", "nan_loss (critical)", "loss is nan", {}, labels=CRITICAL)
+        notifier.flush(timeout_s=0.5)
+    finally:
+        notifier.close(timeout_s=0.1)
+        down.close()
+    assert list((project.run_dir / "outbox" / "pager").glob("[0-9]*.json"))
+    from engine.records.journal import Journal
+
+    Journal(project.run_dir / "journal.jsonl").append("state", state="running", reason="a run under way")
+    done = subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})   # the toy trainer's adapter is tests'
+    assert json.loads(done.stdout)["notices"]["pending"] == 1, done.stdout + done.stderr

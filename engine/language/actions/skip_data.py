@@ -33,8 +33,8 @@ def apply(p: SkipDataParams, ctx: ActionContext) -> ActionResult:
     merged, (a, b) = data_windows.skip_steps(windows, first, last)
     ctx.trainer.set_env({data_windows.ENV: data_windows.format_windows(merged)}, False, incident.id)
     batches, tokens = b - a + 1, (b - a + 1) * config.batch_size * config.model.block_size
-    ctx.journal.append("data_skipped", incident=incident.id, steps=[first, last], positions=[a, b],
-                       batches=batches, tokens=tokens)
+    incident.data_skipped = {"steps": [first, last], "positions": [a, b], "batches": batches, "tokens": tokens}
+    ctx.journal.append("data_skipped", incident=incident.id, **incident.data_skipped)
     text = (f"skipping the data of steps {first}-{last} (positions {a}-{b}: {batches} batches, {tokens:,} tokens) "
             f"in every later launch ({data_windows.ENV}={data_windows.format_windows(merged)}); the step counter "
             "and lr schedule are kept")
