@@ -173,7 +173,7 @@ def test_a_malformed_message_is_set_aside_and_the_rest_are_delivered(finished_ru
     assert json.loads((outbox / "failed" / "000000000001.json").read_text()) == MALFORMED[name]
     assert (outbox / "failed" / "000000000001.reason.txt").read_text().startswith("malformed: ")
     code, text = invoke("status", str(finished_run))
-    assert code == 0 and "1 set aside in outbox/failed/" in text
+    assert code == 0 and "1 set aside in an outbox's failed/" in text
 
 
 # --- an unloadable tokenizer.json: scan-data says what check says ------------------------------------------
