@@ -161,7 +161,7 @@ class OutDirClaim(HeldFlock):
         mine = run_id(self.folder)
         if owner is None:
             record = json.dumps(marker_record(self.out_dir, self.folder, self.config, mine), indent=1) + "\n"
-            # own_tmp_prefix: a watcher killed mid-write leaves a temp the ledger knows as runbook's
+            # own_tmp_prefix: a watcher killed mid-write leaves a temp the catalog knows as runbook's
             atomic_write(self.out_dir / OWNER_MARKER_NAME, lambda f: f.write(record.encode()),
                          prefix=own_tmp_prefix(self.out_dir))
         elif owner["run_id"] != mine:

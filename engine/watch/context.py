@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.events import Publish
 from engine.core.notifier import Notifier
 from engine.core.state import RunState
@@ -27,7 +27,7 @@ class RunSession(SessionPort, Protocol):
 @dataclass(frozen=True)
 class WatchContext:
     control: TrainerControl                          # the trainer and the run config in force
-    ledger: CheckpointLedger                         # verified checkpoints, quarantine, prune
+    catalog: CheckpointCatalog                       # verified checkpoints, quarantine, prune
     journal: Journal
     store: IncidentStore                             # incident records (held in memory on a full disk)
     notifier: Notifier

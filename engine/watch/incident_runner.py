@@ -208,7 +208,7 @@ class IncidentRunner:
     def ports(self, incident: Incident) -> ActionContext:
         """The typed ports the actions of one incident act through (engine/language/actions/ports.py)."""
         s = self.ctx
-        return ActionContext(incident, s.control, s.ledger, s.journal, s.notifier, s.session, s.events)
+        return ActionContext(incident, s.control, s.catalog, s.journal, s.notifier, s.session, s.events)
 
     def _run_step(self, step: PlannedStep, ports: ActionContext) -> ActionRecord:
         import time
@@ -234,7 +234,7 @@ class IncidentRunner:
     def _close(self, incident: Incident, effects: IncidentEffects, outcome: Outcome) -> None:
         s = self.ctx
         if outcome != "recovered" and s.control.alive:   # nobody supervises it from here on: stop it (stopping.py)
-            detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.ledger)
+            detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.catalog)
             incident.note(f"the run {outcome}, so its trainer was stopped: {detail}")
         incident.close(outcome, self.ctx.control.loaded.config.model_dump(mode="json"), s.tokens_per_step,
                        self.escalation)

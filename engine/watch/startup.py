@@ -56,7 +56,7 @@ def start_or_continue(sup: Supervisor) -> None:
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
     # reads from the trainer's log which save is under way.
-    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
+    sup.catalog.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
     for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
         remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
     if past.run_state == RunState.COMPLETED:
@@ -79,7 +79,7 @@ def start_or_continue(sup: Supervisor) -> None:
         sup.incidents.continue_open(past.open_incident, past.done_actions, sup.playbooks)
         sup.reread_history()
         return
-    newest = sup.ledger.newest_verified()
+    newest = sup.catalog.newest_verified()
     if newest is None:
         sup.launch(None)
         return
@@ -94,7 +94,7 @@ def take_back(sup: Supervisor, trainer: TrainerProcess, why: str) -> None:
     (it may be in the middle of a save)."""
     sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
     sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)
-    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+    sup.catalog.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
 
 
 def prestart_spare(loaded: LoadedConfig, spares: warm_spare.SparePool) -> None:

@@ -3,7 +3,7 @@
 Reads top to bottom: `run()` starts or re-attaches the trainer, then `tick()` repeats until the run
 reaches a terminal state. Matching and planning are pure (matcher.py, planner.py). The loop talks
 to a few collaborators and reaches into none of them: the trainer control (launch, stop, the run
-config in force), the checkpoint ledger (verified steps, quarantine, prune), the observer (log
+config in force), the checkpoint catalog (verified steps, quarantine, prune), the observer (log
 lines -> metrics -> snapshots) and the incident runner (open, act, close, report).
 """
 
@@ -26,7 +26,7 @@ from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.watch.incident_runner import IncidentRunner
 from engine.records.attempts import AttemptHistory
 from engine.records.journal import Journal, JournalState
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
 from engine.language.matcher import MatchMemory, attempt_number, decide, judging_completion
@@ -72,16 +72,16 @@ class Supervisor:
         self.lock = RunLock(loaded.run_dir)
         self.out_dir_claim = OutDirClaim(loaded.out_dir, folder, loaded.path)   # one run per out_dir
         self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble, spares)
-        self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
-                                       journal=None if dry_run else self.journal, read_only=dry_run)
+        self.catalog = CheckpointCatalog(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
+                                         journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.progress_meaning,
-                                 evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
-        self.observation = Observation(self.control, self.observer, self.ledger, self.journal, self.events)
+                                 evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.catalog.resume_file_corrupt))
+        self.observation = Observation(self.control, self.observer, self.catalog, self.journal, self.events)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.context = WatchContext(
-            control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
+            control=self.control, catalog=self.catalog, journal=self.journal, store=store, notifier=notifier,
             events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
         self.incidents = IncidentRunner(self.context)
         self.state = RunState.STARTING
@@ -115,7 +115,7 @@ class Supervisor:
             services.callback(self.control.release_tmpdir_link)   # after the spare's discard (callbacks unwind in reverse)
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             endpoint = self._start(services, lambda: services_of_watch.metrics_endpoint(
-                self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
+                self.loaded.config.watch.metrics, self.loaded.run_dir, self.catalog, self.journal, self.events,
                 lambda: (self.state, self.observation.last)))
             if endpoint is not None:   # unwound before its stop: an escalation stays served for a scrape
                 services.callback(endpoint.linger, lambda: self.stop_requested is not None)
@@ -164,7 +164,7 @@ class Supervisor:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
         # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
-        completed = not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists()
+        completed = not trainer.alive and trainer.exit_code in (0, None) and self.catalog.final_exists()
         # A completed run is judged by the playbooks that name exit code 0 alone (a loss that ended diverged is
         # not a finished run); none fires: completed.
         outcome = decide(snapshot, self.loaded.config, judging_completion(self.playbooks) if completed else self.playbooks,
@@ -298,5 +298,5 @@ class Supervisor:
             signal.signal(sig, request_stop)
 
     def _stop_watching(self, why: str) -> None:
-        detail = stop_on_request(why, self.control, self.journal, self.ledger, self.slurm)   # engine/watch/stopping.py
+        detail = stop_on_request(why, self.control, self.journal, self.catalog, self.slurm)   # engine/watch/stopping.py
         self.transition(RunState.STOPPED, f"{why}; {detail}")

@@ -39,7 +39,7 @@ from engine.core.log_compression import compress_finished_logs
 from engine.core.write_trouble import WriteTrouble, passing, reason
 from engine.core.settings import UpkeepSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import IncidentsUnreadable, IncidentStore
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.checkpoints.retention import retain
 from engine.core.notifier import Notifier
 
@@ -61,7 +61,7 @@ class UpkeepContext(Protocol):
     @property
     def keep_last_k(self) -> int: ...
     @property
-    def ledger(self) -> CheckpointLedger: ...   # the one prune
+    def catalog(self) -> CheckpointCatalog: ...   # the one prune
     @property
     def notifier(self) -> Notifier: ...
 
@@ -73,7 +73,7 @@ class UpkeepContext(Protocol):
 
 class SupervisorContext:
     """UpkeepContext over the watch loop's WatchContext (engine/watch/context.py). Jobs run while holding
-    the recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
+    the recovery lock (as the watch loop does), so the catalog is never changed by both at once."""
 
     def __init__(self, context: WatchContext) -> None:
         self.ctx = context
@@ -91,8 +91,8 @@ class SupervisorContext:
         return self.ctx.control.loaded.config.keep_last_k   # a recovery may have rewritten the config
 
     @property
-    def ledger(self) -> CheckpointLedger:
-        return self.ctx.ledger
+    def catalog(self) -> CheckpointCatalog:
+        return self.ctx.catalog
 
     @property
     def notifier(self) -> Notifier:
@@ -246,7 +246,7 @@ class Upkeep:
 
     def _retention(self) -> str:
         ctx = self.context
-        result = retain(ctx.ledger, ctx.keep_last_k, ctx.best_step(), ctx.trainer_alive())
+        result = retain(ctx.catalog, ctx.keep_last_k, ctx.best_step(), ctx.trainer_alive())
         return f"deleted {len(result.deleted)} checkpoint(s) ({result.freed_bytes / 1e6:.1f} MB); kept steps {result.kept_steps}"
 
     def _gzip_logs(self) -> str:

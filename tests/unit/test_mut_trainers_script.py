@@ -144,7 +144,7 @@ def test_a_resume_hands_the_checkpoints_state_pt_and_its_nan_search_reads_the_we
     folder = loaded.out_dir / "step-000008"
     folder.mkdir(parents=True)
 
-    class Saved:   # a checkpoint as the ledger lists it
+    class Saved:   # a checkpoint as the catalog lists it
         path = folder
         step = 8
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine.core.events import WatchWarning
 from engine.checkpoints.store import list_checkpoints, seal_checkpoint
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
 from engine.trainers import adapter_for
 from engine.watch.upkeep import HEARTBEAT_NAME, Upkeep, UpkeepSettings, digest_message
@@ -47,7 +47,7 @@ class Watcher:
         self.out_dir.mkdir(parents=True)
         self.keep_last_k = keep_last_k
         self.notifier = RecordingNotifier()
-        self.ledger = CheckpointLedger(self.out_dir, RunFolder(self.run_dir), self.run_dir / "quarantine",
+        self.catalog = CheckpointCatalog(self.out_dir, RunFolder(self.run_dir), self.run_dir / "quarantine",
                                        adapter_for("litgpt"))
         self.best: int | None = None
         self.alive = False
@@ -55,7 +55,7 @@ class Watcher:
 
     @property
     def verified(self) -> set[int]:
-        return self.ledger.verified
+        return self.catalog.verified
 
     def best_step(self) -> int | None:
         return self.best
@@ -284,8 +284,8 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
                                 "tokens_per_sec": None}
     for step in (10, 20, 30, 40, 50):
         announce(loaded.run_dir / "logs", make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml")))
-    supervisor.ledger.refresh(force=True)  # seals them, as the watcher does
-    assert context.ledger.verified == {10, 20, 30, 40, 50}
+    supervisor.catalog.refresh(force=True)  # seals them, as the watcher does
+    assert context.catalog.verified == {10, 20, 30, 40, 50}
     upkeep = Upkeep(UpkeepSettings(), context)
     assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir, adapter_for(loaded.config.trainer.kind).layout)] == [30, 40, 50]
     assert upkeep.heartbeat().status == "ok" and (loaded.run_dir / HEARTBEAT_NAME).is_file()

@@ -2,7 +2,7 @@
 session. An action's `apply(p, ctx: ActionContext)` does its effect itself, in its own module, through these.
 
 The ports are Protocols over the engine's own parts (engine/process/trainer_control.TrainerControl,
-engine/checkpoints/ledger.CheckpointLedger, engine/records/journal.Journal, engine/core/notifier.Notifier, the
+engine/checkpoints/catalog.CheckpointCatalog, engine/records/journal.Journal, engine/core/notifier.Notifier, the
 watch loop's session): engine/watch only wires them (engine/watch/incident_runner.py), and nothing here imports
 or calls into engine/watch. What several actions of one incident share (did it resume? from which bad step?)
 is the typed IncidentEffects the incident runner reads once the actions ran.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:   # types only: loading a playbook imports the actions, and needs none of these
     from engine.checkpoints.layout import CheckpointLayout
-    from engine.checkpoints.ledger import PruneResult
+    from engine.checkpoints.catalog import PruneResult
     from engine.checkpoints.rollback import RollbackResult
     from engine.checkpoints.store import Checkpoint
     from engine.core.config import LoadedConfig
@@ -70,7 +70,7 @@ class TrainerPort(Protocol):
 
 
 class CheckpointPort(Protocol):
-    """Verified checkpoints, quarantine, rollback, prune (engine/checkpoints/ledger.CheckpointLedger)."""
+    """Verified checkpoints, quarantine, rollback, prune (engine/checkpoints/catalog.CheckpointCatalog)."""
 
     @property
     def layout(self) -> CheckpointLayout: ...

@@ -22,9 +22,9 @@ def describe(p: PruneParams, state: StateSnapshot) -> str:
 
 
 def apply(p: PruneParams, ctx: ActionContext) -> ActionResult:
-    ledger, incident = ctx.checkpoints, ctx.incident
-    ledger.refresh(saving_from_step=ctx.session.saving_from())
-    result = retain(ledger, p.keep_last_k or ctx.loaded.config.keep_last_k,
+    catalog, incident = ctx.checkpoints, ctx.incident
+    catalog.refresh(saving_from_step=ctx.session.saving_from())
+    result = retain(catalog, p.keep_last_k or ctx.loaded.config.keep_last_k,
                     ctx.session.best_val_step() if p.keep_best else None, ctx.trainer.alive, p.remove_partial)
     incident.freed_bytes += result.freed_bytes
     incident.deleted.extend(result.removed + result.deleted)

@@ -31,18 +31,18 @@ def describe(p: ResumeParams, state: StateSnapshot) -> str:
 
 
 def apply(p: ResumeParams, ctx: ActionContext) -> ActionResult:
-    trainer, ledger, incident = ctx.trainer, ctx.checkpoints, ctx.incident
+    trainer, catalog, incident = ctx.trainer, ctx.checkpoints, ctx.incident
     if trainer.alive:
         trainer.stop("restart for resume")
     # Verify everything again right before resuming (a file can rot after it was sealed), unless
     # verify_checkpoints just did: with 10 GB checkpoints a second full read costs minutes.
-    ledger.refresh(quarantine_corrupt=True, force=not ctx.effects.verified_all)
+    catalog.refresh(quarantine_corrupt=True, force=not ctx.effects.verified_all)
     if p.source == "step":
-        chosen = next((c for c in ledger.checkpoints() if c.step == p.step and c.step in ledger.verified), None)
+        chosen = next((c for c in catalog.checkpoints() if c.step == p.step and c.step in catalog.verified), None)
         if chosen is None:
             raise ActionFailed(f"no verified checkpoint at step {p.step}")
     else:
-        chosen = ledger.newest_verified()
+        chosen = catalog.newest_verified()
     resume_file, detail = None, "from scratch (no verified checkpoint)"
     if chosen is not None:
         loaded = ctx.loaded
@@ -50,7 +50,7 @@ def apply(p: ResumeParams, ctx: ActionContext) -> ActionResult:
         resume_file, detail = plan.file, plan.detail
         if plan.note:
             ctx.note(plan.note)
-        incident.resumed_from = str(ledger.layout.resume_file(chosen.path))
+        incident.resumed_from = str(catalog.layout.resume_file(chosen.path))
         incident.resumed_step = chosen.step
     else:
         incident.resumed_step = 0

@@ -45,15 +45,15 @@ def distrust_resume_point(ctx: ActionContext, bad_step: int) -> str | None:
     (default: save_interval) after C: C may hold the poison (a rollback to it would diverge again), so it is
     marked suspect (moved to the quarantine, its manifest saying why) and the rollback's resume point is older
     (marin#5386: 8k steps lost to a poisoned fallback)."""
-    ledger, config = ctx.checkpoints, ctx.loaded.config
+    catalog, config = ctx.checkpoints, ctx.loaded.config
     resumed_from = ctx.journal.replay().resumed_from
-    step = ledger.layout.step_in_path(resumed_from) if resumed_from else None
+    step = catalog.layout.step_in_path(resumed_from) if resumed_from else None
     within = config.watch.suspect_within_steps or config.save_interval
     if step is None or not step < bad_step <= step + within:
         return None
     reason = (f"the divergence began at step {bad_step}, {bad_step - step} step(s) after resuming from it "
               f"({ctx.incident.id}, within watch.suspect_within_steps {within})")
-    moved = ledger.mark_suspect(step, reason)
+    moved = catalog.mark_suspect(step, reason)
     if moved is None:
         return None
     ctx.note(f"checkpoint {step} marked suspect: {reason}; moved to {moved}, later resumes choose an older one")
