@@ -317,7 +317,7 @@ def render_playbook_reference() -> str:
         "(one snapshot of the run, taken every `watch.poll_interval_s`) is matched against every playbook.",
         _clauses(),
         "## Persistence (`for`)",
-        "A playbook fires only after its match held on consecutive observations: at least `observations` "
+        "A playbook fires only after its match matched consecutive observations: at least `observations` "
         "of them and for at least `seconds` (both, when both are given). The default fires on the first "
         "matching observation; say e.g. `for: {observations: 3}` so that one NaN line or one slow step "
         "does not restart a run. One observation that does not match breaks the streak; after a firing "

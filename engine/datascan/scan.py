@@ -10,7 +10,7 @@ exactly as iterating the file in binary mode yields them. Kinds of finding, in r
 Speed: instead of the seed's `for line in f: tok.encode(line)` the scan works on 8 MB chunks with
 C-level bytes operations and tokenizes only the lines that *could* be over a limit (see
 engine/datascan/tokens.py for the bounds). A line so long that even bytes / longest-token exceeds
-the limit is reported without tokenizing it; one over MAX_LINE_BYTES is never held whole.
+the limit is reported without tokenizing it; one over MAX_LINE_BYTES is never kept whole in memory.
 
 The parts: datascan_report (kinds, findings, the report), datascan_tokens (the tokenizer and its
 bounds), datascan_lines (pure checks of a chunk of lines), datascan_files (bounded reads and copies),

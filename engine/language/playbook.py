@@ -18,10 +18,10 @@ class Strict(BaseModel):
 
 
 class Persistence(Strict):
-    """Fire only after the match held this long (both, when both are given)."""
+    """Fire only after the match kept matching this long (both, when both are given)."""
 
     observations: int = Field(1, ge=1, le=1_000_000, description="consecutive matching observations")
-    seconds: Duration = Field(0.0, ge=0, description="the match held continuously for this long")
+    seconds: Duration = Field(0.0, ge=0, description="the match kept matching, without a break, for this long")
 
 
 class Limits(Strict):

@@ -40,7 +40,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
     """(pid, None) of the `runbook watch` holding the run folder's lock; (pid or -1, why) when the lock
-    is held but the pid written in it is not running (stale) or not the holder; (None, None) when free."""
+    is taken but the pid written in it is not running (stale) or not the holder; (None, None) when free."""
     from engine.core.lock import holder_text
 
     path = RunFolder(run_dir).lock

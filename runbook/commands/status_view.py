@@ -47,7 +47,7 @@ def render(status: dict) -> list[str]:
         t = s["last_transition"]
         when = f"at an invalid time ({t['time_invalid']})" if t.get("time_invalid") else f"{duration(t['seconds_ago'])} ago"
         lines.append(f"          last change {when}: {t['from']} -> {t['to']} ({t['reason']})")
-    if watcher.get("note") and watcher["running"]:   # the lock is held, but its pid is stale
+    if watcher.get("note") and watcher["running"]:   # the lock is taken, but its pid is stale
         lines.append(f"watcher   holds the run folder's lock ({watcher['note']})")
     else:
         lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}"

@@ -29,10 +29,10 @@ def describe(p: WaitForParams, state: StateSnapshot) -> str:
 
 
 def apply(p: WaitForParams, ctx: ActionContext) -> ActionResult:
-    held, waited = wait_for(compile_expression(p.condition), p.timeout, ctx)
-    if not held:
+    met, waited = wait_for(compile_expression(p.condition), p.timeout, ctx)
+    if not met:
         raise ActionFailed(f"{p.condition} still false after {waited:.1f} s")
-    return ActionResult(True, f"{p.condition} held after {waited:.1f} s")
+    return ActionResult(True, f"{p.condition} true after {waited:.1f} s")
 
 
 def wait_for(condition: Expression, timeout: float, ctx: ActionContext) -> tuple[bool, float]:
@@ -40,13 +40,13 @@ def wait_for(condition: Expression, timeout: float, ctx: ActionContext) -> tuple
     started = time.time()
     while True:
         snapshot = ctx.session.observe()
-        held, _error = evaluate_condition(condition, {"state": snapshot, "config": ctx.loaded.config})
+        met, _error = evaluate_condition(condition, {"state": snapshot, "config": ctx.loaded.config})
         waited = time.time() - started
         # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
         stuck = stall(snapshot)
         stalled = stuck is not None and stuck[1] >= stuck[2]   # start-up is judged by its signs of life
-        if held or waited >= timeout or not snapshot.trainer.alive or stalled:
-            return held, waited
+        if met or waited >= timeout or not snapshot.trainer.alive or stalled:
+            return met, waited
         time.sleep(ctx.loaded.config.watch.poll_interval_s)
 
 
