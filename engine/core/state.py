@@ -108,7 +108,7 @@ class RanksStatus(Frozen):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def first_failed_cause(self) -> Literal["error", "peer-loss", "early-exit", "signal", "exit-code"] | None:
-        """What the first failed rank's own evidence says: an exception of its own ("error"), a collective's lost
+        """What the first failed rank's own records say: an exception of its own ("error"), a collective's lost
         peer ("peer-loss": the collective itself failed), an exit 0 while its peers trained ("early-exit"), a
         signal, or only an exit code."""
         if self.first_failed is None:

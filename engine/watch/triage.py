@@ -256,9 +256,9 @@ def with_an_exit(result: Triage, config: RunConfig, playbooks: list[Playbook]) -
     other = decide(dead, config, playbooks, MatchMemory(), AttemptHistory()).decision
     if other is None or (result.decision is not None and other.playbook.name == result.decision.playbook.name):
         return []
-    if other.playbook.evidence:
+    if other.playbook.acts_on:
         return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead; it acts on "
-                + "; ".join(other.playbook.evidence)]
+                + "; ".join(other.playbook.acts_on)]
     return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead "
             f"({other.playbook.description})"]
 

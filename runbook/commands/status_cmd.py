@@ -233,6 +233,7 @@ def slurm_status(run_dir: Path, sacct_timeout_s: float | None = None) -> dict | 
     rows = []
     for a in allocations:
         row = a.model_dump(exclude={"schema_version"})
+        row["evidence"] = a.scheduler_said   # its old name, for the readers of earlier versions' --json
         end = ends.get((a.job_id, a.restart))
         row["sacct"] = asdict(end) if end else None
         rows.append(row)

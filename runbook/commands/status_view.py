@@ -23,7 +23,7 @@ def render_slurm(slurm: dict) -> list[str]:
     for a in allocations:
         ended = a["ended"] or "running (or ended without a record yet)"
         lines.append(f"          job {a['job_id']} restart {a['restart']} on {a['node']}: {_clock(a['started_at'])} -> "
-                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['evidence']})" if a["evidence"] else "")
+                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['scheduler_said']})" if a["scheduler_said"] else "")
                      + (f"; {describe(AllocationEnd(**a['sacct']))}" if a.get("sacct") else ""))
     return lines
 

@@ -125,7 +125,8 @@ def triage(
             "decision": None if decision is None else {
                 "kind": decision.kind, "reason": decision.reason, "matched": list(decision.matched),
                 "inhibited": list(decision.inhibited), "priority": decision.playbook.priority,
-                "description": decision.playbook.description, "evidence": list(decision.playbook.evidence)},
+                "description": decision.playbook.description, "acts_on": list(decision.playbook.acts_on),
+                "evidence": list(decision.playbook.acts_on)},   # acts_on's old name, for old readers
             "explain": _explanation_dict(result.explanation),
             "missing": result.missing,
             "plan": [step.to_dict() for step in result.steps],
@@ -166,9 +167,9 @@ def _report(log: Path, result: Triage, used: str, code: ExitCode) -> list[str]:
         if others:
             inhibited = set(decision.inhibited)
             lines.append("  also matched: " + ", ".join(f"{n} (inhibited)" if n in inhibited else n for n in others))
-        if playbook.evidence:
-            lines.append("it acts on (its stated evidence):")
-            lines += [printable(f"  - {item}") for item in playbook.evidence]
+        if playbook.acts_on:
+            lines.append("it acts on:")
+            lines += [printable(f"  - {item}") for item in playbook.acts_on]
         if result.explanation is not None:   # set with the decision (engine/watch/triage.py)
             lines.append("why (the clauses of its match):")
             lines += ["  " + line for line in _tree(result.explanation)]

@@ -28,14 +28,14 @@ def apply(p: DiagnoseParams, ctx: ActionContext) -> ActionResult:
         return ActionResult(False, "no live trainer to sample", {})
     ranks = ctx.state.trainer.ranks
     try:
-        evidence = sample(
+        samples = sample(
             trainer.pid, p.sample_seconds, num_workers=loaded.config.trainer.num_workers,
             rank_pids={r.rank: r.pid for r in ranks.ranks if r.pid is not None} or None,
             rank_work_seconds={r.rank: r.work_seconds for r in ranks.ranks if r.work_seconds is not None},
             data_dir=loaded.data_path("train_dir"))
     except psutil.Error as error:
         return ActionResult(False, f"could not sample the trainer: {error}", {})
-    found = report(evidence)
+    found = report(samples)
     ctx.incident.diagnosis = found
     ctx.note(found["verdict"])
     return ActionResult(True, found["verdict"], found)
@@ -44,6 +44,6 @@ def apply(p: DiagnoseParams, ctx: ActionContext) -> ActionResult:
 ACTION = ActionDef(
     "diagnose_slowness", DiagnoseParams,
     "Find out why training is slow (a stopped or straggling rank, cgroup throttling, steal, other processes "
-    "taking the CPU, storage, a starved data loader) with the evidence.",
+    "taking the CPU, storage, a starved data loader) with the figures sampled.",
     describe, apply, example={"diagnose_slowness": {"sample_seconds": 3}},
 )
