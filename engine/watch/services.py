@@ -15,14 +15,14 @@ from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSet
 from engine.core.state import RunState, StateSnapshot
 from engine.core.write_trouble import WriteTrouble
 from engine.records.journal import Journal
-from engine.watch.context import WatchContext
+from engine.watch.parts import WatchParts
 from engine.watch.metrics import MetricsEndpoint
-from engine.watch.upkeep import SupervisorContext, Upkeep
+from engine.watch.upkeep import SupervisorPorts, Upkeep
 
 
-def upkeep(settings: UpkeepSettings, context: WatchContext, recovery_lock: threading.Lock, events: Publish,
+def upkeep(settings: UpkeepSettings, parts: WatchParts, recovery_lock: threading.Lock, events: Publish,
            trouble: WriteTrouble) -> Upkeep:
-    jobs = Upkeep(settings, SupervisorContext(context), recovery_lock=recovery_lock, events=events, trouble=trouble)
+    jobs = Upkeep(settings, SupervisorPorts(parts), recovery_lock=recovery_lock, events=events, trouble=trouble)
     jobs.start()
     return jobs
 

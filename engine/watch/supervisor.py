@@ -34,7 +34,7 @@ from engine.language.playbook import Playbook
 from engine.core.notifier import Notifier
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
-from engine.watch.context import WatchContext
+from engine.watch.parts import WatchParts
 from engine.watch.observation import Observation
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
@@ -80,10 +80,10 @@ class Supervisor:
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
-        self.context = WatchContext(
+        self.parts = WatchParts(
             control=self.control, catalog=self.catalog, journal=self.journal, store=store, notifier=notifier,
             events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
-        self.incidents = IncidentRunner(self.context)
+        self.incidents = IncidentRunner(self.parts)
         self.state = RunState.STARTING
         self.memory = MatchMemory()
         self.history = AttemptHistory()   # the journal's, from start_or_continue (or the dry run) on
@@ -123,7 +123,7 @@ class Supervisor:
                 start_or_continue(self)
             if self.state not in TERMINAL_STATES:
                 self._start(services, lambda: services_of_watch.upkeep(
-                    self.loaded.config.upkeep, self.context, self.recovery_lock, self.events, self.trouble))
+                    self.loaded.config.upkeep, self.parts, self.recovery_lock, self.events, self.trouble))
                 self._start(services, lambda: services_of_watch.notice_poller(
                     self.loaded.config.watch.cloud_notices, self.request_stop, self.events))
             services.callback(self._last_catch_up)

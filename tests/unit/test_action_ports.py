@@ -11,7 +11,7 @@ import pytest
 
 from engine.checkpoints.store import list_checkpoints
 from engine.language.actions import REGISTRY, ActionFailed, ActionResult
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.records.incident import Incident
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
@@ -29,7 +29,7 @@ def supervisor(tmp_path) -> Supervisor:
     return Supervisor(load_config(tmp_path / "configs" / "run_config.yaml"), [], NullNotifier(), "sha256:test")
 
 
-def act(ports: ActionContext, verb: str, **params) -> ActionResult:
+def act(ports: ActionPorts, verb: str, **params) -> ActionResult:
     action = REGISTRY[verb]
     return action.apply(action.params.model_validate(params), ports)
 

@@ -42,11 +42,11 @@ from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES, LitGPTLayout
 from engine.trainers.litgpt.resume import read_progress
 from engine.language.actions import REGISTRY, ActionResult
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.records.incident import Incident
 from engine.watch.supervisor import Supervisor
 from engine.core.durable import gzip_replace as gzip_file
-from engine.watch.upkeep import SupervisorContext, Upkeep, UpkeepSettings
+from engine.watch.upkeep import SupervisorPorts, Upkeep, UpkeepSettings
 from engine.trainers.run_config import load_config
 from engine.core.notifier import NullNotifier
 from engine.core.yaml_source import update_yaml_values
@@ -194,11 +194,11 @@ class World:
             self.put_foreign(path, f"dropped {name}\n".encode())
 
     # --- what runbook does ------------------------------------------------------------------------
-    def ports(self) -> ActionContext:
+    def ports(self) -> ActionPorts:
         return self.sup.incidents.ports(Incident(id="incident-1", playbook="property-test"))
 
     @staticmethod
-    def act(ports: ActionContext, verb: str, **params) -> ActionResult:
+    def act(ports: ActionPorts, verb: str, **params) -> ActionResult:
         """One action of a playbook, the real one, through the ports an incident lends it."""
         action = REGISTRY[verb]
         return action.apply(action.params.model_validate(params), ports)
@@ -237,7 +237,7 @@ class World:
             act(rt, "verify_checkpoints")
             self.damaged = False
         elif kind == "retention":
-            upkeep = Upkeep(UpkeepSettings(), SupervisorContext(self.sup.context))
+            upkeep = Upkeep(UpkeepSettings(), SupervisorPorts(self.sup.parts))
             self.prune_guarded(lambda: self.check_job(upkeep.retention()))
         elif kind == "prune":  # prune_checkpoints from a playbook (the killed one keeps 1000)
             keep_last_k, keep_best, remove_partial = args

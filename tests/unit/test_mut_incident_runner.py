@@ -111,7 +111,7 @@ class Project:
         return [e for e in entries if kind is None or e["kind"] == kind]
 
     def stored(self, incident_id: str) -> dict:
-        return self.supervisor.context.store.read(incident_id).to_json()
+        return self.supervisor.parts.store.read(incident_id).to_json()
 
     def run_log(self) -> str:
         return self.loaded.run_log.read_text() if self.loaded.run_log.exists() else ""
@@ -372,9 +372,9 @@ def open_incident(project: Project, steps: list | None = None):
     decision = project.decision(snap)
     config = project.supervisor.loaded.config
     planned = plan(decision.playbook, snap, config, 1) if steps is None else steps
-    incident = Incident.open(project.supervisor.context.store.next_id(), decision.playbook, decision, snap, 1,
+    incident = Incident.open(project.supervisor.parts.store.next_id(), decision.playbook, decision, snap, 1,
                              [s.to_dict() for s in planned], config.model_dump(mode="json"))
-    project.supervisor.context.store.write(incident)
+    project.supervisor.parts.store.write(incident)
     return incident
 
 

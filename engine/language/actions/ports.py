@@ -1,5 +1,5 @@
 """What an action may touch, as typed ports: the trainer, the checkpoints, the journal, people, and the run
-session. An action's `apply(p, ctx: ActionContext)` does its effect itself, in its own module, through these.
+session. An action's `apply(p, ports: ActionPorts)` does its effect itself, in its own module, through these.
 
 The ports are Protocols over the engine's own parts (engine/process/trainer_control.TrainerControl,
 engine/checkpoints/catalog.CheckpointCatalog, engine/records/journal.Journal, engine/core/notifier.Notifier, the
@@ -124,7 +124,7 @@ class IncidentEffects:
 
 
 @dataclass
-class ActionContext:
+class ActionPorts:
     """Everything an action may use for one incident; the incident record is written through `incident`."""
 
     incident: Incident

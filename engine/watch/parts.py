@@ -1,4 +1,4 @@
-"""What the watch loop lends to the parts it runs: the incident runner (which hands the actions their ports,
+"""The watch loop's parts, lent to what it runs: the incident runner (which hands the actions their ports,
 engine/language/actions/ports.py) and upkeep. One typed bag, built once by the supervisor; the supervisor
 itself is reached only as the RunSession below, the one owner of the loop's state."""
 
@@ -25,7 +25,7 @@ class RunSession(SessionPort, Protocol):
 
 
 @dataclass(frozen=True)
-class WatchContext:
+class WatchParts:
     control: TrainerControl                          # the trainer and the run config in force
     catalog: CheckpointCatalog                       # verified checkpoints, quarantine, prune
     journal: Journal
