@@ -20,7 +20,7 @@ from engine.core.journal_writer import JournalWriter
 from engine.cluster import slurm_commands
 from engine.cluster.slurm import classify_notice, previous_ending, should_requeue
 from engine.cluster.slurm_records import Allocation, read_allocations, write_allocation
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 
 if TYPE_CHECKING:
     from engine.core.config import LoadedConfig
@@ -92,11 +92,11 @@ class SlurmAllocation:
         self.events(WatchWarning(f"SLURM job {self.record.job_id}: notice cause {cause} ({said})"
                     + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue")))
 
-    def finished(self, state: RunState) -> None:
+    def finished(self, state: RunPhase) -> None:
         """Record how this allocation ended; requeue the job when the notice asked for it and the run
         stopped resumably. SLURM then TERMs this job's processes: the record is written before."""
 
-        requeue = self.requeue_wanted and state == RunState.STOPPED
+        requeue = self.requeue_wanted and state == RunPhase.STOPPED
         cause = self.record.notice_cause
         ended = (f"requeued after a {cause} notice" if requeue else "requeued by SLURM" if cause == "requeued" else
                  f"{state.value}" + (f" after a {cause} notice" if cause else ""))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 from engine.core.evidence import Evidence
 
 
-class RunState(str, Enum):
+class RunPhase(str, Enum):
     STARTING = "starting"
     RUNNING = "running"
     INCIDENT = "incident"
@@ -24,7 +24,7 @@ class RunState(str, Enum):
     STOPPED = "stopped"          # the watcher was asked to stop; the run can be resumed later
 
 
-TERMINAL_STATES = {RunState.COMPLETED, RunState.ESCALATED, RunState.STOPPED}
+TERMINAL_PHASES = {RunPhase.COMPLETED, RunPhase.ESCALATED, RunPhase.STOPPED}
 
 
 class Frozen(BaseModel):
@@ -194,7 +194,7 @@ class CheckpointStatus(Frozen):
 class StateSnapshot(Frozen):
     observation: int = 0
     time: float = 0.0
-    run_state: RunState = RunState.RUNNING
+    run_state: RunPhase = RunPhase.RUNNING
     trainer: TrainerStatus = Field(default_factory=TrainerStatus)
     metrics: Metrics = Field(default_factory=Metrics)
     seconds_since_progress: float = 0.0

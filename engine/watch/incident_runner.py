@@ -20,7 +20,7 @@ from engine.watch.parts import WatchParts
 from engine.watch.remedy_guard import change_summary, remedy_to_blame
 from engine.watch.stopping import stop_on_request
 from engine.core.config import RunConfig
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
 from engine.language.actions.ports import ActionPorts, IncidentEffects
@@ -60,7 +60,7 @@ class IncidentRunner:
         s.journal.append("incident_opened", incident=incident.id, playbook=playbook.name, decision=decision.kind,
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
-        s.session.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
+        s.session.transition(RunPhase.INCIDENT, f"{incident.id}: {decision.reason}")
         self.parts.events(IncidentOpened(incident.view(), f"{playbook.name} ({playbook.severity})", playbook.description,
                                        {"step": str(snapshot.metrics.step), "decision": decision.reason,
                                         **signature_fields(incident)}))
@@ -101,11 +101,11 @@ class IncidentRunner:
         self._save(incident)
         s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
                          decision="recover", snapshot=incident.snapshot)
-        s.session.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
+        s.session.transition(RunPhase.INCIDENT, f"{incident.id}: {blame}")
         s.events(IncidentOpened(incident.view(), f"{decision.playbook.name} ({decision.playbook.severity})",
                                 f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
                                 {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"}))
-        s.session.transition(RunState.RECOVERING, incident.id)
+        s.session.transition(RunPhase.RECOVERING, incident.id)
         ports = self.ports(incident)
         resumed = self._run_step(retry, ports)
         incident.actions.append(resumed)
@@ -171,7 +171,7 @@ class IncidentRunner:
     # --- running -------------------------------------------------------------------------------
     def _run(self, incident: Incident, steps: list[PlannedStep], skip: AbstractSet[int] = frozenset()) -> None:
         s = self.parts
-        s.session.transition(RunState.RECOVERING, incident.id)
+        s.session.transition(RunPhase.RECOVERING, incident.id)
         ports = self.ports(incident)
         effects = ports.effects
         aborted = None
@@ -243,9 +243,9 @@ class IncidentRunner:
         s.journal.append("incident_closed", incident=incident.id, outcome=outcome, awaits_report=True)
         crash_point("incident-closed")
         if outcome == "recovered":
-            s.session.transition(RunState.RUNNING, f"{incident.id} recovered")
+            s.session.transition(RunPhase.RUNNING, f"{incident.id} recovered")
         else:
-            s.session.transition(RunState.ESCALATED, self.escalation or outcome)
+            s.session.transition(RunPhase.ESCALATED, self.escalation or outcome)
         if outcome == "recovered" and effects.resumed:
             self.awaiting_progress = incident   # reported once the trainer makes progress again
         else:

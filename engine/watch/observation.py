@@ -10,7 +10,7 @@ import time
 from engine.core.events import Observed, Publish, WatchWarning
 from engine.checkpoints import retention
 from engine.checkpoints.catalog import CheckpointCatalog
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.observe.observer import Observer
 from engine.process.trainer_control import TrainerControl
 from engine.records.journal import Journal
@@ -25,7 +25,7 @@ class Observation:
         self.retention = retention.Retention(catalog, lambda: control.loaded.config.keep_last_k, self.best_val_step,
                                              lambda text: events(WatchWarning(text)))
 
-    def take(self, run_state: RunState, retain: bool = False) -> StateSnapshot:
+    def take(self, run_state: RunPhase, retain: bool = False) -> StateSnapshot:
         """retain (the watch loop's own tick): prune first when a save was sealed, so the snapshot's disk
         and checkpoints are what the playbooks will act on."""
         now = time.time()

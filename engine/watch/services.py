@@ -12,7 +12,7 @@ from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.events import Publish, WatchWarning
 from engine.cluster.notice_poller import NoticePoller
 from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.core.write_trouble import WriteTrouble
 from engine.records.journal import Journal
 from engine.watch.parts import WatchParts
@@ -42,13 +42,13 @@ def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], N
 
 
 def metrics_endpoint(settings: MetricsSettings, run_dir: Path, catalog: CheckpointCatalog, journal: Journal, events: Publish,
-                     state_and_snapshot: Callable[[], tuple[RunState, StateSnapshot | None]]) -> MetricsEndpoint | None:
+                     phase_and_snapshot: Callable[[], tuple[RunPhase, StateSnapshot | None]]) -> MetricsEndpoint | None:
     """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
     supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
     if settings.port is None:
         return None
     layout, out_dir = catalog.layout, catalog.out_dir
-    endpoint = MetricsEndpoint(settings, run_dir, state_and_snapshot,
+    endpoint = MetricsEndpoint(settings, run_dir, phase_and_snapshot,
                                lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
     try:
         url = endpoint.start()

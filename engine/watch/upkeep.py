@@ -287,7 +287,7 @@ def digest_message(status: dict, incidents: list[dict], now: float,
 
     step, tokens, tps = status.get("step"), status.get("tokens"), status.get("tokens_per_sec")
     fields = {
-        "run state": str(status.get("run_state", "?")),
+        "run phase": str(status.get("run_state", "?")),
         "step": "?" if step is None else f"{step:,}",
         "tokens": "?" if tokens is None else f"{tokens:,}",
         "tokens/s": "?" if tps is None else f"{tps:,.0f}",

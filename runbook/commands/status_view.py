@@ -116,7 +116,7 @@ def render(status: dict) -> list[str]:
 
 
 def status_code(status: dict) -> ExitCode:
-    """PURE. The exit code that tells the run's state apart (README's table): completed 0, escalated 4,
+    """PURE. The exit code that tells the run's phase apart (README's table): completed 0, escalated 4,
     stopped 7 (resumable), running under a watcher 13, unfinished with no watcher 12 (it failed or was killed).
     A trainer alive with no watcher is 12 whatever state was recorded last: a watcher killed between launching
     the trainer and journaling "running" leaves "stopped" behind, and the unsupervised trainer is the news."""

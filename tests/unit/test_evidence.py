@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from engine.observe.throughput import ProgressMeaning
 from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
-from engine.core.state import CheckpointStatus, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.language.loader import playbook_files, read_playbook_files
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
 from engine.language.playbook_testing import build_config
@@ -229,7 +229,7 @@ def _start_in(cgroup: Path, code: str) -> subprocess.Popen:
 
 
 def _snapshot(observer: Observer, trainer: TrainerStatus) -> StateSnapshot:
-    return observer.snapshot(time.time(), RunState.RUNNING, trainer, CheckpointStatus(), [], build_config({}).watch)
+    return observer.snapshot(time.time(), RunPhase.RUNNING, trainer, CheckpointStatus(), [], build_config({}).watch)
 
 
 def test_a_process_the_oom_killer_kills_is_oom_and_one_killed_by_hand_is_killed(memory_cgroup, tmp_path):

@@ -459,7 +459,7 @@ def test_numpy_values_beside_the_tensors_are_read(tmp_path):
     import torch
     torch.save({"model": {"w": torch.ones(2)}, "best": numpy.float64(1.5), "seen": numpy.arange(3)}, tmp_path / "s.pt")
     assert weights.nonfinite_names(tmp_path / "s.pt", "model", 3) == []
-    state = weights.read_state(tmp_path / "s.pt")
+    state = weights.read_saved(tmp_path / "s.pt")
     assert state["best"] == 1.5 and list(state["seen"]) == [0, 1, 2]
 
 

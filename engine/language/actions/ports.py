@@ -23,7 +23,7 @@ if TYPE_CHECKING:   # types only: loading a playbook imports the actions, and ne
     from engine.core.events import Publish
     from engine.core.state import StateSnapshot
     from engine.records.incident import Incident
-    from engine.records.journal import JournalState
+    from engine.records.journal import JournalReplay
 
 
 class ProcessView(Protocol):
@@ -90,7 +90,7 @@ class JournalPort(Protocol):
     """The run's journal (engine/records/journal.Journal)."""
 
     def append(self, kind: str, **data: object) -> dict: ...
-    def replay(self) -> JournalState: ...
+    def replay(self) -> JournalReplay: ...
 
 
 class NoticePort(Protocol):

@@ -40,7 +40,7 @@ from typing import IO
 from engine.process.host_records import (LOST_PEER, STALE_S, allocation, lost_hosts, lost_in_allocation, peer_verdict,
                                          previous_launch_folder, read_host_records)
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
-from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
+from engine.process.ranks import RANKS_DIR_ENV, process_status, read_folder, write_record
 
 GROUP_MODULE = "engine.trainers.litgpt.nodes"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -239,7 +239,7 @@ class NodeGroup:
                 _send(agent.pid, sig)
         else:   # SIGUSR1: straight to the ranks
             for beat in read_folder(self.folder)[0].values():
-                if process_state(beat) is not None:
+                if process_status(beat) is not None:
                     _send(beat.pid, sig)
 
     def live(self) -> list[subprocess.Popen]:
@@ -251,7 +251,7 @@ class NodeGroup:
         for agent in self.live():
             _send(agent.pid, signal.SIGKILL)
         for beat in read_folder(self.folder)[0].values():
-            if process_state(beat) is not None:
+            if process_status(beat) is not None:
                 _send(beat.pid, signal.SIGKILL)
 
     def wait(self) -> int:
