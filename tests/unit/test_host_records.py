@@ -123,3 +123,9 @@ def test_records_of_an_earlier_slurm_allocation_never_make_a_host_lost():
            1: rec(1, "h2", 1, age=60).model_copy(update={"allocation": "7.0"})}
     assert lost_hosts(old, "h1", NOW, current="7.1") == {}        # the next allocation's watcher re-attaching
     assert lost_hosts(old, "h1", NOW, current="7.0") == {1: "h2"}
+
+
+def test_a_host_record_written_before_status_still_reads_its_process_status():
+    # Records before issue 46 named it `state`; a new one writes `status`.
+    old = HostRecord.model_validate({**rec(1, "h2", 1).model_dump(exclude={"status"}), "state": "stopped"})
+    assert old.status == "stopped" and remote_status(old, NOW) == "stopped"
