@@ -82,7 +82,7 @@ MODULES.update({
     "ckpt_retention": (["engine/checkpoints/retention.py"], ["tests/unit/test_upkeep.py"]),
     "ckpt_partial_saves": (["engine/checkpoints/partial_saves.py"], _CKPT_TESTS),
     "ckpt_out_dir_claim": (["engine/checkpoints/out_dir_claim.py"], ["tests/unit/test_nested_out_dir.py"]),
-    "ckpt_ledger": (["engine/checkpoints/ledger.py"],
+    "ckpt_catalog": (["engine/checkpoints/catalog.py"],
                     [*_CKPT_TESTS, "tests/unit/test_upkeep.py", "tests/trainers/test_script_weights.py", "tests/unit/test_evidence.py"]),
     "ckpt_store": (["engine/checkpoints/store.py"],
                    [*_CKPT_TESTS, "tests/unit/test_manifest_confined.py", "tests/trainers/test_hostile_checkpoints.py",
@@ -235,10 +235,10 @@ EQUIVALENT.update({
     ("engine/checkpoints/store.py",
      'trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"', "8 -> 9"):
         "the trash folder's random part, 8 or 9 hex digits: it is deleted at once, the name is never read",
-    ("engine/checkpoints/ledger.py",
+    ("engine/checkpoints/catalog.py",
      'self.journal.append("verified", forced=force, bad=bad, seconds=round(time.monotonic() - started, 3), **read)', "3 -> 4"):
         "a duration's fourth decimal: no test can pin a timing, and nothing reads it but people",
-    ("engine/checkpoints/ledger.py", "return path.stat().st_size", "return None"):
+    ("engine/checkpoints/catalog.py", "return path.stat().st_size", "return None"):
         "prune sizes only partial saves, which plan_cleanup takes from folders only: the file arm is never taken",
 })
 

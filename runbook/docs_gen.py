@@ -317,7 +317,7 @@ def render_playbook_reference() -> str:
         "(one snapshot of the run, taken every `watch.poll_interval_s`) is matched against every playbook.",
         _clauses(),
         "## Persistence (`for`)",
-        "A playbook fires only after its match held on consecutive observations: at least `observations` "
+        "A playbook fires only after its match matched consecutive observations: at least `observations` "
         "of them and for at least `seconds` (both, when both are given). The default fires on the first "
         "matching observation; say e.g. `for: {observations: 3}` so that one NaN line or one slow step "
         "does not restart a run. One observation that does not match breaks the streak; after a firing "
@@ -362,7 +362,7 @@ def render_playbook_reference() -> str:
         "- `runbook playbooks test [PATH...]`: run the tests; exit 0 only when all pass (8 otherwise).",
         "- `runbook playbooks explain NAME --state SNAPSHOT.json`: clause by clause, expected and actual "
         "value; the file may be a snapshot or an incident record (`runs/*/incidents/incident-N.json`). "
-        "Exit 0 when the match holds, 1 when not.",
+        "Exit 0 on a match, 1 when not.",
         "- `runbook playbooks draft incident-N [CONFIG] [--runs RUN_DIR...]`: a complete playbook drafted "
         "from an escalated incident (match from its failure signature, the actions of the closest known class "
         "or verify -> resume once -> escalate, tests generated from the recorded incidents), written to "

@@ -42,7 +42,7 @@ class EmailNotifier(NoticeReceiver):
             subject = "Re: " + (self._outbox.state_get(_TITLE_KEY + incident) or f"[runbook] {incident}")
         lines = [message["title"], message["text"], *(f"{k}: {v}" for k, v in message["fields"].items())]
         mail = EmailMessage()
-        mail["Subject"] = " ".join(subject.split())[:250]   # one header line, whatever the title held
+        mail["Subject"] = " ".join(subject.split())[:250]   # one header line, whatever the title contained
         mail["From"], mail["To"] = s.from_addr, ", ".join(s.to)
         mail.set_content("\n".join(line for line in lines if line) + "\n")
         return mail

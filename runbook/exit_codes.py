@@ -27,5 +27,5 @@ class ExitCode(IntEnum):
     RUN_DIR_TAKEN = 19      # `watch`: run_dir belongs to another project (its owner.json names another config); nothing touched
 
 
-# `runbook status` exits with the run's state, as `runbook watch` would have exited had it ended now.
+# `runbook status` exits with the run's phase, as `runbook watch` would have exited had it ended now.
 STATUS_CODES = {"completed": ExitCode.OK, "escalated": ExitCode.ESCALATED, "stopped": ExitCode.INTERRUPTED}

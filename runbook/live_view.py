@@ -23,7 +23,7 @@ from rich.text import Text
 
 from engine.core.events import ActionDone, IncidentClosed, IncidentOpened, Launch, Observed, Transition, WatchEvent
 from engine.core.config import LoadedConfig
-from engine.core.state import Metrics, RunState, StateSnapshot
+from engine.core.state import Metrics, RunPhase, StateSnapshot
 from runbook.console import PlainReporter
 from runbook.report import duration, total_steps
 from runbook.shown_values import step_problem, step_text
@@ -41,7 +41,7 @@ class LiveView:
         self.refresh_per_second = refresh_per_second
         self.lines = PlainReporter(quiet=True)      # its wording, our printing
         self.started = time.time()
-        self.state = RunState.STARTING
+        self.state = RunPhase.STARTING
         self.reason = ""
         self.snapshot: StateSnapshot | None = None
         self.samples: deque[tuple[float, int]] = deque()
@@ -68,9 +68,9 @@ class LiveView:
         elif isinstance(event, Transition):
             self.state, self.reason = event.state, event.reason
             i = self.incident
-            if i is not None and i["outcome"] == "open" and self.state not in (RunState.INCIDENT, RunState.RECOVERING):
+            if i is not None and i["outcome"] == "open" and self.state not in (RunPhase.INCIDENT, RunPhase.RECOVERING):
                 # The supervisor closes the incident here but reports it only after the first new progress line.
-                self.incident = {**i, "outcome": "recovered" if self.state == RunState.RUNNING else self.state.value}
+                self.incident = {**i, "outcome": "recovered" if self.state == RunPhase.RUNNING else self.state.value}
         elif isinstance(event, (IncidentOpened, ActionDone, IncidentClosed)):
             self._incident(event)
         elif isinstance(event, Launch):

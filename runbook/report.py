@@ -22,7 +22,7 @@ from engine.core.state import Metrics
 from engine.observe.events import FinalValidation, Progress, Resumed, Validation
 from engine.observe.log_replay import replay
 from engine.observe.throughput import ProgressMeaning, progress_meaning_of
-from engine.records.journal import Journal, JournalState, rebuild
+from engine.records.journal import Journal, JournalReplay, rebuild
 from engine.trainers import adapter_for
 from engine.trainers.base import TrainerAdapter
 from runbook.shown_values import checked_incident
@@ -63,7 +63,7 @@ class CheckpointInfo:
 
 @dataclass
 class RunHistory:
-    journal: JournalState
+    journal: JournalReplay
     journal_entries: list[dict]
     launches: list[LaunchCurve]
     incidents: list[dict]

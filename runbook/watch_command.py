@@ -15,7 +15,7 @@ from engine.core.yaml_source import SourceError
 
 if TYPE_CHECKING:   # imported where used: `runbook --help` loads none of them
     from engine.core.config import LoadedConfig
-    from engine.core.state import RunState
+    from engine.core.state import RunPhase
     from engine.core.notifier import Notifier
     from runbook.console import PlainReporter
     from runbook.live_view import LiveView
@@ -94,8 +94,8 @@ def check_trainer(loaded: LoadedConfig) -> None:
                       f"{adapter.name} is not installed in this Python environment; {adapter.install_hint}")
 
 
-def read_journal_state(loaded: LoadedConfig) -> RunState:
-    """The run state the journal says; each bad line is one warning (file:line), then skipped."""
+def read_journal_phase(loaded: LoadedConfig) -> RunPhase:
+    """The run phase the journal says; each bad line is one warning (file:line), then skipped."""
     from engine.records.journal import Journal, JournalUnreadable, rebuild
 
     journal = Journal(loaded.folder.journal)
@@ -105,7 +105,7 @@ def read_journal_state(loaded: LoadedConfig) -> RunState:
         raise Refusal(ExitCode.NOT_FOUND, f"{error}; fix or move it before watching this run again") from None
     for problem in journal.problems:
         err.print(f"warning: {problem}", markup=False)
-    return rebuild(entries).run_state
+    return rebuild(entries).phase
 
 
 def deliver_leftover_notices(loaded: LoadedConfig) -> None:
@@ -133,7 +133,7 @@ def run_watch(config_path: Path, dry_run: bool = False, accept_data_change: bool
     from engine.process.identity import SecondTrainerRefused
     from engine.language.playbook_set import load_run_playbooks
     from engine.trainers import adapter_for
-    from engine.core.state import RunState
+    from engine.core.state import RunPhase
     from engine.watch.supervisor import Supervisor
     from engine.process.warm_spare import SparePool
     from engine.watch.startup import prestart_spare
@@ -148,7 +148,7 @@ def run_watch(config_path: Path, dry_run: bool = False, accept_data_change: bool
             claim_run_dir(loaded.run_dir, loaded.path, loaded.out_dir, record=not dry_run)
         except RunDirTaken as taken:
             raise Refusal(ExitCode.RUN_DIR_TAKEN, str(taken)) from None
-        if read_journal_state(loaded) == RunState.COMPLETED:
+        if read_journal_phase(loaded) == RunPhase.COMPLETED:
             if not dry_run:
                 deliver_leftover_notices(loaded)
             err.print(f"this run already completed ({loaded.out_dir / 'final'}); nothing to do. To train again, "
@@ -211,7 +211,7 @@ def run_watch(config_path: Path, dry_run: bool = False, accept_data_change: bool
     if dry_run:
         return ExitCode.OK
     return {
-        RunState.COMPLETED: ExitCode.OK,
-        RunState.ESCALATED: ExitCode.ESCALATED,
-        RunState.STOPPED: ExitCode.INTERRUPTED,
+        RunPhase.COMPLETED: ExitCode.OK,
+        RunPhase.ESCALATED: ExitCode.ESCALATED,
+        RunPhase.STOPPED: ExitCode.INTERRUPTED,
     }.get(final, ExitCode.ESCALATED)

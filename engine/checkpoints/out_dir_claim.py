@@ -1,4 +1,4 @@
-"""One run per out_dir: an owner marker that names the run, and an flock held while its watcher lives.
+"""One run per out_dir: an owner marker that names the run, and an flock kept while its watcher lives.
 
 The run folder's lock (engine/core/lock.py) covers run_dir only: two projects (two run_dirs, two configs)
 pointing at one out_dir both ran, the second sealed and resumed the first's checkpoint while it trained,
@@ -9,7 +9,7 @@ and the first's retention deleted what the second had resumed from. So out_dir c
   itself). Written once, by the first watcher of the run; never rewritten or removed by another run. A
   watcher of any other run is refused, whether or not the owner is alive: it would seal, resume and prune
   checkpoints that are not its own.
-- an flock on the out_dir folder itself, held for the watcher's lifetime (the kernel drops it on death):
+- an flock on the out_dir folder itself, kept for the watcher's lifetime (the kernel drops it on death):
   two watchers starting at once on a fresh out_dir cannot both write a marker, and a refusal can say
   that the owner is live (and its pid).
 
@@ -30,7 +30,7 @@ from engine.checkpoints.store import OWNER_MARKER_NAME, last_in_the_way, own_tmp
 from engine.core.bounded_read import read_json_record
 from engine.core.durable import atomic_write, atomic_write_text
 from engine.core.errors import SourceError
-from engine.core.lock import HeldFlock, lock_holders
+from engine.core.lock import Flock, lock_holders
 from engine.core.run_folder import RunFolder
 
 RUN_ID_CHARS = frozenset("0123456789abcdef-run")
@@ -121,8 +121,8 @@ def marker_record(out_dir: Path, folder: RunFolder, config: Path, run: str) -> d
             "host": socket.gethostname(), "claimed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-class OutDirClaim(HeldFlock):
-    """Held for the watcher's lifetime (a context manager on the supervisor's stack)."""
+class OutDirClaim(Flock):
+    """Kept for the watcher's lifetime (a context manager on the supervisor's stack)."""
 
     def __init__(self, out_dir: Path, folder: RunFolder, config: Path):
         self.out_dir, self.folder, self.config = Path(out_dir), folder, Path(config)
@@ -140,7 +140,7 @@ class OutDirClaim(HeldFlock):
             os.close(fd)
             owner = self._owner_or_unknown()
             raise OutDirTaken(taken_sentence(self.out_dir, owner, holders) if owner["run_id"] != read_run_id(self.folder)
-                              else f"out_dir {self.out_dir} is held by another watcher of this same run (pid "
+                              else f"out_dir {self.out_dir} is claimed by another watcher of this same run (pid "
                                    f"{', '.join(map(str, sorted(holders or ())))}); stop it first") from None
         try:
             self._claim()
@@ -161,7 +161,7 @@ class OutDirClaim(HeldFlock):
         mine = run_id(self.folder)
         if owner is None:
             record = json.dumps(marker_record(self.out_dir, self.folder, self.config, mine), indent=1) + "\n"
-            # own_tmp_prefix: a watcher killed mid-write leaves a temp the ledger knows as runbook's
+            # own_tmp_prefix: a watcher killed mid-write leaves a temp the catalog knows as runbook's
             atomic_write(self.out_dir / OWNER_MARKER_NAME, lambda f: f.write(record.encode()),
                          prefix=own_tmp_prefix(self.out_dir))
         elif owner["run_id"] != mine:

@@ -1,4 +1,4 @@
-"""The checkpoint ledger of an ``out_dir``: find, verify, seal, link, quarantine, prune.
+"""The checkpoint catalog of an ``out_dir``: find, verify, seal, link, quarantine, prune.
 
 Trainer-neutral: a trainer's ``CheckpointLayout`` (engine/trainers/base.py) says which direct
 children of out_dir are checkpoints, which file in one is resumed from, which files a complete one

@@ -87,7 +87,7 @@ def job_view(fields: dict[str, str]) -> JobView | None:
 
 
 def classify_notice(job: JobView | None, signal_lead_s: float) -> tuple[NoticeCause, str]:
-    """PURE. Why the notice came, and the evidence in one sentence."""
+    """PURE. Why the notice came, and what scontrol said of it in one sentence."""
     if job is None:
         return "unknown", "scontrol did not describe the job"
     if job.state.startswith("CANCELLED"):

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from engine.core.bounded_read import MAX_RECORD_BYTES, read_text_file
 from engine.core.durable import atomic_write_text
@@ -47,7 +47,8 @@ class Allocation(Record):
     ended_at: float | None = None
     ended: str | None = None            # how: completed, escalated, requeued after a time-limit notice, ...
     notice_cause: Literal["time-limit", "preemption", "cancelled", "requeued", "signal", "unknown"] | None = None
-    evidence: str | None = None         # what scontrol/sacct said
+    # What scontrol/sacct said; `evidence` in records before, still read.
+    scheduler_said: str | None = Field(None, validation_alias=AliasChoices("scheduler_said", "evidence"))
     requeued: bool = False
 
 

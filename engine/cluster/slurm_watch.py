@@ -20,7 +20,7 @@ from engine.core.journal_writer import JournalWriter
 from engine.cluster import slurm_commands
 from engine.cluster.slurm import classify_notice, previous_ending, should_requeue
 from engine.cluster.slurm_records import Allocation, read_allocations, write_allocation
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 
 if TYPE_CHECKING:
     from engine.core.config import LoadedConfig
@@ -66,37 +66,37 @@ class SlurmAllocation:
                 continue
             rows, why_none = slurm_commands.sacct_allocations(earlier.job_id, self.settings.command_timeout_s)
             state = previous_ending(rows, None) if rows else None
-            evidence = f"sacct: {state}" if state else f"no accounting answer ({why_none or 'no finished row'})"
+            said = f"sacct: {state}" if state else f"no accounting answer ({why_none or 'no finished row'})"
             closed = earlier.model_copy(update={
                 "ended_at": self.record.started_at,
                 "ended": ("node failure" if state == "NODE_FAIL" else
                           f"ended without a word from its watcher (sacct: {state})" if state else
                           "ended without a word from its watcher (a node failure or a kill without notice)"),
-                "evidence": evidence})
+                "scheduler_said": said})
             try:
                 write_allocation(self.loaded.run_dir, closed)
             except OSError:
                 pass
             self.journal.append("slurm_allocation_lost", job_id=earlier.job_id, restart=earlier.restart,
-                                node=earlier.node, ended=closed.ended, evidence=evidence)
+                                node=earlier.node, ended=closed.ended, scheduler_said=said)
 
     def noticed(self, why: str) -> None:
         job, raw = slurm_commands.show_job(self.record.job_id, self.settings.command_timeout_s)
-        cause, evidence = classify_notice(job, self.settings.signal_lead_s)
+        cause, said = classify_notice(job, self.settings.signal_lead_s)
         self.requeue_wanted = should_requeue(cause, self.settings.requeue_on, job, "SIGINT" if "SIGINT" in why else "SIGTERM")
-        self.record = self.record.model_copy(update={"notice_cause": cause, "evidence": evidence})
+        self.record = self.record.model_copy(update={"notice_cause": cause, "scheduler_said": said})
         self._write()
         self.journal.append("slurm_notice", job_id=self.record.job_id, restart=self.record.restart, reason=why,
-                            cause=cause, evidence=evidence, requeue=self.requeue_wanted,
+                            cause=cause, scheduler_said=said, requeue=self.requeue_wanted,
                             scontrol=raw[:2000] if job is None else None)
-        self.events(WatchWarning(f"SLURM job {self.record.job_id}: notice cause {cause} ({evidence})"
+        self.events(WatchWarning(f"SLURM job {self.record.job_id}: notice cause {cause} ({said})"
                     + ("; requeueing the job (scontrol requeue)" if self.requeue_wanted else "; no requeue")))
 
-    def finished(self, state: RunState) -> None:
+    def finished(self, state: RunPhase) -> None:
         """Record how this allocation ended; requeue the job when the notice asked for it and the run
         stopped resumably. SLURM then TERMs this job's processes: the record is written before."""
 
-        requeue = self.requeue_wanted and state == RunState.STOPPED
+        requeue = self.requeue_wanted and state == RunPhase.STOPPED
         cause = self.record.notice_cause
         ended = (f"requeued after a {cause} notice" if requeue else "requeued by SLURM" if cause == "requeued" else
                  f"{state.value}" + (f" after a {cause} notice" if cause else ""))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
 from engine.core.notifier import IncidentLabels, Notifier
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ class Observed:
 @dataclass(frozen=True)
 class Transition:
     kind: ClassVar[str] = "transition"
-    previous: RunState | None
-    state: RunState
+    previous: RunPhase | None
+    state: RunPhase
     reason: str
 
 

@@ -1,4 +1,4 @@
-"""One watcher per run folder: an flock held for the watcher's lifetime (released by the kernel on death)."""
+"""One watcher per run folder: an flock kept for the watcher's lifetime (released by the kernel on death)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ class RunLocked(RuntimeError):
     pass
 
 
-class HeldFlock:
-    """An flock held on an open fd from acquire() to release(); a context manager. Subclasses set self._fd
+class Flock:
+    """An flock kept on an open fd from acquire() to release(); a context manager. Subclasses set self._fd
     in acquire() once the lock is theirs."""
 
     _fd: int | None = None
@@ -40,7 +40,7 @@ class HeldFlock:
         self.release()
 
 
-class RunLock(HeldFlock):
+class RunLock(Flock):
     def __init__(self, run_dir: Path):
         self.path = RunFolder(run_dir).lock
         self._fd: int | None = None

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 from engine.core.evidence import Evidence
 
 
-class RunState(str, Enum):
+class RunPhase(str, Enum):
     STARTING = "starting"
     RUNNING = "running"
     INCIDENT = "incident"
@@ -24,7 +24,7 @@ class RunState(str, Enum):
     STOPPED = "stopped"          # the watcher was asked to stop; the run can be resumed later
 
 
-TERMINAL_STATES = {RunState.COMPLETED, RunState.ESCALATED, RunState.STOPPED}
+TERMINAL_PHASES = {RunPhase.COMPLETED, RunPhase.ESCALATED, RunPhase.STOPPED}
 
 
 class Frozen(BaseModel):
@@ -108,7 +108,7 @@ class RanksStatus(Frozen):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def first_failed_cause(self) -> Literal["error", "peer-loss", "early-exit", "signal", "exit-code"] | None:
-        """What the first failed rank's own evidence says: an exception of its own ("error"), a collective's lost
+        """What the first failed rank's own records say: an exception of its own ("error"), a collective's lost
         peer ("peer-loss": the collective itself failed), an exit 0 while its peers trained ("early-exit"), a
         signal, or only an exit code."""
         if self.first_failed is None:
@@ -194,7 +194,7 @@ class CheckpointStatus(Frozen):
 class StateSnapshot(Frozen):
     observation: int = 0
     time: float = 0.0
-    run_state: RunState = RunState.RUNNING
+    run_state: RunPhase = RunPhase.RUNNING
     trainer: TrainerStatus = Field(default_factory=TrainerStatus)
     metrics: Metrics = Field(default_factory=Metrics)
     seconds_since_progress: float = 0.0

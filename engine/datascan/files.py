@@ -15,7 +15,7 @@ from engine.datascan.lines import LongLine
 
 CHUNK_BYTES = 8 << 20
 COPY_BYTES = 1 << 20
-MAX_LINE_BYTES = 16 << 20  # longer lines are streamed and reported, never held or tokenized
+MAX_LINE_BYTES = 16 << 20  # longer lines are streamed and reported, never kept whole or tokenized
 
 
 def text_files(folder: Path) -> list[Path]:
@@ -27,7 +27,7 @@ def read_chunks(fh: BinaryIO, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[
     """Blocks of about CHUNK_BYTES that end at a newline (or EOF), so no line is split; a line over
     max_line_bytes comes alone as a `LongLine`, checked as it streams past."""
     parts: list[bytes] = []
-    held = 0  # bytes of the unfinished line in parts
+    pending = 0  # bytes of the unfinished line in parts
     long: LongLine | None = None
     while block := fh.read(CHUNK_BYTES):
         if long is not None:
@@ -41,15 +41,15 @@ def read_chunks(fh: BinaryIO, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[
         cut = block.rfind(b"\n") + 1
         if cut == 0:  # a long line: keep collecting until it ends, or stream it once over the cap
             parts.append(block)
-            held += len(block)
-            if held > max_line_bytes + 1:  # + 1: a final b"\r" is not text, so the text is over the cap
+            pending += len(block)
+            if pending > max_line_bytes + 1:  # + 1: a final b"\r" is not text, so the text is over the cap
                 long = LongLine()
                 for part in parts:
                     long.feed(part)
-                parts, held = [], 0
+                parts, pending = [], 0
             continue
         yield b"".join(parts) + block[:cut]
-        parts, held = [block[cut:]], len(block) - cut
+        parts, pending = [block[cut:]], len(block) - cut
     if long is not None:
         yield long.finish(terminated=False)
     elif rest := b"".join(parts):

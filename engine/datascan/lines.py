@@ -105,13 +105,13 @@ def certain_finding(nbytes: int, bounds: TokenBounds | None, max_tokens: int, ma
 
 
 def plan_tokens(lines: list[bytes], skip: set[int], bounds: TokenBounds | None, max_tokens: int,
-                context: int | None, max_line_bytes: int) -> tuple[list[Found], list[int]]:
+                context_length: int | None, max_line_bytes: int) -> tuple[list[Found], list[int]]:
     """Split the lines that could be over a limit into those decided by length and those to tokenize.
 
     With bounds only lines longer than the limit can be over it; without, every non-empty line is
     tokenized. Lines in `skip` (not UTF-8) cannot be tokenized at all.
     """
-    limit = min(max_tokens, context or max_tokens)
+    limit = min(max_tokens, context_length or max_tokens)
     if bounds is None:
         candidates = [i for i, ln in enumerate(lines) if ln and ln != b"\r"]
     else:
@@ -203,7 +203,7 @@ class LongLine:
             self.invalid = (start + err.start + 1, data[err.start])
             self._utf8_tail = b""
 
-    def findings(self, bounds: TokenBounds | None, max_tokens: int, context: int | None,
+    def findings(self, bounds: TokenBounds | None, max_tokens: int, context_length: int | None,
                  max_line_bytes: int) -> list[tuple[str, str]]:
         """(kind, detail) in report order, as `plan_tokens` and the chunk checks would give them."""
         found = []
@@ -211,7 +211,7 @@ class LongLine:
             found.append(("invalid_utf8", utf8_detail(self.invalid[1], self.invalid[0])))
         if self.control:
             found.append(("control_char", control_detail(self.control[1], self.control[0])))
-        limit = min(max_tokens, context or max_tokens)
+        limit = min(max_tokens, context_length or max_tokens)
         if not self.invalid and (bounds is None or self.nbytes > limit - bounds.slack):
             hit = certain_finding(self.nbytes - self._ends_cr, bounds, max_tokens, max_line_bytes)  # a CRLF's b"\r" is no text
             assert hit, "a LongLine is longer than max_line_bytes"

@@ -16,10 +16,10 @@ from engine.datascan.tokens import DEFAULT_MAX_TOKENS, LineTokenizer, counting_t
 
 
 def scan_files_per_line(paths: Iterable[Path], tokenizer: LineTokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
-                        context: int | None = None, max_findings: int = 1000) -> ScanReport:
+                        context_length: int | None = None, max_findings: int = 1000) -> ScanReport:
     """One line at a time, every line through `tokenizer.encode`: slow and obviously right."""
     started = time.perf_counter()
-    report = ScanReport(max_tokens_per_line, context, max_findings)
+    report = ScanReport(max_tokens_per_line, context_length, max_findings)
     tokenizer = counting_tokenizer(tokenizer)
     for path in paths:
         stats = FileStats(str(path))
@@ -37,7 +37,7 @@ def scan_files_per_line(paths: Iterable[Path], tokenizer: LineTokenizer, max_tok
                     report.add(stats, number, "control_char", control_detail(raw[match.start()], match.start() + 1))
                 if not line:
                     report.add(stats, number, "empty", "empty line")  # the seed skips these
-                elif text is not None and (hit := token_finding(encode_one(tokenizer, text), max_tokens_per_line, context)):
+                elif text is not None and (hit := token_finding(encode_one(tokenizer, text), max_tokens_per_line, context_length)):
                     report.add(stats, number, *hit)
     report.seconds = time.perf_counter() - started
     return report

@@ -43,8 +43,8 @@ class FileStats:
 class ScanReport:
     """Everything one scan found. Findings are capped (errors and info separately); counts are not."""
 
-    def __init__(self, max_tokens: int, context: int | None, max_findings: int = 1000, max_info: int = 100):
-        self.max_tokens, self.context = max_tokens, context
+    def __init__(self, max_tokens: int, context_length: int | None, max_findings: int = 1000, max_info: int = 100):
+        self.max_tokens, self.context_length = max_tokens, context_length
         self.max_findings, self.max_info = max_findings, max_info
         self.files: list[FileStats] = []
         self.findings: list[Finding] = []
@@ -100,7 +100,7 @@ class ScanReport:
             "findings": [asdict(f) for f in self.findings],
             "findings_truncated": sum(v for k, v in self.counts.items() if k not in INFO_KINDS) > len(self.findings),
             "empty_lines": [asdict(f) for f in self.info],
-            "limits": {"max_tokens": self.max_tokens, "context": self.context},
+            "limits": {"max_tokens": self.max_tokens, "context": self.context_length},
             "token_bound": self.token_bound,
             "seconds": round(self.seconds, 3),
             "summary": self.summary,

@@ -10,7 +10,7 @@ exactly as iterating the file in binary mode yields them. Kinds of finding, in r
 Speed: instead of the seed's `for line in f: tok.encode(line)` the scan works on 8 MB chunks with
 C-level bytes operations and tokenizes only the lines that *could* be over a limit (see
 engine/datascan/tokens.py for the bounds). A line so long that even bytes / longest-token exceeds
-the limit is reported without tokenizing it; one over MAX_LINE_BYTES is never held whole.
+the limit is reported without tokenizing it; one over MAX_LINE_BYTES is never kept whole in memory.
 
 The parts: datascan_report (kinds, findings, the report), datascan_tokens (the tokenizer and its
 bounds), datascan_lines (pure checks of a chunk of lines), datascan_files (bounded reads and copies),
@@ -39,10 +39,10 @@ __all__ = ["CHUNK_BYTES", "DEFAULT_MAX_TOKENS", "INFO_KINDS", "KINDS", "MAX_LINE
 
 
 def scan_files(paths: Iterable[Path], tokenizer: LineTokenizer, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
-               context: int | None = None, max_findings: int = 1000, max_line_bytes: int = MAX_LINE_BYTES) -> ScanReport:
+               context_length: int | None = None, max_findings: int = 1000, max_line_bytes: int = MAX_LINE_BYTES) -> ScanReport:
     """Scan text files with a `tokenizers.Tokenizer` (or anything with encode/encode_batch)."""
     started = time.perf_counter()
-    report = ScanReport(max_tokens_per_line, context, max_findings)
+    report = ScanReport(max_tokens_per_line, context_length, max_findings)
     tokenizer = counting_tokenizer(tokenizer)
     bounds = token_bounds(tokenizer)
     report.token_bound = describe_bounds(bounds)
@@ -60,7 +60,7 @@ def scan_files(paths: Iterable[Path], tokenizer: LineTokenizer, max_tokens_per_l
 
 
 def scan_folder(train_dir: Path, tokenizer_dir: Path, max_tokens_per_line: int = DEFAULT_MAX_TOKENS,
-                context: int | None = None, bytes_without_tokenizer: bool = False) -> dict[str, Any]:
+                context_length: int | None = None, bytes_without_tokenizer: bool = False) -> dict[str, Any]:
     """Scan every .txt in a data folder; JSON-serialisable report with a one-line `summary`. With
     bytes_without_tokenizer (a trainer that tokenizes by itself) and no tokenizer.json, lengths are in bytes."""
     train_dir = Path(train_dir)
@@ -68,7 +68,7 @@ def scan_folder(train_dir: Path, tokenizer_dir: Path, max_tokens_per_line: int =
         raise DataScanError(f"data folder {train_dir} does not exist")
     by_bytes = bytes_without_tokenizer and not os.path.lexists(Path(tokenizer_dir) / "tokenizer.json")
     tokenizer = ByteCounter() if by_bytes else load_tokenizer(tokenizer_dir)
-    result = scan_files(text_files(train_dir), tokenizer, max_tokens_per_line, context).to_dict()
+    result = scan_files(text_files(train_dir), tokenizer, max_tokens_per_line, context_length).to_dict()
     if by_bytes:
         result["summary"] += " (lengths in bytes: no tokenizer.json, the trainer tokenizes by itself)"
     return result
@@ -82,12 +82,12 @@ def _scan_chunk(chunk: bytes, tokenizer: LineTokenizer, bounds: TokenBounds | No
     base = stats.lines + 1
     invalid = invalid_utf8(chunk, lines)
     found = [(i, "invalid_utf8", d) for i, d in invalid] + [(i, "control_char", d) for i, d in control_chars(chunk)]
-    decided, to_encode = plan_tokens(lines, {i for i, _ in invalid}, bounds, report.max_tokens, report.context, max_line_bytes)
+    decided, to_encode = plan_tokens(lines, {i for i, _ in invalid}, bounds, report.max_tokens, report.context_length, max_line_bytes)
     found += decided
     for batch in batches(to_encode, lines):
         counts = encode_batch(tokenizer, [lines[i].removesuffix(b"\r").decode() for i in batch])
         for i, n in zip(batch, counts):
-            if hit := token_finding(n, report.max_tokens, report.context):
+            if hit := token_finding(n, report.max_tokens, report.context_length):
                 found.append((i, *hit))
 
     for i, kind, detail in sorted(found, key=lambda f: (f[0], KINDS.index(f[1]))):
@@ -103,6 +103,6 @@ def _scan_chunk(chunk: bytes, tokenizer: LineTokenizer, bounds: TokenBounds | No
 def _record_long_line(line: LongLine, bounds: TokenBounds | None, report: ScanReport, stats: FileStats,
                       max_line_bytes: int) -> None:
     stats.lines += 1
-    for kind, detail in line.findings(bounds, report.max_tokens, report.context, max_line_bytes):
+    for kind, detail in line.findings(bounds, report.max_tokens, report.context_length, max_line_bytes):
         report.add(stats, stats.lines, kind, detail)
     stats.bytes += line.nbytes + line.terminated

@@ -143,12 +143,12 @@ def encode_one(tokenizer: LineTokenizer, text: str) -> int | Exception:
         return exc
 
 
-def token_finding(n: int | Exception, max_tokens: int, context: int | None) -> tuple[str, str] | None:
+def token_finding(n: int | Exception, max_tokens: int, context_length: int | None) -> tuple[str, str] | None:
     """The (kind, detail) a line's token count earns, if any: one finding at most, the worst."""
     if isinstance(n, Exception):
         return "encode_error", f"{type(n).__name__}: {str(n)[:200]}"
     if n > max_tokens:
         return "too_long", f"{n:,} tokens > limit {max_tokens:,}"
-    if context is not None and n > context:
-        return "over_context", f"{n:,} tokens > context {context:,}"
+    if context_length is not None and n > context_length:
+        return "over_context", f"{n:,} tokens > context {context_length:,}"
     return None

@@ -149,7 +149,7 @@ def bounded_round(value: Any, ndigits: Any = None) -> Any:
 
 
 def bounded_int(*args: Any) -> int:
-    """The `int` global; the result is held to MAX_INT_BITS like every other integer."""
+    """The `int` global; the result is capped at MAX_INT_BITS like every other integer."""
     value = int(*args)
     if value.bit_length() > MAX_INT_BITS:
         raise SandboxLimit(f"an integer larger than {MAX_INT_BITS} bits")

@@ -152,8 +152,8 @@ def _test_state(record: dict) -> dict:
     tail = [str(line)[:MAX_TEST_LINE] for line in (snapshot.get("tail") or [])]
     lines = tail[-TEST_TAIL_LINES:]
     sig = signature_of_record(record)
-    if sig and sig.evidence and not any(sig.evidence[:MAX_TEST_LINE] in line for line in lines):
-        lines = [next((line for line in tail if sig.evidence[:MAX_TEST_LINE] in line), sig.evidence)] + lines
+    if sig and sig.log_line and not any(sig.log_line[:MAX_TEST_LINE] in line for line in lines):
+        lines = [next((line for line in tail if sig.log_line[:MAX_TEST_LINE] in line), sig.log_line)] + lines
     state: dict = {"trainer": trainer, "tail": lines}
     step = (snapshot.get("metrics") or {}).get("step")
     if isinstance(step, int) and not isinstance(step, bool):

@@ -40,7 +40,7 @@ class Decision:
     kind: str                         # "recover", "escalate" (limits exhausted), "wait" (cooldown)
     playbook: Playbook
     reason: str
-    matched: tuple[str, ...] = ()     # every playbook whose match held (for the record)
+    matched: tuple[str, ...] = ()     # every playbook whose match matched (for the record)
     inhibited: tuple[str, ...] = ()
 
 

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from engine.language.clauses import AnyClause
 from engine.expr.expressions import compile_expression
@@ -18,10 +18,10 @@ class Strict(BaseModel):
 
 
 class Persistence(Strict):
-    """Fire only after the match held this long (both, when both are given)."""
+    """Fire only after the match kept matching this long (both, when both are given)."""
 
     observations: int = Field(1, ge=1, le=1_000_000, description="consecutive matching observations")
-    seconds: Duration = Field(0.0, ge=0, description="the match held continuously for this long")
+    seconds: Duration = Field(0.0, ge=0, description="the match kept matching, without a break, for this long")
 
 
 class Limits(Strict):
@@ -84,7 +84,8 @@ class Playbook(Strict):
     priority: int = Field(50, ge=-1_000_000, le=1_000_000, description="higher wins when several playbooks match the same state")
     lesson: str = Field("", description="one line written into docs/run-log.md with each incident")
     inhibits: list[str] = Field(default_factory=list, description="playbooks silenced while this one matches")
-    evidence: list[str] = Field(default_factory=list, max_length=20, description="what must be seen before this playbook acts, in words, one item per piece (every shipped playbook that relaunches the trainer states it; `runbook triage` names the pieces a log could not show)")
+    # acts_on: `evidence:` before, still read (that word now names only the snapshot's machine facts, `state.evidence`).
+    acts_on: list[str] = Field(default_factory=list, max_length=20, validation_alias=AliasChoices("acts_on", "evidence"), description="what must be seen before this playbook acts, in words, one item per piece (every shipped playbook that relaunches the trainer states it; `runbook triage` names the pieces a log could not show; `evidence:`, its old name, is still read)")
     counts_toward_breaker: bool = Field(True, description="false for upkeep-like playbooks (pruning) that must not trip the global circuit breaker")
     match: AnyClause
     persist: Persistence = Field(default_factory=Persistence, alias="for")

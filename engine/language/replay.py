@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from engine.core.config import RunConfig
     from engine.language.planner import PlannedStep
 
-_EPSILON_S = 1e-3                 # float slack so "held for exactly `seconds`" is not lost to rounding
+_EPSILON_S = 1e-3                 # float slack so "matched for exactly `seconds`" is not lost to rounding
 
 # verdict -> does it count as a changed decision (exit 1)?
 VERDICTS = {

@@ -1,7 +1,7 @@
-"""Why is training slow? PURE: the evidence sampled from outside (engine/observe/slowness_sampling.py) -> one cause.
+"""Why is training slow? PURE: the samples taken from outside (engine/observe/slowness_sampling.py) -> one cause.
 
 The causes are told apart by what each one leaves behind, checked in this order (the first that the
-evidence shows wins, so a cause outside the trainer is never answered with advice about the trainer):
+samples show wins, so a cause outside the trainer is never answered with advice about the trainer):
 
   stopped      the trainer (or one rank) spends its time in state T: SIGSTOP, a freezer, a debugger
   slow_rank    one rank's own work per micro-batch is over STRAGGLER_FACTOR x the other ranks' median
@@ -51,7 +51,7 @@ class RankSample(Record):
     work_seconds: float | None = None   # median of its own work per micro-batch (data, forward, backward), from its heartbeat
 
 
-class SlownessEvidence(Record):
+class SlownessSamples(Record):
     cores: int
     sample_seconds: float
     num_workers: int = 0
@@ -102,8 +102,8 @@ def _named(procs: list[OtherProcess], limit: int = 3) -> str:
     return ", ".join(f"pid {p.pid} `{p.command}` {p.cpu_percent:.0f}%" for p in procs[:limit])
 
 
-def verdict(e: SlownessEvidence) -> Verdict:
-    """The most likely cause, in one sentence that carries its evidence."""
+def verdict(e: SlownessSamples) -> Verdict:
+    """The most likely cause, in one sentence that carries its figures."""
     stopped_ranks = [r for r in e.ranks if r.stopped_fraction >= STOPPED_FRACTION]
     if stopped_ranks and len(e.ranks) > 1:
         r = stopped_ranks[0]
@@ -166,7 +166,7 @@ def verdict(e: SlownessEvidence) -> Verdict:
         f"others {e.others_cpu_percent:.0f}%, iowait {e.iowait_percent:.0f}%, idle {e.system_idle_percent:.0f}%"))
 
 
-def report(evidence: SlownessEvidence) -> dict:
-    """What the incident stores: the sentence, its cause and the evidence, as plain data."""
-    found = verdict(evidence)
-    return {"verdict": found.sentence, "cause": found.cause, "evidence": evidence.model_dump()}
+def report(samples: SlownessSamples) -> dict:
+    """What the incident stores: the sentence, its cause and the samples, as plain data (`samples`: `evidence` before)."""
+    found = verdict(samples)
+    return {"verdict": found.sentence, "cause": found.cause, "samples": samples.model_dump()}

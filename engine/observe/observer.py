@@ -18,7 +18,7 @@ from engine.observe.evidence import EvidenceGatherer
 from engine.observe.other_stacks import other_stack_progress
 from engine.observe.same_start_error import alike_in_a_row, last_error, same_error_everywhere
 from engine.observe.throughput import ProgressMeaning, tokens_per_sec, tokens_so_far
-from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunPhase, StateSnapshot, TrainerStatus
 
 if TYPE_CHECKING:
     from engine.core.settings import WatchSettings
@@ -311,7 +311,7 @@ class Observer:
             return watch.hang_timeout_s
         return min(watch.hang_timeout_s, max(watch.hang_floor_s, watch.hang_safety_factor * gap))
 
-    def snapshot(self, now: float, run_state: RunState, trainer: TrainerStatus, checkpoints: CheckpointStatus,
+    def snapshot(self, now: float, run_state: RunPhase, trainer: TrainerStatus, checkpoints: CheckpointStatus,
                  new_lines: list[str], watch: WatchSettings) -> StateSnapshot:
         self.observation += 1
         # Waited a whole observation, or the trainer is gone and prints nothing more: nothing replaces it.

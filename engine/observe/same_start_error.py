@@ -3,7 +3,7 @@
 A rank that dies of a transient fault (a segfault in a kernel, a lost node) fails in its own way, at its
 own time. Every rank failing before the first step with the same exception (a library or CUDA build
 mismatch, a missing JIT-built extension, a bad path in the config) is deterministic: a restart meets it
-again. The evidence, from the ranks' records and the launcher's report (launcher_report.py), else from the
+again. What tells it, from the ranks' records and the launcher's report (launcher_report.py), else from the
 log's tail when every rank printed its own traceback there:
 
 - two or more processes failed, each with an exit code (no signal: a signal is another playbook's);

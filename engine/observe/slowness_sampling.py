@@ -9,10 +9,10 @@ from pathlib import Path
 
 import psutil
 
-from engine.observe.diagnosis import OtherProcess, RankSample, SlownessEvidence
+from engine.observe.diagnosis import OtherProcess, RankSample, SlownessSamples
 
 COMMAND_CHARS = 80
-TOP_OTHERS = 10      # named in the evidence; the verdict names the first 3
+TOP_OTHERS = 10      # named in the samples; the verdict names the first 3
 MIN_OTHER_PERCENT = 5.0     # a process below this share of one core is not named
 
 
@@ -122,7 +122,7 @@ def read_speed_mb_s(folder: Path | None, limit_bytes: int = 64 * 1024 * 1024) ->
 
 
 def sample(trainer_pid: int, sample_seconds: float, num_workers: int = 0, rank_pids: dict[int, int] | None = None,
-           rank_work_seconds: dict[int, float] | None = None, data_dir: Path | None = None) -> SlownessEvidence:
+           rank_work_seconds: dict[int, float] | None = None, data_dir: Path | None = None) -> SlownessSamples:
     """Watch the machine for sample_seconds. rank_pids maps rank -> pid (several ranks); everything else in
     the trainer's process tree counts as its data workers. Raises psutil.Error when the trainer is gone."""
     root = psutil.Process(trainer_pid)
@@ -174,7 +174,7 @@ def sample(trainer_pid: int, sample_seconds: float, num_workers: int = 0, rank_p
         throttled_periods = throttled_after[0] - throttled_before[0]
         throttled_fraction = round((throttled_after[1] - throttled_before[1]) / elapsed, 3)
     steps = rank_work_seconds or {}
-    return SlownessEvidence(
+    return SlownessSamples(
         cores=os.cpu_count() or 1, sample_seconds=round(elapsed, 2), num_workers=num_workers,
         trainer_pids=sorted(tree),
         trainer_cpu_percent=round(sum(share(pid) for pid in rank_set), 1),

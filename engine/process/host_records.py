@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from engine.process.record_pairs import read_record_pairs
 
@@ -41,7 +41,8 @@ class HostRecord(BaseModel):
     rank: int
     pid: int                            # the rank's pid in its host's PID namespace (not this host's)
     started: float                      # the rank's own start time (its host's clock, shared here)
-    state: str                          # "running", "stopped" (state T) or "gone", as seen on its host
+    # The rank's process, as seen on its host: "running", "stopped" (SIGSTOP) or "gone". `state` in records before, still read.
+    status: str = Field(validation_alias=AliasChoices("status", "state"))
     step: int | None = None             # the rank's last optimizer step (its own heartbeat's)
     exit_code: int | None = None        # once gone: its exit as its recorder wrote it (negative: a signal)
     time: float                         # when this record was written
@@ -74,9 +75,9 @@ def is_remote(host: str | None, this_host: str) -> bool:
     return bool(host) and host != this_host
 
 
-def remote_state(record: HostRecord | None, now: float, stale_s: float = STALE_S,
+def remote_status(record: HostRecord | None, now: float, stale_s: float = STALE_S,
                  fallback: float | None = None) -> str | None:
-    """PURE. A remote rank's process state from its host's record: 'running' or 'stopped' while the
+    """PURE. A remote rank's process status from its host's record: 'running' or 'stopped' while the
     record is fresh; None (gone) when its host said so, or when the record is stale (its host is lost).
     No record yet (its wrapper renews every RECORD_INTERVAL_S): 'running' while the rank's own heartbeat,
     written at `fallback`, is fresh."""
@@ -84,7 +85,7 @@ def remote_state(record: HostRecord | None, now: float, stale_s: float = STALE_S
         return "running" if fallback is not None and now - fallback <= stale_s else None
     if now - record.time > stale_s:
         return None
-    return record.state if record.state in ("running", "stopped") else None
+    return record.status if record.status in ("running", "stopped") else None
 
 
 def lost_hosts(records: dict[int, HostRecord], this_host: str, now: float, stale_s: float = STALE_S,
@@ -103,7 +104,7 @@ def lost_hosts(records: dict[int, HostRecord], this_host: str, now: float, stale
     lost = {}
     for node, recs in by_node.items():
         newest = max(recs, key=lambda r: r.time)
-        if now - newest.time > stale_s and any(r.state != "gone" for r in recs):
+        if now - newest.time > stale_s and any(r.status != "gone" for r in recs):
             lost[node] = newest.host
     return lost
 

@@ -71,10 +71,10 @@ class Identity:
                          alive=_exists(pid))
         try:
             process = psutil.Process(pid)
-            created, state = process.create_time(), process.status()
+            created, status = process.create_time(), process.status()
         except psutil.Error:
             return Proof(False, f"pid {pid} is gone", alive=False)
-        if state == psutil.STATUS_ZOMBIE:
+        if status == psutil.STATUS_ZOMBIE:
             return Proof(False, f"pid {pid} has exited (a zombie)", alive=False)
         if abs(created - started) > START_TIME_TOLERANCE_S:
             return Proof(False, f"pid {pid} started at {created:.2f}, not at the recorded {started:.2f}: "

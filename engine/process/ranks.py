@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from engine.observe.diagnosis import RankSample, straggler
 from engine.observe.launcher_report import first_failure, is_peer_loss, signal_of
 from engine.core.state import NodeStatus, RanksStatus, RankStatus
-from engine.process.host_records import allocation, is_remote, lost_hosts, read_host_records, record_ages, remote_state
+from engine.process.host_records import allocation, is_remote, lost_hosts, read_host_records, record_ages, remote_status
 from engine.process.nodes import agent_alive, nodes_status, read_nodes
 from engine.process.record_pairs import read_record_pairs
 
@@ -82,7 +82,7 @@ def read_folder(folder: Path | None) -> tuple[dict[int, RankHeartbeat], dict[int
     return read_record_pairs(folder, "rank", RankHeartbeat, RankExit, "rank", MAX_RANKS)
 
 
-def process_state(beat: RankHeartbeat) -> str | None:
+def process_status(beat: RankHeartbeat) -> str | None:
     """'running', 'stopped', or None when that process (that pid with that start time) is gone."""
     try:
         proc = psutil.Process(beat.pid)
@@ -96,11 +96,11 @@ def process_state(beat: RankHeartbeat) -> str | None:
     return "stopped" if status == psutil.STATUS_STOPPED else "running"
 
 
-def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], states: dict[int, str | None],
+def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], statuses: dict[int, str | None],
                  now: float, rank0_exit: tuple[int, float] | None = None,
                  nodes: tuple[list[NodeStatus], list[int]] = ([], []),
                  record_ages: dict[int, float] | None = None) -> RanksStatus:
-    """PURE. The snapshot's view of the ranks: states maps rank -> process_state(); rank0_exit is the
+    """PURE. The snapshot's view of the ranks: statuses maps rank -> process_status(); rank0_exit is the
     trainer process's own (exit code, ended) when its launcher recorded it; nodes is
     engine/process/nodes.nodes_status() with several nodes (every node and the dead ones)."""
     node_list, dead_nodes = nodes
@@ -113,7 +113,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
     ranks = []
     for rank in range(world):
         beat = beats.get(rank)
-        gone = beat is not None and states.get(rank) is None
+        gone = beat is not None and statuses.get(rank) is None
         code, ended, error, where = None, None, None, None
         if rank in exits:
             code, ended, error, where = exits[rank].exit_code, exits[rank].ended, exits[rank].error, exits[rank].where
@@ -121,7 +121,7 @@ def ranks_status(beats: dict[int, RankHeartbeat], exits: dict[int, RankExit], st
             code, ended = rank0_exit
         ranks.append(RankStatus(
             rank=rank, node=beat.node if beat else None, pid=beat.pid if beat else None, alive=beat is not None and not gone,
-            stopped=states.get(rank) == "stopped", exit_code=code, signal=signal_of(code), ended_at=ended,
+            stopped=statuses.get(rank) == "stopped", exit_code=code, signal=signal_of(code), ended_at=ended,
             step=beat.step if beat else None, iter_num=beat.iter_num if beat else None,
             phase=beat.phase if beat else None,
             seconds_since_heartbeat=round(now - beat.time, 3) if beat else None,
@@ -191,11 +191,11 @@ class RankWatch:
         beats, exits = read_folder(self.folder)
         records = read_host_records(self.folder)
         host, now = socket.gethostname(), time.time()
-        states = {rank: (remote_state(records.get(rank), now, fallback=beat.time) if is_remote(beat.host, host)
-                         else process_state(beat)) for rank, beat in beats.items()}
+        statuses = {rank: (remote_status(records.get(rank), now, fallback=beat.time) if is_remote(beat.host, host)
+                         else process_status(beat)) for rank, beat in beats.items()}
         starts, ends = read_nodes(self.folder)
         if not (starts or ends):
-            return ranks_status(beats, exits, states, now, rank0_exit)
+            return ranks_status(beats, exits, statuses, now, rank0_exit)
         lost = lost_hosts(records, host, now, current=allocation())
         node_ages: dict[int, float] = {}
         for record in records.values():
@@ -205,7 +205,7 @@ class RankWatch:
         alive = {n: (n not in lost if is_remote(s.host, host) else agent_alive(s)) for n, s in starts.items()}
         nodes = nodes_status(starts, ends, alive, {rank: beat.node for rank, beat in beats.items()}, lost, node_ages)
         remote_ages = {r: a for r, a in record_ages(records, now).items() if is_remote(records[r].host, host)}
-        return ranks_status(beats, exits, states, now, rank0_exit, nodes, remote_ages)
+        return ranks_status(beats, exits, statuses, now, rank0_exit, nodes, remote_ages)
 
     def stop_leftovers(self, wait_s: float = 5.0) -> list[str]:
         """SIGKILL to every rank process of this launch still there once rank 0 is gone or being
@@ -215,7 +215,7 @@ class RankWatch:
         beats, _ = read_folder(self.folder)
         host = socket.gethostname()   # another host's ranks are its agent wrapper's to kill (srun forwards the stop)
         left = {rank: beat for rank, beat in beats.items()
-                if not is_remote(beat.host, host) and process_state(beat) is not None}
+                if not is_remote(beat.host, host) and process_status(beat) is not None}
         for beat in left.values():
             _signal(beat.pid, signal.SIGKILL)
         # With several nodes, the launcher agents too (a killed node group leaves them waiting in a barrier).
@@ -226,7 +226,7 @@ class RankWatch:
         deadline = time.monotonic() + wait_s
         waiting = dict(left)
         while waiting and time.monotonic() < deadline:
-            waiting = {rank: beat for rank, beat in waiting.items() if process_state(beat) is not None}
+            waiting = {rank: beat for rank, beat in waiting.items() if process_status(beat) is not None}
             time.sleep(0.02)
         return ([f"rank {rank} (pid {beat.pid})" for rank, beat in sorted(left.items())]
                 + [f"node {start.node}'s agent (pid {start.pid})" for start in agents])

@@ -3,7 +3,7 @@ time with the trainer's heavy modules imported (torch, lightning, litgpt: 2.5-7 
 cores), which becomes the next launch instead of a cold start.
 
 Why a spawned interpreter and not a fork of a warm one: the watcher and a warm torch process both
-run threads (APScheduler; torch's pools), and a fork copies only the forking thread, so locks held
+run threads (APScheduler; torch's pools), and a fork copies only the forking thread, so locks taken
 by the others stay locked in the child. The spare is exec'd fresh, imports, and becomes the trainer
 itself, never forking. Its launcher (engine/process/launcher.py) is started with it, so its exit is still
 recorded; on adoption the launch's exit-status file is filled in and the launcher told to write the

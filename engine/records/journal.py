@@ -20,13 +20,13 @@ from engine.records.journal_lines import BadLine, decode, encode, recover_glued
 from engine.core.crash_points import crash_point
 from engine.core.text_safety import redact_tree
 from engine.records.attempts import AttemptHistory
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 from engine.core.write_trouble import PartialAppend, WriteTrouble, append_whole, passing
 
 
 @dataclass
-class JournalState:
-    run_state: RunState = RunState.STARTING
+class JournalReplay:
+    phase: RunPhase = RunPhase.STARTING
     launches: int = 0
     trainer_pid: int | None = None
     trainer_log: str | None = None
@@ -161,7 +161,7 @@ class Journal:
                 self.problems.append(JournalProblem(self.path, number, str(bad)))
         return out + [decode(line[:-1]) for line in list(self._held)]
 
-    def replay(self) -> JournalState:
+    def replay(self) -> JournalReplay:
         return rebuild(self.entries())
 
 
@@ -172,12 +172,12 @@ def _step_of(snapshot: object) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def rebuild(entries: list[dict]) -> JournalState:
-    s = JournalState()
+def rebuild(entries: list[dict]) -> JournalReplay:
+    s = JournalReplay()
     for e in entries:
         kind = e["kind"]
         if kind == "transition":
-            s.run_state = RunState(e["to"])
+            s.phase = RunPhase(e["to"])
         elif kind == "launch":
             s.launches = e["launch"]
             s.trainer_pid = e["pid"]

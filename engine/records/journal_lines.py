@@ -29,7 +29,7 @@ _CRC_TAIL = re.compile(rb', "' + CRC_KEY.encode() + rb'": "([0-9a-f]{8})"\}$')
 MAX_INT = 2**53            # larger "counts", steps or indexes are corruption, not data
 MAX_PID = 2**22            # Linux pid_max ceiling
 MAX_TIME = 2e10            # epoch seconds; year 2603
-RUN_STATES = {"starting", "running", "incident", "recovering", "completed", "escalated", "stopped"}
+RUN_PHASES = {"starting", "running", "incident", "recovering", "completed", "escalated", "stopped"}
 
 
 class BadLine(ValueError):
@@ -134,7 +134,7 @@ def _is_str(value: object) -> bool:
 
 # kind -> [(key, check, what, optional)]: only what rebuild(), status and report read.
 _FIELDS: dict[str, list[tuple[str, Callable[[Any], bool], str, bool]]] = {
-    "transition": [("to", lambda v: isinstance(v, str) and v in RUN_STATES, "a run state", False),
+    "transition": [("to", lambda v: isinstance(v, str) and v in RUN_PHASES, "a run phase", False),
                    ("from", _is_str, "a string", True), ("reason", _is_str, "a string", True)],
     "launch": [("launch", lambda v: _is_int(v, 1), "a launch number", False),
                ("pid", lambda v: _is_int(v, 1, MAX_PID), "a process id", False),

@@ -27,8 +27,8 @@ DEFAULT_TEMPLATE = """
 - **Cost:** {{ entry.cost }}{% endif %}{% if entry.record_link %}
 - **Record:** [{{ entry.id }}]({{ entry.record_link }}){% endif %}
 {%- else %}
-- **Seen:** {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}: {{ entry.seen }}. {{ entry.symptom }}{% if entry.evidence %}
-- **Evidence:** `{{ entry.evidence | replace("`", "'") }}`{% endif %}{% if entry.signature %}
+- **Seen:** {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}: {{ entry.seen }}. {{ entry.symptom }}{% if entry.log_line %}
+- **Log line:** `{{ entry.log_line | replace("`", "'") }}`{% endif %}{% if entry.signature %}
 - **Signature:** `{{ entry.signature }}`: `{{ entry.signature_text | replace("`", "'") }}`{% endif %}
 - **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.config_changes %}; config changed: {% for key, change in entry.config_changes.items() %}{{ key }} {{ change[0] }} -> {{ change[1] }}{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}
 - **Outcome:** {{ entry.outcome }}{% if entry.cost %}

@@ -19,7 +19,7 @@ from typing import Any
 from engine.records.signature import repeat_phrase, signature_of_record
 
 MAX_SUMMARY = 600          # an action's summary can name a rank, a pid and a process state: keep it whole
-MAX_EVIDENCE = 300
+MAX_LOG_LINE = 300
 
 
 def _int(value: object) -> int | None:
@@ -137,6 +137,7 @@ def entry_view(incident: dict, run_log: Path | None = None) -> dict:
     """Plain data for the entry template."""
     step = _int(incident.get("step_at_failure"))
     signature = signature_of_record(incident)
+    log_line = _clip(signature.log_line, MAX_LOG_LINE) if signature and signature.log_line else None
     same_as = incident.get("same_as") if isinstance(incident.get("same_as"), str) else None
     done = []
     for action in ran_actions(incident):
@@ -154,7 +155,8 @@ def entry_view(incident: dict, run_log: Path | None = None) -> dict:
         "step": step if step is not None and step >= 0 else None,
         "seen": seen,
         "symptom": incident.get("symptom"),
-        "evidence": _clip(signature.evidence, MAX_EVIDENCE) if signature and signature.evidence else None,
+        "log_line": log_line,
+        "evidence": log_line,   # log_line's old name, for run-log templates written before
         "signature": signature.id if signature else None,
         "signature_text": signature.text if signature else None,
         "repeat_of": same_as,

@@ -19,12 +19,12 @@ import hashlib
 import re
 from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, computed_field
 
 from engine.core.exit_codes import SAVED_ON_NOTICE
 
 MAX_MESSAGE = 160            # masked message kept in the signature (the rest rarely tells failures apart)
-MAX_EVIDENCE = 300           # the raw log line shown to a person
+MAX_LOG_LINE = 300           # the raw log line shown to a person
 MAX_LINE_SCANNED = 2000      # a longer line is cut before any regex sees it
 
 _MASKS: tuple[tuple[re.Pattern, str], ...] = (
@@ -51,7 +51,8 @@ class Signature(BaseModel):
     exception: str | None = None     # "ShardIndexCorrupted", "torch.OutOfMemoryError"
     message: str | None = None       # masked
     phase: str = "while training"    # "before the first step" | "while training" | "while alive"
-    evidence: str | None = None      # the log line as printed (clipped), for people; not part of the id
+    # The log line as printed (clipped), for people; not part of the id. `evidence` in records before, still read.
+    log_line: str | None = Field(None, validation_alias=AliasChoices("log_line", "evidence"))
 
     @computed_field  # type: ignore[prop-decorator]  # mypy reads no decorator above @property; pydantic's documented form
     @property
@@ -147,17 +148,17 @@ def signature_of(snapshot: Any) -> Signature:
     trainer = v if isinstance(v := data.get("trainer"), dict) else {}
     tail = t if isinstance(t := data.get("tail"), list) else []
     found = find_exception(tail)
-    exception = message = evidence = None
+    exception = message = log_line = None
     if found:
-        exception, raw_message, evidence = found[0], mask(found[1])[:MAX_MESSAGE] or None, found[2]
+        exception, raw_message, log_line = found[0], mask(found[1])[:MAX_MESSAGE] or None, found[2]
         message = raw_message
     ending, phase = _ending(trainer), _phase(data)
-    if evidence is None:   # no exception: the last line is still what a person wants to see
-        evidence = next((str(line).strip() for line in reversed(tail) if str(line).strip()), None)
+    if log_line is None:   # no exception: the last line is still what a person wants to see
+        log_line = next((str(line).strip() for line in reversed(tail) if str(line).strip()), None)
     key = "\n".join([ending, exception or "", message or "", phase])
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return Signature(id=f"sig-{digest}", ending=ending, exception=exception, message=message, phase=phase,
-                     evidence=evidence[:MAX_EVIDENCE] if evidence else None)
+                     log_line=log_line[:MAX_LOG_LINE] if log_line else None)
 
 
 def signature_of_record(record: dict) -> Signature | None:

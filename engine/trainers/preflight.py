@@ -111,11 +111,11 @@ def room_problem(out_dir: Path, checkpoint_bytes: int, how: str) -> str | None:
     how that size was estimated, said in the sentence), or None. What out_dir already holds counts as
     room: the disk playbooks prune old checkpoints, and a resumed run must not be refused for its own."""
     base = existing_ancestor(out_dir)
-    held = bytes_under(out_dir) if out_dir.is_dir() else 0
+    in_out_dir = bytes_under(out_dir) if out_dir.is_dir() else 0
     free, need = shutil.disk_usage(base).free, CHECKPOINTS_OF_ROOM * checkpoint_bytes
-    if free + held >= need:
+    if free + in_out_dir >= need:
         return None
-    return (f"out_dir: {base} has {human(free)} free" + (f" (+{human(held)} in out_dir)" if held else "")
+    return (f"out_dir: {base} has {human(free)} free" + (f" (+{human(in_out_dir)} in out_dir)" if in_out_dir else "")
             + f", less than the {human(need)} that {CHECKPOINTS_OF_ROOM} checkpoints need ({human(checkpoint_bytes)} "
             f"each: {how}); free space there or point out_dir at a larger disk")
 

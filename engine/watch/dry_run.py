@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from engine.core.events import DryRun, DryRunPlan, PlannedStepView
 from engine.language.matcher import MatchMemory, decide
 from engine.language.planner import plan
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.process.trainer_process import signal_name
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from engine.watch.supervisor import Supervisor
 
 
-def observe_without_acting(sup: Supervisor) -> RunState:
+def observe_without_acting(sup: Supervisor) -> RunPhase:
     """Observe without acting: attach to a live trainer (read-only, no lock) and print what each
     recovery would do, or judge the state the run is in now. Nothing is signalled or written."""
     past = sup.journal.replay()
@@ -41,8 +41,8 @@ def observe_without_acting(sup: Supervisor) -> RunState:
             sup.events(DryRun("no playbook matches the current state"))
         else:
             _show_plan(sup, outcome.decision, snapshot)
-        return RunState.STOPPED
-    sup.settle(RunState.RUNNING)
+        return RunPhase.STOPPED
+    sup.settle(RunPhase.RUNNING)
     sup.events(DryRun(f"watching trainer pid {attached.pid} without acting"))
     sup.install_signal_handlers()
     memory = MatchMemory()   # this watch's own: nothing it decides is acted on
@@ -53,7 +53,7 @@ def observe_without_acting(sup: Supervisor) -> RunState:
         if outcome.decision is not None and outcome.decision.kind != "wait":
             _show_plan(sup, outcome.decision, snapshot)
         time.sleep(sup.loaded.config.watch.poll_interval_s)
-    return RunState.STOPPED
+    return RunPhase.STOPPED
 
 
 def with_journal_pid(snapshot: StateSnapshot, pid: int | None) -> StateSnapshot:

@@ -16,14 +16,14 @@ from engine.core.events import ActionDone, ActionResult, ActionTraceback, Incide
 from engine.core.crash_points import crash_point
 from engine.records.incident import Incident
 from engine.language.planner import PlannedStep, plan
-from engine.watch.context import WatchContext
+from engine.watch.parts import WatchParts
 from engine.watch.remedy_guard import change_summary, remedy_to_blame
 from engine.watch.stopping import stop_on_request
 from engine.core.config import RunConfig
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.language.actions import REGISTRY
 from engine.language.actions.base import ActionFailed
-from engine.language.actions.ports import ActionContext, IncidentEffects
+from engine.language.actions.ports import ActionPorts, IncidentEffects
 from engine.language.matcher import Decision
 from engine.language.playbook import Playbook, unclaimed_failure_playbook
 from engine.observe.observer import MetricTracker
@@ -34,8 +34,8 @@ from engine.records.signature import repeat_phrase
 
 
 class IncidentRunner:
-    def __init__(self, context: WatchContext):
-        self.ctx = context
+    def __init__(self, parts: WatchParts):
+        self.parts = parts
         self.escalation: str | None = None
         self.awaiting_progress: Incident | None = None   # recovered, waiting for the first new progress
 
@@ -51,7 +51,7 @@ class IncidentRunner:
         # event (a preemption notice, a node lost) says nothing against it.
         again = self.awaiting_progress is not None and self.awaiting_progress.playbook == playbook.name
         self.flush_awaiting("the trainer failed again before making progress", not_recovered=again)
-        s = self.ctx
+        s = self.parts
         incident = Incident.open(s.store.next_id(), playbook, decision, snapshot, attempt,
                                  [step.to_dict() for step in steps], config.model_dump(mode="json"))
         incident.same_as = self._first_same(incident)
@@ -60,8 +60,8 @@ class IncidentRunner:
         s.journal.append("incident_opened", incident=incident.id, playbook=playbook.name, decision=decision.kind,
                          snapshot=incident.snapshot)
         crash_point("incident-opened")
-        s.session.transition(RunState.INCIDENT, f"{incident.id}: {decision.reason}")
-        self.ctx.events(IncidentOpened(incident.view(), f"{playbook.name} ({playbook.severity})", playbook.description,
+        s.session.transition(RunPhase.INCIDENT, f"{incident.id}: {decision.reason}")
+        self.parts.events(IncidentOpened(incident.view(), f"{playbook.name} ({playbook.severity})", playbook.description,
                                        {"step": str(snapshot.metrics.step), "decision": decision.reason,
                                         **signature_fields(incident)}))
         if decision.kind == "escalate":
@@ -75,7 +75,7 @@ class IncidentRunner:
                           blame: str) -> Incident:
         """The remedy on probation killed the launch it made (engine/watch/remedy_guard.py): undo it, say so in
         both incidents, and resume once more without it. The new failure is its own incident, recovered so."""
-        s = self.ctx
+        s = self.parts
         culprit = self.awaiting_progress
         assert culprit is not None   # remedy_to_blame said so
         self.awaiting_progress = None
@@ -101,11 +101,11 @@ class IncidentRunner:
         self._save(incident)
         s.journal.append("incident_opened", incident=incident.id, playbook=decision.playbook.name,
                          decision="recover", snapshot=incident.snapshot)
-        s.session.transition(RunState.INCIDENT, f"{incident.id}: {blame}")
+        s.session.transition(RunPhase.INCIDENT, f"{incident.id}: {blame}")
         s.events(IncidentOpened(incident.view(), f"{decision.playbook.name} ({decision.playbook.severity})",
                                 f"{blame}; reverting {culprit.id}'s remedy ({what}) and resuming without it",
                                 {"step": str(snapshot.metrics.step), "decision": "revert the remedy, resume"}))
-        s.session.transition(RunState.RECOVERING, incident.id)
+        s.session.transition(RunPhase.RECOVERING, incident.id)
         ports = self.ports(incident)
         resumed = self._run_step(retry, ports)
         incident.actions.append(resumed)
@@ -120,14 +120,14 @@ class IncidentRunner:
         if incident.signature is None:
             return None
         try:
-            earlier = [i.to_json() for i in self.ctx.store.read_all()[0] if i.id != incident.id]
+            earlier = [i.to_json() for i in self.parts.store.read_all()[0] if i.id != incident.id]
         except OSError:
             return None
         return first_with(incident.signature.id, earlier)
 
     def continue_open(self, opened: dict, done: list[int], playbooks: list[Playbook]) -> Incident:
         """A watcher died mid-recovery: finish the same incident, from its stored plan."""
-        s = self.ctx
+        s = self.parts
         incident = s.store.read(opened["incident"])
         incident.note("the watcher restarted during this recovery and continued it")
         # An action whose result reached the record but not the journal ran already: not again.
@@ -140,14 +140,14 @@ class IncidentRunner:
                 self.escalation = f"playbook '{incident.playbook}' of the open {incident.id} no longer exists"
                 self._close(incident, IncidentEffects(), "escalated")
                 return incident
-            steps = plan(playbook, incident.state, self.ctx.control.loaded.config, incident.attempt)
+            steps = plan(playbook, incident.state, self.parts.control.loaded.config, incident.attempt)
         self._run(incident, steps, skip=skip)
         return incident
 
     def adopt_unjournaled(self, known: list[str]) -> dict | None:
         """A watcher killed between saving a new record and journaling its opening left an open record
         the journal does not know: journal it now, so it is continued rather than opened twice."""
-        s = self.ctx
+        s = self.parts
         for incident_id in reversed(s.store.ids()):
             if incident_id in known:
                 return None
@@ -160,7 +160,7 @@ class IncidentRunner:
     def report_unreported(self, incident_ids: list[str]) -> None:
         """Closed incidents a killed watcher had not yet reported (run log, notifier): report them now."""
         for incident_id in incident_ids:
-            self._report(self.ctx.store.read(incident_id))
+            self._report(self.parts.store.read(incident_id))
 
     def escalate_unclaimed(self, snapshot: StateSnapshot, config: RunConfig) -> Incident:
         code = snapshot.trainer.exit_code
@@ -170,8 +170,8 @@ class IncidentRunner:
 
     # --- running -------------------------------------------------------------------------------
     def _run(self, incident: Incident, steps: list[PlannedStep], skip: AbstractSet[int] = frozenset()) -> None:
-        s = self.ctx
-        s.session.transition(RunState.RECOVERING, incident.id)
+        s = self.parts
+        s.session.transition(RunPhase.RECOVERING, incident.id)
         ports = self.ports(incident)
         effects = ports.effects
         aborted = None
@@ -186,7 +186,7 @@ class IncidentRunner:
             crash_point(f"saved-action-{step.index}")
             s.journal.append("action_done", incident=incident.id, index=step.index, ok=result.ok)
             crash_point(f"journaled-action-{step.index}")
-            self.ctx.events(ActionDone(incident.view(), ActionResult(result.verb, result.ok, result.summary)))
+            self.parts.events(ActionDone(incident.view(), ActionResult(result.verb, result.ok, result.summary)))
             if effects.escalated_reason:
                 break
             if not result.ok and step.on_failure != "continue":
@@ -205,12 +205,12 @@ class IncidentRunner:
             outcome = "recovered"
         self._close(incident, effects, outcome)
 
-    def ports(self, incident: Incident) -> ActionContext:
+    def ports(self, incident: Incident) -> ActionPorts:
         """The typed ports the actions of one incident act through (engine/language/actions/ports.py)."""
-        s = self.ctx
-        return ActionContext(incident, s.control, s.ledger, s.journal, s.notifier, s.session, s.events)
+        s = self.parts
+        return ActionPorts(incident, s.control, s.catalog, s.journal, s.notifier, s.session, s.events)
 
-    def _run_step(self, step: PlannedStep, ports: ActionContext) -> ActionRecord:
+    def _run_step(self, step: PlannedStep, ports: ActionPorts) -> ActionRecord:
         import time
 
 
@@ -227,25 +227,25 @@ class IncidentRunner:
             ok, summary = False, str(err)
         except Exception as err:  # noqa: BLE001 - a failing action is recorded, never crashes the watcher
             ok, summary = False, f"{type(err).__name__}: {err}"
-            self.ctx.events(ActionTraceback(traceback.format_exc()))
+            self.parts.events(ActionTraceback(traceback.format_exc()))
         return ActionRecord(**base, ok=ok, summary=summary, seconds=round(time.time() - started, 3))
 
     # --- closing and reporting -----------------------------------------------------------------
     def _close(self, incident: Incident, effects: IncidentEffects, outcome: Outcome) -> None:
-        s = self.ctx
+        s = self.parts
         if outcome != "recovered" and s.control.alive:   # nobody supervises it from here on: stop it (stopping.py)
-            detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.ledger)
+            detail = stop_on_request(f"{incident.id} {outcome}", s.control, s.journal, s.catalog)
             incident.note(f"the run {outcome}, so its trainer was stopped: {detail}")
-        incident.close(outcome, self.ctx.control.loaded.config.model_dump(mode="json"), s.tokens_per_step,
+        incident.close(outcome, self.parts.control.loaded.config.model_dump(mode="json"), s.tokens_per_step,
                        self.escalation)
         self._save(incident)
         crash_point("incident-closing")
         s.journal.append("incident_closed", incident=incident.id, outcome=outcome, awaits_report=True)
         crash_point("incident-closed")
         if outcome == "recovered":
-            s.session.transition(RunState.RUNNING, f"{incident.id} recovered")
+            s.session.transition(RunPhase.RUNNING, f"{incident.id} recovered")
         else:
-            s.session.transition(RunState.ESCALATED, self.escalation or outcome)
+            s.session.transition(RunPhase.ESCALATED, self.escalation or outcome)
         if outcome == "recovered" and effects.resumed:
             self.awaiting_progress = incident   # reported once the trainer makes progress again
         else:
@@ -277,19 +277,19 @@ class IncidentRunner:
         """The run-log entry, then the close on the bus (the notifier's notice, the console line), once the
         outcome is known; journaled as reported only after both (a killed watcher reports it again)."""
         record = incident.to_json()
-        self.ctx.append_run_log(record)   # at most once per incident: the run log keeps a marker
+        self.parts.append_run_log(record)   # at most once per incident: the run log keeps a marker
         crash_point("run-log-appended")
-        self.ctx.events(IncidentClosed(incident.view(), closing_summary(incident),
+        self.parts.events(IncidentClosed(incident.view(), closing_summary(incident),
                                        escalate=incident.outcome != "recovered" and not relaunch_failed(record)))
-        self.ctx.journal.append("incident_reported", incident=incident.id)
+        self.parts.journal.append("incident_reported", incident=incident.id)
 
     def _save(self, incident: Incident) -> None:
         """Write the record atomically; on a full disk keep it in memory and try again at the next
         save (a disk-full recovery makes space first), never leaving half a file."""
         try:
-            self.ctx.store.write(incident)
+            self.parts.store.write(incident)
         except OSError as error:
-            self.ctx.events(WatchWarning(f"could not write {incident.id} yet ({error.strerror}); will retry"))
+            self.parts.events(WatchWarning(f"could not write {incident.id} yet ({error.strerror}); will retry"))
 
 
 def signature_fields(incident: Incident) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """An optional Prometheus endpoint on the watcher (`watch.metrics` in the run config; docs/metrics.md).
 
-Two halves. `metric_families` is PURE: what the watcher knows at one instant (its run state, the
+Two halves. `metric_families` is PURE: what the watcher knows at one instant (its run phase, the
 last snapshot, the run's incident records, when the newest verified checkpoint was saved) -> the
 metric values, as plain data a test can compare. `MetricsEndpoint` serves them with prometheus_client's
 own HTTP thread from a dedicated CollectorRegistry (never the process-global one). The watch loop does
@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIServer
 
 from engine.core.durable import atomic_write_text
 from engine.core.run_folder import RunFolder
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.core.settings import MetricsSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import BadIncidentRecord, IncidentStore
 
@@ -42,7 +42,7 @@ class IncidentFigures:
 class WatcherView:
     """Everything one scrape reports, read at one instant."""
 
-    run_state: RunState
+    phase: RunPhase
     snapshot: StateSnapshot | None          # None before the first observation
     incidents: tuple[IncidentFigures, ...]
     checkpoint_saved_at: float | None       # mtime of the newest verified checkpoint's resume file
@@ -78,8 +78,8 @@ def metric_families(view: WatcherView) -> list[Family]:
             closed[(i.playbook, i.outcome)] = closed.get((i.playbook, i.outcome), 0) + 1
     lost = sum(i.steps_lost or 0 for i in view.incidents)
     families = [
-        Family("runbook_run_state", "gauge", "1 for the watcher's current run state, 0 for the others", ("state",),
-               tuple(((s.value,), 1.0 if s == view.run_state else 0.0) for s in RunState)),
+        Family("runbook_run_state", "gauge", "1 for the watcher's current run phase, 0 for the others", ("state",),
+               tuple(((s.value,), 1.0 if s == view.phase else 0.0) for s in RunPhase)),
         Family("runbook_incidents_total", "counter", "closed incidents, by playbook and outcome", ("playbook", "outcome"),
                tuple(((p, o), float(n)) for (p, o), n in sorted(closed.items()))),
         *one("runbook_incidents_open", "incidents opened and not yet closed", sum(i.outcome == "open" for i in view.incidents)),
@@ -141,11 +141,11 @@ class _IncidentReader:
 class MetricsEndpoint:
     """prometheus_client's HTTP server thread over a registry of one collector that calls `metric_families`."""
 
-    def __init__(self, settings: MetricsSettings, run_dir: Path, state: Callable[[], tuple[RunState, StateSnapshot | None]],
+    def __init__(self, settings: MetricsSettings, run_dir: Path, phase_and_snapshot: Callable[[], tuple[RunPhase, StateSnapshot | None]],
                  checkpoint_file: Callable[[int], Path]):
         self.settings = settings
         self.address_file = RunFolder(run_dir).metrics_address
-        self.state = state                       # () -> (run state, last snapshot); attribute reads only
+        self.phase_and_snapshot = phase_and_snapshot   # () -> (run phase, last snapshot); attribute reads only
         self.checkpoint_file = checkpoint_file   # step -> the file whose mtime dates that checkpoint
         self.incidents = _IncidentReader(run_dir)
         self.lock = threading.Lock()             # one scrape at a time uses the incident cache
@@ -154,7 +154,7 @@ class MetricsEndpoint:
         self.url: str | None = None
 
     def view(self) -> WatcherView:
-        run_state, snapshot = self.state()
+        phase, snapshot = self.phase_and_snapshot()
         saved_at = None
         step = snapshot.checkpoints.newest_verified_step if snapshot is not None else None
         if step is not None:
@@ -164,7 +164,7 @@ class MetricsEndpoint:
                 saved_at = None
         with self.lock:
             incidents = self.incidents.read()
-        return WatcherView(run_state, snapshot, incidents, saved_at, time.time())
+        return WatcherView(phase, snapshot, incidents, saved_at, time.time())
 
     def start(self) -> str:
         """Bind and serve; returns the URL. OSError (port in use, unknown host) is the caller's to report."""
@@ -181,10 +181,10 @@ class MetricsEndpoint:
         return self.url
 
     def linger(self, interrupted: Callable[[], bool]) -> None:
-        """An escalated run's last state stays served for linger_s (the watcher exits right after, and a
-        scrape every 15-60 s would rarely see the state that most needs a human); `interrupted` (a signal
+        """An escalated run's last figures stay served for linger_s (the watcher exits right after, and a
+        scrape every 15-60 s would rarely see the phase that most needs a human); `interrupted` (a signal
         to the watcher) ends the wait."""
-        if self.server is None or self.state()[0] != RunState.ESCALATED:
+        if self.server is None or self.phase_and_snapshot()[0] != RunPhase.ESCALATED:
             return
         deadline = time.monotonic() + self.settings.linger_s
         while time.monotonic() < deadline and not interrupted():

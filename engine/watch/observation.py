@@ -9,23 +9,23 @@ import time
 
 from engine.core.events import Observed, Publish, WatchWarning
 from engine.checkpoints import retention
-from engine.checkpoints.ledger import CheckpointLedger
-from engine.core.state import RunState, StateSnapshot
+from engine.checkpoints.catalog import CheckpointCatalog
+from engine.core.state import RunPhase, StateSnapshot
 from engine.observe.observer import Observer
 from engine.process.trainer_control import TrainerControl
 from engine.records.journal import Journal
 
 
 class Observation:
-    def __init__(self, control: TrainerControl, observer: Observer, ledger: CheckpointLedger, journal: Journal,
+    def __init__(self, control: TrainerControl, observer: Observer, catalog: CheckpointCatalog, journal: Journal,
                  events: Publish):
-        self.control, self.observer, self.ledger, self.journal, self.events = control, observer, ledger, journal, events
-        ledger.warn = lambda text: events(WatchWarning(text))   # another run's out_dir inside this one's
+        self.control, self.observer, self.catalog, self.journal, self.events = control, observer, catalog, journal, events
+        catalog.warn = lambda text: events(WatchWarning(text))   # another run's out_dir inside this one's
         self.last: StateSnapshot | None = None
-        self.retention = retention.Retention(ledger, lambda: control.loaded.config.keep_last_k, self.best_val_step,
+        self.retention = retention.Retention(catalog, lambda: control.loaded.config.keep_last_k, self.best_val_step,
                                              lambda text: events(WatchWarning(text)))
 
-    def take(self, run_state: RunState, retain: bool = False) -> StateSnapshot:
+    def take(self, run_state: RunPhase, retain: bool = False) -> StateSnapshot:
         """retain (the watch loop's own tick): prune first when a save was sealed, so the snapshot's disk
         and checkpoints are what the playbooks will act on."""
         now = time.time()
@@ -35,10 +35,10 @@ class Observation:
         # message, which only unknown-crash matches.
         trainer = self.control.status()
         new_lines = self.observer.read_lines(now)
-        self.ledger.refresh(saving_from_step=self.saving_from())
+        self.catalog.refresh(saving_from_step=self.saving_from())
         if retain:
             self._retain_new_saves()
-        self.last = self.observer.snapshot(now, run_state, trainer, self.ledger.status(), new_lines,
+        self.last = self.observer.snapshot(now, run_state, trainer, self.catalog.status(), new_lines,
                                            self.control.loaded.config.watch)
         self.events(Observed(self.last, tuple(new_lines)))
         return self.last
@@ -60,6 +60,6 @@ class Observation:
             self.journal.append("retention", summary=result.summary())
 
     def retain_at_completion(self) -> None:
-        self.ledger.refresh(force=True)  # seal the checkpoints saved in the last moments
+        self.catalog.refresh(force=True)  # seal the checkpoints saved in the last moments
         if (result := self.retention.now(trainer_alive=False)) is not None:   # once more, the run being over
             self.journal.append("retention", summary=result.summary())

@@ -8,21 +8,21 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.events import Publish, WatchWarning
 from engine.cluster.notice_poller import NoticePoller
 from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.core.write_trouble import WriteTrouble
 from engine.records.journal import Journal
-from engine.watch.context import WatchContext
+from engine.watch.parts import WatchParts
 from engine.watch.metrics import MetricsEndpoint
-from engine.watch.upkeep import SupervisorContext, Upkeep
+from engine.watch.upkeep import SupervisorPorts, Upkeep
 
 
-def upkeep(settings: UpkeepSettings, context: WatchContext, recovery_lock: threading.Lock, events: Publish,
+def upkeep(settings: UpkeepSettings, parts: WatchParts, recovery_lock: threading.Lock, events: Publish,
            trouble: WriteTrouble) -> Upkeep:
-    jobs = Upkeep(settings, SupervisorContext(context), recovery_lock=recovery_lock, events=events, trouble=trouble)
+    jobs = Upkeep(settings, SupervisorPorts(parts), recovery_lock=recovery_lock, events=events, trouble=trouble)
     jobs.start()
     return jobs
 
@@ -41,14 +41,14 @@ def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], N
     return poller
 
 
-def metrics_endpoint(settings: MetricsSettings, run_dir: Path, ledger: CheckpointLedger, journal: Journal, events: Publish,
-                     state_and_snapshot: Callable[[], tuple[RunState, StateSnapshot | None]]) -> MetricsEndpoint | None:
+def metrics_endpoint(settings: MetricsSettings, run_dir: Path, catalog: CheckpointCatalog, journal: Journal, events: Publish,
+                     phase_and_snapshot: Callable[[], tuple[RunPhase, StateSnapshot | None]]) -> MetricsEndpoint | None:
     """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
     supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
     if settings.port is None:
         return None
-    layout, out_dir = ledger.layout, ledger.out_dir
-    endpoint = MetricsEndpoint(settings, run_dir, state_and_snapshot,
+    layout, out_dir = catalog.layout, catalog.out_dir
+    endpoint = MetricsEndpoint(settings, run_dir, phase_and_snapshot,
                                lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
     try:
         url = endpoint.start()

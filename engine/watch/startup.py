@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.core.durable import remove_stale_temps
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 from engine.process import warm_spare
 from engine.process.trainer_env import trainer_environment
 from engine.trainers import adapter_for
@@ -33,14 +33,14 @@ def start_or_continue(sup: Supervisor) -> None:
     sup.incidents.report_unreported([i for i in past.unreported if i != (past.open_incident or {}).get("incident")])
     trainer = None
     if past.trainer_pid and past.trainer_log:   # the journal records the two together
-        # Whatever the run's state: a trainer left running (a watcher killed or crashed; an escalation
+        # Whatever the run's phase: a trainer left running (a watcher killed or crashed; an escalation
         # stops its trainer, but one of an older runbook did not) is taken back rather than doubled
         # (engine/process/identity.py proves it is this run's).
         trainer = sup.control.attach(past.trainer_pid, Path(past.trainer_log), past.trainer_started, past.launches)
-        if not trainer.alive and past.run_state in (RunState.COMPLETED, RunState.STOPPED, RunState.ESCALATED):
+        if not trainer.alive and past.phase in (RunPhase.COMPLETED, RunPhase.STOPPED, RunPhase.ESCALATED):
             trainer = None   # it ended and that end was already judged
-        elif trainer.alive and past.run_state in (RunState.STOPPED, RunState.ESCALATED):
-            take_back(sup, trainer, f"left running unsupervised after the run was {past.run_state.value}")
+        elif trainer.alive and past.phase in (RunPhase.STOPPED, RunPhase.ESCALATED):
+            take_back(sup, trainer, f"left running unsupervised after the run was {past.phase.value}")
             return
     if past.open_incident is None and (trainer is None or not trainer.alive):
         # Launched by a watcher killed before it journaled the launch. (Inside an open incident the
@@ -56,16 +56,16 @@ def start_or_continue(sup: Supervisor) -> None:
     # A live trainer may be in the middle of a save: a checkpoint folder it is writing looks corrupt, and
     # moving it away would crash that save. Its unsealed checkpoints are left to the watch loop, which
     # reads from the trainer's log which save is under way.
-    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
+    sup.catalog.refresh(quarantine_corrupt=True, force=True, sealed_only=trainer is not None and trainer.alive)
     for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
         remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
-    if past.run_state == RunState.COMPLETED:
-        sup.settle(RunState.COMPLETED)
+    if past.phase == RunPhase.COMPLETED:
+        sup.settle(RunPhase.COMPLETED)
         return
     if trainer is not None:
         sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)
         if trainer.alive and past.open_incident is None:
-            sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}")
+            sup.transition(RunPhase.RUNNING, f"re-attached to trainer pid {trainer.pid}")
             return
         if past.open_incident is None:
             # It ended while no watcher was running: the next tick judges that exit (its launcher
@@ -73,13 +73,13 @@ def start_or_continue(sup: Supervisor) -> None:
             how = f"with exit code {trainer.poll()}" if trainer.exit_known else "with an exit status nobody recorded"
             if trainer.proof is not None and trainer.proof.alive and not trainer.proof.ours:
                 how += f" (the process now under that pid is not this run's: {trainer.proof.reason}; it is left alone)"
-            sup.transition(RunState.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
+            sup.transition(RunPhase.RUNNING, f"trainer pid {trainer.pid} ended {how} while no watcher was running")
             return
     if past.open_incident is not None:
         sup.incidents.continue_open(past.open_incident, past.done_actions, sup.playbooks)
         sup.reread_history()
         return
-    newest = sup.ledger.newest_verified()
+    newest = sup.catalog.newest_verified()
     if newest is None:
         sup.launch(None)
         return
@@ -92,9 +92,9 @@ def start_or_continue(sup: Supervisor) -> None:
 def take_back(sup: Supervisor, trainer: TrainerProcess, why: str) -> None:
     """A live trainer no incident is open for: follow it again, judging only its sealed checkpoints
     (it may be in the middle of a save)."""
-    sup.transition(RunState.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
+    sup.transition(RunPhase.RUNNING, f"re-attached to trainer pid {trainer.pid}, {why}")
     sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)
-    sup.ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+    sup.catalog.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
 
 
 def prestart_spare(loaded: LoadedConfig, spares: warm_spare.SparePool) -> None:

@@ -7,13 +7,13 @@ while the run said "escalated", and nobody watched what it wrote into out_dir.""
 
 from __future__ import annotations
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.process.trainer_control import TrainerControl
 from engine.records.journal import Journal
 
 
-def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger: CheckpointLedger,
+def stop_on_request(why: str, control: TrainerControl, journal: Journal, catalog: CheckpointCatalog,
                     slurm: SlurmAllocation | None = None) -> str:
     """What was done, for the transition to STOPPED."""
     noticed = None
@@ -25,5 +25,5 @@ def stop_on_request(why: str, control: TrainerControl, journal: Journal, ledger:
         slurm.noticed(why)
     detail = control.stop(why) if control.alive else noticed or "no trainer running"
     if noticed:
-        ledger.refresh(force=True)
+        catalog.refresh(force=True)
     return detail

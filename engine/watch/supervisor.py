@@ -1,9 +1,9 @@
 """The watch loop: observe -> decide -> run the incident -> record. One Supervisor per run folder.
 
 Reads top to bottom: `run()` starts or re-attaches the trainer, then `tick()` repeats until the run
-reaches a terminal state. Matching and planning are pure (matcher.py, planner.py). The loop talks
+reaches a terminal phase. Matching and planning are pure (matcher.py, planner.py). The loop talks
 to a few collaborators and reaches into none of them: the trainer control (launch, stop, the run
-config in force), the checkpoint ledger (verified steps, quarantine, prune), the observer (log
+config in force), the checkpoint catalog (verified steps, quarantine, prune), the observer (log
 lines -> metrics -> snapshots) and the incident runner (open, act, close, report).
 """
 
@@ -25,8 +25,8 @@ from engine.watch.dry_run import observe_without_acting
 from engine.records.held_writes import Backlog, HeldRunLog, HoldingStore
 from engine.watch.incident_runner import IncidentRunner
 from engine.records.attempts import AttemptHistory
-from engine.records.journal import Journal, JournalState
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.records.journal import Journal, JournalReplay
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.lock import RunLock
 from engine.checkpoints.out_dir_claim import OutDirClaim
 from engine.language.matcher import MatchMemory, attempt_number, decide, judging_completion
@@ -34,12 +34,12 @@ from engine.language.playbook import Playbook
 from engine.core.notifier import Notifier
 from engine.observe.evidence import EvidenceGatherer
 from engine.observe.observer import Observer
-from engine.watch.context import WatchContext
+from engine.watch.parts import WatchParts
 from engine.watch.observation import Observation
 from engine.cluster.slurm_watch import SlurmAllocation
 from engine.watch.startup import start_or_continue
 from engine.watch.stopping import stop_on_request
-from engine.core.state import TERMINAL_STATES, RunState, StateSnapshot
+from engine.core.state import TERMINAL_PHASES, RunPhase, StateSnapshot
 from engine.process.trainer_control import TrainerControl
 from engine.trainers import adapter_for
 from engine.process.warm_spare import SparePool
@@ -72,19 +72,19 @@ class Supervisor:
         self.lock = RunLock(loaded.run_dir)
         self.out_dir_claim = OutDirClaim(loaded.out_dir, folder, loaded.path)   # one run per out_dir
         self.control = TrainerControl(loaded, adapter, self.journal, data_hash, self.trouble, spares)
-        self.ledger = CheckpointLedger(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
-                                       journal=None if dry_run else self.journal, read_only=dry_run)
+        self.catalog = CheckpointCatalog(loaded.out_dir, folder, loaded.quarantine_dir, adapter,
+                                         journal=None if dry_run else self.journal, read_only=dry_run)
         self.observer = Observer(adapter, loaded.out_dir, self.control.progress_meaning,
-                                 evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.ledger.resume_file_corrupt))
-        self.observation = Observation(self.control, self.observer, self.ledger, self.journal, self.events)
+                                 evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.catalog.resume_file_corrupt))
+        self.observation = Observation(self.control, self.observer, self.catalog, self.journal, self.events)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
         run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
-        self.context = WatchContext(
-            control=self.control, ledger=self.ledger, journal=self.journal, store=store, notifier=notifier,
+        self.parts = WatchParts(
+            control=self.control, catalog=self.catalog, journal=self.journal, store=store, notifier=notifier,
             events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
-        self.incidents = IncidentRunner(self.context)
-        self.state = RunState.STARTING
+        self.incidents = IncidentRunner(self.parts)
+        self.phase = RunPhase.STARTING
         self.memory = MatchMemory()
         self.history = AttemptHistory()   # the journal's, from start_or_continue (or the dry run) on
         self.dead_observations = 0
@@ -99,13 +99,13 @@ class Supervisor:
         return self.control.loaded   # a recovery may have rewritten the run config
 
     # --- the loop ------------------------------------------------------------------------------
-    def run(self) -> RunState:
+    def run(self) -> RunPhase:
         if self.dry_run:
             return observe_without_acting(self)
         # Every service the loop starts is stopped by this one stack, in reverse order, however the loop ends.
         with ExitStack() as services:
             if (slurm := self.slurm) is not None:   # registered first, so it runs after the lock's release:
-                services.callback(lambda: slurm.finished(self.state))   # a requeue's next allocation takes it
+                services.callback(lambda: slurm.finished(self.phase))   # a requeue's next allocation takes it
             services.enter_context(self.lock)
             services.enter_context(self.out_dir_claim)   # before anything seals, resumes or prunes in out_dir
             services.callback(self.notifier.close)
@@ -115,27 +115,27 @@ class Supervisor:
             services.callback(self.control.release_tmpdir_link)   # after the spare's discard (callbacks unwind in reverse)
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             endpoint = self._start(services, lambda: services_of_watch.metrics_endpoint(
-                self.loaded.config.watch.metrics, self.loaded.run_dir, self.ledger, self.journal, self.events,
-                lambda: (self.state, self.observation.last)))
+                self.loaded.config.watch.metrics, self.loaded.run_dir, self.catalog, self.journal, self.events,
+                lambda: (self.phase, self.observation.last)))
             if endpoint is not None:   # unwound before its stop: an escalation stays served for a scrape
                 services.callback(endpoint.linger, lambda: self.stop_requested is not None)
             with self.recovery_lock:
                 start_or_continue(self)
-            if self.state not in TERMINAL_STATES:
+            if self.phase not in TERMINAL_PHASES:
                 self._start(services, lambda: services_of_watch.upkeep(
-                    self.loaded.config.upkeep, self.context, self.recovery_lock, self.events, self.trouble))
+                    self.loaded.config.upkeep, self.parts, self.recovery_lock, self.events, self.trouble))
                 self._start(services, lambda: services_of_watch.notice_poller(
                     self.loaded.config.watch.cloud_notices, self.request_stop, self.events))
             services.callback(self._last_catch_up)
             services.callback(self.incidents.flush_awaiting, "the watcher ended before the trainer made progress")
-            while self.state not in TERMINAL_STATES:
+            while self.phase not in TERMINAL_PHASES:
                 if self.stop_requested:
                     self._stop_watching(self.stop_requested)
                     break
                 with self.recovery_lock:
                     self.tick()
                 time.sleep(self.loaded.config.watch.poll_interval_s)
-            return self.state
+            return self.phase
 
     @staticmethod
     def _start(services: ExitStack, make: Callable[[], _S | None]) -> _S | None:
@@ -147,7 +147,7 @@ class Supervisor:
 
     def observe(self, retain: bool = False) -> StateSnapshot:
         """One observation (engine/watch/observation.py): the process, its log, the checkpoints -> a snapshot."""
-        return self.observation.take(self.state, retain)
+        return self.observation.take(self.phase, retain)
 
     def tick(self) -> None:
         self.backlog.catch_up()
@@ -164,7 +164,7 @@ class Supervisor:
             self._exit_journaled = trainer.pid
             self.journal.append("trainer_exited", pid=trainer.pid, exit_code=trainer.exit_code, signal=trainer.signal)
         # exit_code is None only when nobody could record it (the launcher died too, or an old run folder).
-        completed = not trainer.alive and trainer.exit_code in (0, None) and self.ledger.final_exists()
+        completed = not trainer.alive and trainer.exit_code in (0, None) and self.catalog.final_exists()
         # A completed run is judged by the playbooks that name exit code 0 alone (a loss that ended diverged is
         # not a finished run); none fires: completed.
         outcome = decide(snapshot, self.loaded.config, judging_completion(self.playbooks) if completed else self.playbooks,
@@ -227,13 +227,13 @@ class Supervisor:
     def status(self) -> dict:
         """What the heartbeat says of the run (upkeep)."""
         metrics = self.observation.last.metrics if self.observation.last is not None else None
-        return {"run_state": self.state.value, "launches": self.control.launches,
+        return {"run_state": self.phase.value, "launches": self.control.launches,
                 "step": metrics.step if metrics else None, "tokens": metrics.tokens if metrics else None,
                 "tokens_per_sec": metrics.tokens_per_sec if metrics else None}
 
     def complete(self) -> None:
         self.observation.retain_at_completion()
-        self.transition(RunState.COMPLETED, "trainer exited 0 and final/ exists")
+        self.transition(RunPhase.COMPLETED, "trainer exited 0 and final/ exists")
 
     # --- the session port (engine/language/actions/ports.SessionPort): what actions ask of the loop --
     @property
@@ -251,7 +251,7 @@ class Supervisor:
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
         self.observer.follow(process.log_path, self.control.progress_meaning)
         self.dead_observations = 0
-        self.transition(RunState.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
+        self.transition(RunPhase.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))
         self.events(Launch(self.control.launches, process.pid, str(resume_file) if resume_file else None,
                            dict(self.control.env_in_force())))
@@ -262,8 +262,8 @@ class Supervisor:
     def attempt(self, playbook: Playbook) -> int:
         return attempt_number(self.history, playbook, time.time())
 
-    # --- the session's state: assigned here only (start-up and the dry run call these) ------------
-    def continue_from(self, past: JournalState, acting: bool = True) -> None:
+    # --- the session's phase: assigned here only (start-up and the dry run call these) ------------
+    def continue_from(self, past: JournalReplay, acting: bool = True) -> None:
         """What the journal says the run had: its attempts and launches; acting, also the environment its remedies
         set and its divergences (a dry run launches nothing, so it needs neither)."""
         self.history = past.history
@@ -275,13 +275,13 @@ class Supervisor:
     def reread_history(self) -> None:
         self.history = self.journal.replay().history
 
-    def settle(self, state: RunState) -> None:
-        """A state the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled."""
-        self.state = state
+    def settle(self, phase: RunPhase) -> None:
+        """A phase the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled."""
+        self.phase = phase
 
     # --- helpers -------------------------------------------------------------------------------
-    def transition(self, to: RunState, reason: str) -> None:
-        previous, self.state = self.state, to
+    def transition(self, to: RunPhase, reason: str) -> None:
+        previous, self.phase = self.phase, to
         if not self.dry_run:
             self.journal.append("transition", **{"from": previous.value, "to": to.value, "reason": reason})
         self.events(Transition(previous, to, str(reason)))
@@ -298,5 +298,5 @@ class Supervisor:
             signal.signal(sig, request_stop)
 
     def _stop_watching(self, why: str) -> None:
-        detail = stop_on_request(why, self.control, self.journal, self.ledger, self.slurm)   # engine/watch/stopping.py
-        self.transition(RunState.STOPPED, f"{why}; {detail}")
+        detail = stop_on_request(why, self.control, self.journal, self.catalog, self.slurm)   # engine/watch/stopping.py
+        self.transition(RunPhase.STOPPED, f"{why}; {detail}")

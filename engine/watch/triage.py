@@ -22,7 +22,7 @@ from engine.core.bounded_read import regular_file, shown
 from engine.core.config import RunConfig
 from engine.core.errors import SourceError
 from engine.core.evidence import Evidence
-from engine.core.state import CheckpointStatus, DiskStatus, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, DiskStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.language.clauses import Explanation, MatchContext, walk
 from engine.language.matcher import Decision, MatchMemory, decide
 from engine.language.planner import PlannedStep, plan
@@ -217,7 +217,7 @@ def snapshot_from_log(lines: list[str], end: Ending, config: RunConfig, adapter:
     new = _after_last_progress(read, adapter)
     trainer = TrainerStatus(pid=PID_UNKNOWN, alive=False, exit_code=end.code, signal=end.signal, launches=1)
     # STARTING: the state `watch --dry-run` judges a run folder with no live trainer in (engine/watch/dry_run.py).
-    snapshot = observer.snapshot(now, RunState.STARTING, trainer, CheckpointStatus(), new, config.watch)
+    snapshot = observer.snapshot(now, RunPhase.STARTING, trainer, CheckpointStatus(), new, config.watch)
     return snapshot.model_copy(update={"disk": DiskStatus()})   # unknown: total_bytes 0
 
 
@@ -256,9 +256,9 @@ def with_an_exit(result: Triage, config: RunConfig, playbooks: list[Playbook]) -
     other = decide(dead, config, playbooks, MatchMemory(), AttemptHistory()).decision
     if other is None or (result.decision is not None and other.playbook.name == result.decision.playbook.name):
         return []
-    if other.playbook.evidence:
+    if other.playbook.acts_on:
         return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead; it acts on "
-                + "; ".join(other.playbook.evidence)]
+                + "; ".join(other.playbook.acts_on)]
     return [f"the exit status: with a non-zero exit (--exit 1) '{other.playbook.name}' would fire instead "
             f"({other.playbook.description})"]
 

@@ -3,7 +3,7 @@ finished trainer logs, and an optional daily digest to Slack. APScheduler 3.x Ba
 
 Wiring (the supervisor's side):
 
-    upkeep = Upkeep(config.upkeep, SupervisorContext(supervisor), recovery_lock=supervisor.recovery_lock,
+    upkeep = Upkeep(config.upkeep, SupervisorPorts(supervisor), recovery_lock=supervisor.recovery_lock,
                     events=supervisor.events)
     upkeep.start()            # after the trainer is launched or re-attached
     ...                       # hold recovery_lock around each incident (and ideally each tick)
@@ -39,18 +39,18 @@ from engine.core.log_compression import compress_finished_logs
 from engine.core.write_trouble import WriteTrouble, passing, reason
 from engine.core.settings import UpkeepSettings  # noqa: F401 - the settings model lives in core
 from engine.records.incident_store import IncidentsUnreadable, IncidentStore
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.checkpoints.retention import retain
 from engine.core.notifier import Notifier
 
 if TYPE_CHECKING:
-    from engine.watch.context import WatchContext
+    from engine.watch.parts import WatchParts
 
 HEARTBEAT_NAME = "heartbeat.json"
 DIGEST_WINDOW_S = 24 * 3600
 
 
-class UpkeepContext(Protocol):
+class UpkeepPorts(Protocol):
     """What upkeep needs from the watcher (the supervisor implements it; values are read per run, and
     only read: properties or plain attributes both fit)."""
 
@@ -61,7 +61,7 @@ class UpkeepContext(Protocol):
     @property
     def keep_last_k(self) -> int: ...
     @property
-    def ledger(self) -> CheckpointLedger: ...   # the one prune
+    def catalog(self) -> CheckpointCatalog: ...   # the one prune
     @property
     def notifier(self) -> Notifier: ...
 
@@ -71,48 +71,48 @@ class UpkeepContext(Protocol):
     def status(self) -> dict: ...               # "step", "tokens", "tokens_per_sec", "run_state" (all optional)
 
 
-class SupervisorContext:
-    """UpkeepContext over the watch loop's WatchContext (engine/watch/context.py). Jobs run while holding
-    the recovery lock (as the watch loop does), so the ledger is never changed by both at once."""
+class SupervisorPorts:
+    """UpkeepPorts over the watch loop's WatchParts (engine/watch/parts.py). Jobs run while holding
+    the recovery lock (as the watch loop does), so the catalog is never changed by both at once."""
 
-    def __init__(self, context: WatchContext) -> None:
-        self.ctx = context
+    def __init__(self, parts: WatchParts) -> None:
+        self.parts = parts
 
     @property
     def run_dir(self) -> Path:
-        return self.ctx.control.loaded.run_dir
+        return self.parts.control.loaded.run_dir
 
     @property
     def out_dir(self) -> Path:
-        return self.ctx.control.loaded.out_dir
+        return self.parts.control.loaded.out_dir
 
     @property
     def keep_last_k(self) -> int:
-        return self.ctx.control.loaded.config.keep_last_k   # a recovery may have rewritten the config
+        return self.parts.control.loaded.config.keep_last_k   # a recovery may have rewritten the config
 
     @property
-    def ledger(self) -> CheckpointLedger:
-        return self.ctx.ledger
+    def catalog(self) -> CheckpointCatalog:
+        return self.parts.catalog
 
     @property
     def notifier(self) -> Notifier:
-        return self.ctx.notifier
+        return self.parts.notifier
 
     def best_step(self) -> int | None:
-        return self.ctx.session.best_val_step()   # the watch loop's one source of "best"
+        return self.parts.session.best_val_step()   # the watch loop's one source of "best"
 
     def trainer_alive(self) -> bool:
-        return self.ctx.control.alive
+        return self.parts.control.alive
 
     def current_log(self) -> Path | None:
-        process = self.ctx.control.process
+        process = self.parts.control.process
         return process.log_path if process is not None else None
 
     def held(self) -> dict[str, int]:
-        return self.ctx.held()
+        return self.parts.held()
 
     def status(self) -> dict:
-        return self.ctx.session.status()
+        return self.parts.session.status()
 
 
 @dataclass(frozen=True)
@@ -126,11 +126,11 @@ class JobRun:
 class Upkeep:
     JOBS = ("heartbeat", "retention", "gzip_logs", "digest")
 
-    def __init__(self, settings: UpkeepSettings, context: UpkeepContext, recovery_lock: threading.Lock | None = None,
+    def __init__(self, settings: UpkeepSettings, ports: UpkeepPorts, recovery_lock: threading.Lock | None = None,
                  events: Publish | None = None, timezone: dt.tzinfo | None = None,
                  trouble: WriteTrouble | None = None):
         self.settings = settings
-        self.context = context
+        self.ports = ports
         self.recovery_lock = recovery_lock or threading.Lock()
         self.events = events or ignore
         self.trouble = trouble or WriteTrouble(self.events)   # a full run folder: one warning, not one per beat
@@ -216,9 +216,9 @@ class Upkeep:
         return run
 
     def _heartbeat(self) -> str:
-        ctx = self.context
-        status = ctx.status() or {}
-        probe = ctx.out_dir if Path(ctx.out_dir).exists() else ctx.run_dir
+        ports = self.ports
+        status = ports.status() or {}
+        probe = ports.out_dir if Path(ports.out_dir).exists() else ports.run_dir
         disk = shutil.disk_usage(probe)
         now = time.time()
         beat = {
@@ -226,16 +226,16 @@ class Upkeep:
             "time_iso": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="seconds"),
             "watcher_pid": os.getpid(),
             "step": status.get("step"),
-            "trainer_alive": ctx.trainer_alive(),
+            "trainer_alive": ports.trainer_alive(),
             "disk": {"path": str(probe), "free_bytes": disk.free, "total_bytes": disk.total,
                      "free_percent": round(100.0 * disk.free / disk.total, 2) if disk.total else 0.0},
             "status": status,
         }
-        held: dict[str, int] = getattr(ctx, "held", dict)()
+        held: dict[str, int] = getattr(ports, "held", dict)()
         if held:   # for `runbook status`: the journal on disk lacks what this watcher still holds in memory
             beat["held_in_memory"] = held
         try:
-            atomic_write_text(Path(ctx.run_dir) / HEARTBEAT_NAME, json.dumps(beat, indent=2, default=str) + "\n")
+            atomic_write_text(Path(ports.run_dir) / HEARTBEAT_NAME, json.dumps(beat, indent=2, default=str) + "\n")
         except OSError as error:
             if not passing(error):
                 raise
@@ -245,21 +245,21 @@ class Upkeep:
         return f"step {beat['step']}, {disk.free / 1e9:.1f} GB free"
 
     def _retention(self) -> str:
-        ctx = self.context
-        result = retain(ctx.ledger, ctx.keep_last_k, ctx.best_step(), ctx.trainer_alive())
+        ports = self.ports
+        result = retain(ports.catalog, ports.keep_last_k, ports.best_step(), ports.trainer_alive())
         return f"deleted {len(result.deleted)} checkpoint(s) ({result.freed_bytes / 1e6:.1f} MB); kept steps {result.kept_steps}"
 
     def _gzip_logs(self) -> str:
-        ctx = self.context
-        count, saved = compress_finished_logs(Path(ctx.run_dir) / "logs", ctx.current_log(), ctx.trainer_alive())
+        ports = self.ports
+        count, saved = compress_finished_logs(Path(ports.run_dir) / "logs", ports.current_log(), ports.trainer_alive())
         return f"compressed {count} finished log(s), saved {saved / 1e6:.2f} MB"
 
     def _digest(self) -> str:
-        ctx = self.context
-        sender = getattr(ctx.notifier, "digest", None)
+        ports = self.ports
+        sender = getattr(ports.notifier, "digest", None)
         if sender is None:
             return "the notifier cannot send a digest"
-        title, text, fields = digest_message(ctx.status() or {}, read_incidents(Path(ctx.run_dir)), time.time())
+        title, text, fields = digest_message(ports.status() or {}, read_incidents(Path(ports.run_dir)), time.time())
         sender(title, text, fields)
         return text
 
@@ -287,7 +287,7 @@ def digest_message(status: dict, incidents: list[dict], now: float,
 
     step, tokens, tps = status.get("step"), status.get("tokens"), status.get("tokens_per_sec")
     fields = {
-        "run state": str(status.get("run_state", "?")),
+        "run phase": str(status.get("run_state", "?")),
         "step": "?" if step is None else f"{step:,}",
         "tokens": "?" if tokens is None else f"{tokens:,}",
         "tokens/s": "?" if tps is None else f"{tps:,.0f}",

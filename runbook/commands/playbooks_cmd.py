@@ -194,9 +194,9 @@ def explain(
         typer.echo(f"expression error (fails closed): {error}")
     typer.echo(f"result: {'MATCH' if explanation.matched else 'NO MATCH'}")
     persist, limits = playbook.persist, playbook.limits
-    held = f"{persist.observations} consecutive matching observation(s)"
-    held += f" over at least {persist.seconds:g} s" if persist.seconds else ""
-    typer.echo(f"persistence: fires after {held}; this one snapshot counts as 1"
+    needed = f"{persist.observations} consecutive matching observation(s)"
+    needed += f" over at least {persist.seconds:g} s" if persist.seconds else ""
+    typer.echo(f"persistence: fires after {needed}; this one snapshot counts as 1"
                + ("" if persist.observations == 1 and not persist.seconds else ", so a live run needs more"))
     typer.echo(f"limits: at most {limits.max_attempts} firing(s) per {limits.window:g} s, cooldown {limits.cooldown:g} s "
                f"(backoff x{limits.backoff:g}), then escalate; circuit breaker "

@@ -70,7 +70,7 @@ def render_markdown(loaded: LoadedConfig, history: RunHistory, png_name: str) ->
 
     h = history
     absurd = absurd_losses(h)
-    state = h.journal.run_state.value
+    phase = h.journal.phase.value
     outcomes: dict[str, int] = {}
     for r in h.incidents:
         outcomes[str(r.get("outcome"))] = outcomes.get(str(r.get("outcome")), 0) + 1
@@ -82,7 +82,7 @@ def render_markdown(loaded: LoadedConfig, history: RunHistory, png_name: str) ->
     kept = ", ".join(f"{c.step}{' (last)' if c.is_last else ''}{'' if c.sealed else ' (not sealed)'}"
                      for c in h.checkpoints) or "none"
     summary = [
-        ("run state", state + (" (final/ written)" if h.final_exists else "")),
+        ("run phase", phase + (" (final/ written)" if h.final_exists else "")),
         ("config", f"`{loaded.path}`"),
         ("run folder", f"`{loaded.run_dir}`"),
         ("optimizer steps", f"{h.last_step if h.last_step is not None else 0} of {h.total_steps}"),

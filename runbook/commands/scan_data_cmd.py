@@ -38,7 +38,7 @@ def scan_data(
                                                  "file), then text files or folders of *.txt (default: the run's data.train_dir)"),
     config: Optional[Path] = config_option("run config (YAML): tokenizer and data folders (same as CONFIG)"),
     max_tokens: int = typer.Option(100_000, "--max-tokens", min=1, help="flag lines with more tokens than this"),
-    context: Optional[int] = typer.Option(None, "--context", min=1, help="also flag lines longer than the model context (tokens)"),
+    context_length: Optional[int] = typer.Option(None, "--context", min=1, help="also flag lines longer than the model context (tokens)"),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="tokenizer folder (default: the config's data.tokenizer_dir)"),
     fix: bool = typer.Option(False, "--fix", help="write cleaned data to <folder>-clean and point the run config at it"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -61,10 +61,10 @@ def scan_data(
         tok = load_tokenizer(tok_dir)
     except DataScanError as error:
         fail(ExitCode.BAD_CONFIG, f"{error}.")
-    report = scan_files(files, tok, max_tokens, context)
+    report = scan_files(files, tok, max_tokens, context_length)
     result = {"scan": report.to_dict()}
     if fix and not report.clean:
-        result["fix"] = _fix(report, files, loaded, tok, max_tokens, context)
+        result["fix"] = _fix(report, files, loaded, tok, max_tokens, context_length)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -116,7 +116,7 @@ def _configured_train_files(loaded: LoadedConfig) -> list[Path]:
     return files
 
 
-def _fix(report: ScanReport, files: list[Path], loaded: LoadedConfig | None, tok: Tokenizer, max_tokens: int, context: int | None) -> dict:
+def _fix(report: ScanReport, files: list[Path], loaded: LoadedConfig | None, tok: Tokenizer, max_tokens: int, context_length: int | None) -> dict:
     """Clean every folder that has bad lines; repoint the config at the ones it trains on; rescan."""
     from engine.datascan.scan import fix_folder, scan_files, text_files
     from engine.core.config import compute_data_hash
@@ -132,7 +132,7 @@ def _fix(report: ScanReport, files: list[Path], loaded: LoadedConfig | None, tok
         for key, configured_dir in configured.items():
             if configured_dir.resolve() == folder.resolve():
                 repoint[key] = target
-    rescan = scan_files([p for t in written for p in text_files(Path(t))], tok, max_tokens, context)
+    rescan = scan_files([p for t in written for p in text_files(Path(t))], tok, max_tokens, context_length)
     if repoint and loaded is not None:   # only a run config's folders are repointed
         train = repoint.get("train_dir", configured["train_dir"])
         val = repoint.get("val_dir", configured["val_dir"])

@@ -30,8 +30,8 @@ from runbook.shown_values import step_problem, time_problem
 
 if TYPE_CHECKING:
     from engine.core.config import LoadedConfig
-    from engine.core.state import RunState
-    from engine.records.journal import JournalState
+    from engine.core.state import RunPhase
+    from engine.records.journal import JournalReplay
 
 FULL_DISK_BYTES = 64 * 1024  # less than this free under run_dir: a journal line or a record may not fit
 out = Console(highlight=False, soft_wrap=True)
@@ -40,7 +40,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
     """(pid, None) of the `runbook watch` holding the run folder's lock; (pid or -1, why) when the lock
-    is held but the pid written in it is not running (stale) or not the holder; (None, None) when free."""
+    is taken but the pid written in it is not running (stale) or not the holder; (None, None) when free."""
     from engine.core.lock import holder_text
 
     path = RunFolder(run_dir).lock
@@ -64,7 +64,7 @@ def watcher_lock(run_dir: Path) -> tuple[int | None, str | None]:
         os.close(fd)
 
 
-def trainer_identity(loaded: LoadedConfig, journal: JournalState) -> dict:
+def trainer_identity(loaded: LoadedConfig, journal: JournalReplay) -> dict:
     """Whether the journal's trainer runs and is provably this run's (engine/process/identity.py):
     a pid alone is not enough, another process may have it now."""
     from engine.process.identity import Identity, live_trainers_of
@@ -89,7 +89,7 @@ def trainer_identity(loaded: LoadedConfig, journal: JournalState) -> dict:
     return found
 
 
-def trainer_gone(entries: list[dict], run_state: RunState | str) -> bool:
+def trainer_gone(entries: list[dict], run_state: RunPhase | str) -> bool:
     """PURE. Has the journal's newest trainer ended: its exit journaled after its launch, or the run completed?
     The watcher's last heartbeat may be older than that (written while it trained), so it is no word on it."""
     kinds = [e.get("kind") for e in entries]
@@ -149,7 +149,7 @@ def gather(loaded: LoadedConfig, now: float | None = None) -> dict:
                              **({"step_invalid": step_why} if step_why else {}),
                              "trainer_alive": beat.get("trainer_alive"), "watcher_pid": beat.get("watcher_pid"),
                              **({"trainer_alive": False, "trainer_exited": True}
-                                if beat.get("trainer_alive") and trainer_gone(h.journal_entries, h.journal.run_state)
+                                if beat.get("trainer_alive") and trainer_gone(h.journal_entries, h.journal.phase)
                                 else {}),
                              "held_in_memory": beat.get("held_in_memory") or {}}
         except (OSError, ValueError, KeyError, TypeError, OverflowError) as error:   # OverflowError: a 400-digit time
@@ -169,7 +169,7 @@ def gather(loaded: LoadedConfig, now: float | None = None) -> dict:
     slurm = slurm_status(loaded.run_dir, loaded.config.slurm.command_timeout_s)
     return {
         "config": str(loaded.path), "run_dir": str(loaded.run_dir), "out_dir": str(loaded.out_dir),
-        "state": h.journal.run_state.value,
+        "state": h.journal.phase.value,
         "last_transition": {"from": last.get("from"), "to": last.get("to"), "reason": last.get("reason"),
                             **({"seconds_ago": None, "time_invalid": why} if (why := time_problem(last.get("time"), now))
                                else {"seconds_ago": round(now - last["time"], 1)})} if last else None,
@@ -233,6 +233,7 @@ def slurm_status(run_dir: Path, sacct_timeout_s: float | None = None) -> dict | 
     rows = []
     for a in allocations:
         row = a.model_dump(exclude={"schema_version"})
+        row["evidence"] = a.scheduler_said   # its old name, for the readers of earlier versions' --json
         end = ends.get((a.job_id, a.restart))
         row["sacct"] = asdict(end) if end else None
         rows.append(row)

@@ -23,7 +23,7 @@ def render_slurm(slurm: dict) -> list[str]:
     for a in allocations:
         ended = a["ended"] or "running (or ended without a record yet)"
         lines.append(f"          job {a['job_id']} restart {a['restart']} on {a['node']}: {_clock(a['started_at'])} -> "
-                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['evidence']})" if a["evidence"] else "")
+                     f"{_clock(a['ended_at'])}, {ended}" + (f" ({a['scheduler_said']})" if a["scheduler_said"] else "")
                      + (f"; {describe(AllocationEnd(**a['sacct']))}" if a.get("sacct") else ""))
     return lines
 
@@ -47,7 +47,7 @@ def render(status: dict) -> list[str]:
         t = s["last_transition"]
         when = f"at an invalid time ({t['time_invalid']})" if t.get("time_invalid") else f"{duration(t['seconds_ago'])} ago"
         lines.append(f"          last change {when}: {t['from']} -> {t['to']} ({t['reason']})")
-    if watcher.get("note") and watcher["running"]:   # the lock is held, but its pid is stale
+    if watcher.get("note") and watcher["running"]:   # the lock is taken, but its pid is stale
         lines.append(f"watcher   holds the run folder's lock ({watcher['note']})")
     else:
         lines.append(f"watcher   {'running, pid ' + str(watcher['pid']) if watcher['running'] else 'not running'}"
@@ -116,7 +116,7 @@ def render(status: dict) -> list[str]:
 
 
 def status_code(status: dict) -> ExitCode:
-    """PURE. The exit code that tells the run's state apart (README's table): completed 0, escalated 4,
+    """PURE. The exit code that tells the run's phase apart (README's table): completed 0, escalated 4,
     stopped 7 (resumable), running under a watcher 13, unfinished with no watcher 12 (it failed or was killed).
     A trainer alive with no watcher is 12 whatever state was recorded last: a watcher killed between launching
     the trainer and journaling "running" leaves "stopped" behind, and the unsupervised trainer is the news."""

@@ -1,6 +1,6 @@
 """`runbook triage LOG [--exit N | --signal NAME] [CONFIG] [--json]`: what runbook would decide for a log
 that did not run under it (a run outside runbook, a colleague's): the winning playbook, the clauses that
-held, the evidence a log cannot give, and the planned actions. The judging is the watcher's own
+matched, the evidence a log cannot give, and the planned actions. The judging is the watcher's own
 (engine/watch/triage.py: Observer, exit normalisation, decide, plan); nothing is written anywhere.
 
 Exit 0: a playbook would recover the run (or the trainer exited 0 and nothing matches); 16: runbook
@@ -61,7 +61,7 @@ def _setup(config_path: Optional[Path]) -> tuple[RunConfig, list[Playbook], str]
 
 
 def _tree(explanation: Explanation, depth: int = 0) -> list[str]:
-    mark = "[held]    " if explanation.matched else "[not held]"
+    mark = "[matched] " if explanation.matched else "[no match]"
     line = f"{'    ' * depth}{mark} {explanation.clause}: expected {explanation.expected}"
     if explanation.actual:
         line += f"; actual {explanation.actual}"
@@ -71,8 +71,10 @@ def _tree(explanation: Explanation, depth: int = 0) -> list[str]:
 def _explanation_dict(explanation: Explanation | None) -> dict | None:
     if explanation is None:
         return None
-    return {"clause": explanation.clause, "held": explanation.matched, "expected": explanation.expected,
-            "actual": explanation.actual, "children": [_explanation_dict(c) for c in explanation.children]}
+    # "held": the key's old name, still written for the readers of earlier versions' output.
+    return {"clause": explanation.clause, "matched": explanation.matched, "held": explanation.matched,
+            "expected": explanation.expected, "actual": explanation.actual,
+            "children": [_explanation_dict(c) for c in explanation.children]}
 
 
 def triage(
@@ -123,7 +125,8 @@ def triage(
             "decision": None if decision is None else {
                 "kind": decision.kind, "reason": decision.reason, "matched": list(decision.matched),
                 "inhibited": list(decision.inhibited), "priority": decision.playbook.priority,
-                "description": decision.playbook.description, "evidence": list(decision.playbook.evidence)},
+                "description": decision.playbook.description, "acts_on": list(decision.playbook.acts_on),
+                "evidence": list(decision.playbook.acts_on)},   # acts_on's old name, for old readers
             "explain": _explanation_dict(result.explanation),
             "missing": result.missing,
             "plan": [step.to_dict() for step in result.steps],
@@ -164,9 +167,9 @@ def _report(log: Path, result: Triage, used: str, code: ExitCode) -> list[str]:
         if others:
             inhibited = set(decision.inhibited)
             lines.append("  also matched: " + ", ".join(f"{n} (inhibited)" if n in inhibited else n for n in others))
-        if playbook.evidence:
-            lines.append("it acts on (its stated evidence):")
-            lines += [printable(f"  - {item}") for item in playbook.evidence]
+        if playbook.acts_on:
+            lines.append("it acts on:")
+            lines += [printable(f"  - {item}") for item in playbook.acts_on]
         if result.explanation is not None:   # set with the decision (engine/watch/triage.py)
             lines.append("why (the clauses of its match):")
             lines += ["  " + line for line in _tree(result.explanation)]

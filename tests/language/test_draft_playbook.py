@@ -167,7 +167,7 @@ def test_the_same_failure_in_a_new_run_is_recovered_by_the_accepted_playbook(run
     assert recovered["first_progress_at"] is not None                                   # training again
     # The same failure in another run, with other numbers, paths and addresses: one signature.
     assert recovered["signature"]["id"] == drafted["escalated"]["signature"]["id"]
-    assert recovered["signature"]["evidence"] != drafted["escalated"]["signature"]["evidence"]
+    assert recovered["signature"]["log_line"] != drafted["escalated"]["signature"]["log_line"]
 
 
 def test_a_different_unknown_failure_has_another_signature_and_still_escalates(run_b, drafted):

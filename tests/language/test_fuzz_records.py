@@ -69,8 +69,8 @@ def read_with(tmp_path, middle: bytes) -> None:
     path.write_bytes(b"".join(lines[:2]) + middle + b"\n" + b"".join(lines[2:]))
     journal = Journal(path)
     entries = journal.entries()
-    state = rebuild(entries)
-    assert state.run_state.value == "completed" and len(state.history.fired["preemption"]) == 1
+    replayed = rebuild(entries)
+    assert replayed.phase.value == "completed" and len(replayed.history.fired["preemption"]) == 1
     assert len(entries) >= len(lines)
     for e in entries:   # what status reads from each transition
         if e["kind"] == "transition":

@@ -32,7 +32,7 @@ def test_the_same_failure_twice_gives_one_signature_and_two_failures_two():
     assert first.id == again.id
     assert first.id != other.id
     assert first.text == "exit 1, ShardIndexCorrupted: shard <hex> index <n> in <path> has a bad header after step <n>, while training"
-    assert first.evidence == SHARD.format(n=1234, path="/tmp/run-a/data/train-00017.bin", step=12)   # raw, for people
+    assert first.log_line == SHARD.format(n=1234, path="/tmp/run-a/data/train-00017.bin", step=12)   # raw, for people
 
 
 def test_what_tells_failures_apart_is_kept():
@@ -77,7 +77,7 @@ def test_masking_is_stable_under_what_changes_between_runs(number, step, folder,
 def test_any_log_text_gives_a_signature(text):
     sig = signature_of(crash(text.split("\n")))
     assert sig.id.startswith("sig-") and len(sig.id) == 14
-    assert sig.evidence is None or len(sig.evidence) <= 300
+    assert sig.log_line is None or len(sig.log_line) <= 300
 
 
 def test_similarity_reasons_and_order():

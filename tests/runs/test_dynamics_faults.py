@@ -203,7 +203,7 @@ def test_throttled_trainer_opens_a_slow_training_incident_with_a_diagnosis_and_c
     assert slow["outcome"] == "recovered"
     assert throttled_at <= slow["detected_at"] <= unthrottled_at, (throttled_at, slow["detected_at"], unthrottled_at)
     assert "stopped from outside" in slow["diagnosis"]["verdict"], slow["diagnosis"]
-    assert slow["diagnosis"]["evidence"]["stopped_fraction"] >= 0.1
+    assert slow["diagnosis"]["samples"]["stopped_fraction"] >= 0.1
     wait_step = next(a for a in slow["actions"] if a["verb"] == "wait_for")
     assert wait_step["ok"], (wait_step, project.watch_output())
     # It judged the run only after the throttle had ended, and found it recovered.

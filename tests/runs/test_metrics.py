@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.trainers.run_config import load_config
 from engine.watch.metrics import ADDRESS_FILE, IncidentFigures, WatcherView, goodput, metric_families
-from engine.core.state import CheckpointStatus, Metrics, RankStatus, RanksStatus, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, Metrics, RankStatus, RanksStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.core.yaml_source import SourceError
 from runbook.report import read_history
 from tests.conftest import REPO, stop_process, wait_for
@@ -175,7 +175,7 @@ def as_dict(families) -> dict:
 def test_metric_values_are_a_pure_function_of_what_the_watcher_knows():
     incidents = (IncidentFigures("killed", "recovered", 4), IncidentFigures("killed", "recovered", 6),
                  IncidentFigures("oom", "escalated", None), IncidentFigures("hang", "open", None))
-    view = WatcherView(RunState.RECOVERING, snapshot(step=90, tokens=90 * 1024, tokens_per_sec=512.5),
+    view = WatcherView(RunPhase.RECOVERING, snapshot(step=90, tokens=90 * 1024, tokens_per_sec=512.5),
                        incidents, checkpoint_saved_at=940.0, now=1000.0)
     values = as_dict(metric_families(view))
     assert values[("runbook_run_state", ("recovering",))] == 1.0
@@ -198,10 +198,10 @@ def test_metric_values_are_a_pure_function_of_what_the_watcher_knows():
 
 
 def test_what_nobody_knows_yet_is_left_out_not_reported_as_zero():
-    starting = as_dict(metric_families(WatcherView(RunState.STARTING, None, (), None, 0.0)))
+    starting = as_dict(metric_families(WatcherView(RunPhase.STARTING, None, (), None, 0.0)))
     assert starting[("runbook_run_state", ("starting",))] == 1.0
     assert not [k for k in starting if k[0] in ("runbook_optimizer_step", "runbook_goodput_ratio")]
-    no_progress = as_dict(metric_families(WatcherView(RunState.RUNNING, snapshot(), (), None, 0.0)))
+    no_progress = as_dict(metric_families(WatcherView(RunPhase.RUNNING, snapshot(), (), None, 0.0)))
     for name in ("runbook_optimizer_step", "runbook_tokens", "runbook_tokens_per_second", "runbook_goodput_ratio",
                  "runbook_last_verified_checkpoint_age_seconds"):
         assert (name, ()) not in no_progress, name
@@ -229,7 +229,7 @@ def test_a_port_in_use_refuses_to_start_the_endpoint_itself(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         endpoint = MetricsEndpoint(MetricsSettings(port=taken.getsockname()[1]), tmp_path,
-                                   lambda: (RunState.RUNNING, None), lambda step: tmp_path / "none")
+                                   lambda: (RunPhase.RUNNING, None), lambda step: tmp_path / "none")
         with pytest.raises(OSError):
             endpoint.start()
     assert not (tmp_path / ADDRESS_FILE).exists()

@@ -104,7 +104,7 @@ def test_two_claims_on_one_out_dir_exclude_each_other_and_a_bad_marker_is_never_
         assert marker["run_id"] == a.run_id.read_text().strip() and marker["run_dir"] == str(a.root.resolve())
         with pytest.raises(OutDirTaken, match="its watcher is running now"):
             OutDirClaim(out_dir, b, tmp_path / "b.yaml").acquire()
-        with pytest.raises(OutDirTaken, match="held by another watcher of this same run"):
+        with pytest.raises(OutDirTaken, match="claimed by another watcher of this same run"):
             OutDirClaim(out_dir, a, tmp_path / "a.yaml").acquire()
         assert owner_problem(out_dir, a) is None and "belongs to another run" in owner_problem(out_dir, b)
     with OutDirClaim(out_dir, a, tmp_path / "a.yaml"):   # the same run again, after its watcher ended

@@ -35,7 +35,7 @@ def test_an_escalated_unknown_failure_reads_as_a_post_mortem():
         lesson="An unrecognised crash needs a human."), run_log=RUN_LOG)
     assert "### incident-1 — unknown-crash (escalated to a human)" in text
     assert "**Seen:** 2026-11-30T10:00:00+00:00, at step 24: the trainer exited with code 1." in text
-    assert "**Evidence:** `ShardHeaderCorrupted: shard 0x7f3a index 17 in /d/t.bin has a bad header`" in text
+    assert "**Log line:** `ShardHeaderCorrupted: shard 0x7f3a index 17 in /d/t.bin has a bad header`" in text
     assert "`exit 1, ShardHeaderCorrupted: shard <hex> index <n> in <path> has a bad header, while training`" in text
     assert "**Outcome:** escalated to a human: the trainer exited with code 1 and no playbook knows this failure" in text
     assert "**Cost:** the run stopped at step 24 until a person acts" in text
@@ -68,7 +68,7 @@ def test_a_slowdown_whose_wait_failed_is_not_called_recovered_and_unknowns_are_l
     assert "**Outcome:** not fixed: wait_for failed (timed out after 300 s); the run went on as it was" in text
     assert "recovered" not in text
     assert "? optimizer" not in text and "optimizer step" not in text     # steps_lost unknown: not printed
-    assert "**Evidence:** `Epoch 1 | step 30`" in text
+    assert "**Log line:** `Epoch 1 | step 30`" in text
 
 
 def test_a_repeat_of_one_signature_refers_to_the_first_entry(tmp_path):
@@ -78,7 +78,7 @@ def test_a_repeat_of_one_signature_refers_to_the_first_entry(tmp_path):
     text = run_log.read_text()
     second = text.split(entry_marker("incident-5"))[1]
     assert "**Again:** the same unknown failure as [incident-1](#incident-1)" in second
-    assert "**Evidence:**" not in second and "**Lesson:**" not in second   # not repeated in full
+    assert "**Log line:**" not in second and "**Lesson:**" not in second   # not repeated in full
     assert '<a id="incident-1"></a>' in text
     assert not append_entry(run_log, again)                                 # once per incident, as before
 
@@ -119,7 +119,7 @@ def test_a_repeated_unknown_failure_is_the_same_one_in_the_record_the_run_log_an
     finally:
         slack.stop()
     first, again = project.incidents()
-    assert first["signature"]["id"] == again["signature"]["id"] and first["signature"]["evidence"] != again["signature"]["evidence"]
+    assert first["signature"]["id"] == again["signature"]["id"] and first["signature"]["log_line"] != again["signature"]["log_line"]
     assert (first["same_as"], again["same_as"]) == (None, first["id"])
     entry = project.run_log.read_text().split(entry_marker(again["id"]))[1]
     assert f"**Again:** the same unknown failure as [{first['id']}](#{first['id']})" in entry

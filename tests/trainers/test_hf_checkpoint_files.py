@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Trainer, TrainingArguments
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
 from engine.trainers.hf.adapter import HFTrainerAdapter
 
@@ -62,14 +62,14 @@ def test_keep_last_k_prunes_hf_checkpoints_holding_a_tokenizer_and_each_ranks_rn
     assert {"tokenizer.json", "tokenizer_config.json", "rng_state_1.pth"} <= set(os.listdir(folders[0]))
     (folders[1] / "notes.txt").write_text("a user's note: this folder is not runbook's alone\n")
     announce(run_dir, *folders)
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", HFTrainerAdapter())
-    assert ledger.refresh() == [] and ledger.verified == {4, 8, 12, 16, 20}
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", HFTrainerAdapter())
+    assert catalog.refresh() == [] and catalog.verified == {4, 8, 12, 16, 20}
 
-    pruned = ledger.prune(keep_last_k=3, best_step=None, remove_partial=True, trainer_alive=False)
+    pruned = catalog.prune(keep_last_k=3, best_step=None, remove_partial=True, trainer_alive=False)
 
     assert pruned.deleted == ["checkpoint-4"], pruned.summary()
     assert pruned.foreign == ["checkpoint-8/notes.txt"]   # the user's file: its folder stays, said
-    assert [c.step for c in ledger.checkpoints()] == [8, 12, 16, 20]
+    assert [c.step for c in catalog.checkpoints()] == [8, 12, 16, 20]
 
 
 class Ids(torch.utils.data.Dataset):
@@ -93,10 +93,10 @@ def test_keep_last_k_prunes_the_checkpoints_a_real_trainer_saved_with_its_tokeni
     folders = [out_dir / f"checkpoint-{step}" for step in (1, 2, 3, 4)]
     assert {"tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(folders[0]))
     announce(run_dir, *folders)
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", HFTrainerAdapter())
-    assert ledger.refresh() == [] and ledger.verified == {1, 2, 3, 4}
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", HFTrainerAdapter())
+    assert catalog.refresh() == [] and catalog.verified == {1, 2, 3, 4}
 
-    pruned = ledger.prune(keep_last_k=2, best_step=None, remove_partial=True, trainer_alive=False)
+    pruned = catalog.prune(keep_last_k=2, best_step=None, remove_partial=True, trainer_alive=False)
 
     assert pruned.deleted == ["checkpoint-1", "checkpoint-2"] and pruned.foreign == [], pruned.summary()
 
@@ -111,13 +111,13 @@ def test_a_sharded_hf_save_is_verified_pruned_and_scanned_shard_by_shard(tmp_pat
     assert len(shards) > 2 and "model.safetensors" not in os.listdir(folders[0])
     announce(run_dir, *folders)
     adapter = HFTrainerAdapter()
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", adapter)
-    assert ledger.refresh() == [] and ledger.verified == {4, 8, 12}
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", adapter)
+    assert catalog.refresh() == [] and catalog.verified == {4, 8, 12}
     assert adapter.layout.looks_whole(folders[0])
-    newest = ledger.checkpoints()[-1]
+    newest = catalog.checkpoints()[-1]
     assert adapter.find_nonfinite(newest, limit=10) == ["transformer.wte.weight", "transformer.ln_f.bias"]
 
-    pruned = ledger.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
+    pruned = catalog.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
     assert pruned.deleted == ["checkpoint-4", "checkpoint-8"], pruned.summary()
 
     last = out_dir / "checkpoint-12" / shards[-1]

@@ -12,7 +12,7 @@ import numpy
 import pytest
 import torch
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.checkpoints.rollback import UnreadableWeights
 from engine.core.run_folder import RunFolder
 from engine.trainers.script import weights
@@ -80,11 +80,11 @@ def test_a_rollback_keeps_clean_and_unreadable_checkpoints_and_names_the_steps_i
     save(out_dir, 12, {**users_state(), "hook": RunsCode(tmp_path / "ran")})
     save(out_dir, 16, users_state())
     save(out_dir, 20, users_state())
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", ScriptAdapter())
-    assert ledger.refresh() == [] and ledger.verified == {4, 8, 12, 16, 20}
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", ScriptAdapter())
+    assert catalog.refresh() == [] and catalog.verified == {4, 8, 12, 16, 20}
 
-    result = ledger.rollback(bad_step=19, steps=4, scan_nonfinite=True, why="rollback (test)")
-    assert [c.step for c in ledger.checkpoints()] == [4, 12] and result.target.step == 12
+    result = catalog.rollback(bad_step=19, steps=4, scan_nonfinite=True, why="rollback (test)")
+    assert [c.step for c in catalog.checkpoints()] == [4, 12] and result.target.step == 12
     assert result.quarantined == {8: "non-finite weights in head.bias",
                                   16: "saved at step 16, within 4 steps of or after the first bad step 19",
                                   20: "saved at step 20, within 4 steps of or after the first bad step 19"}

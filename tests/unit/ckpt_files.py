@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
 from engine.trainers.script.adapter import ScriptAdapter
 
@@ -31,18 +31,18 @@ def announce(run_dir: Path, *folders: Path, log: str = "trainer-001.log") -> Non
         f.writelines(f"runbook: saving {os.path.abspath(p)}\n" for p in folders)
 
 
-def ledger(tmp_path: Path, journal=None, read_only: bool = False) -> CheckpointLedger:
-    """The ledger of tmp_path/out, run folder tmp_path/run, quarantine tmp_path/run/quarantine."""
+def catalog_of(tmp_path: Path, journal=None, read_only: bool = False) -> CheckpointCatalog:
+    """The catalog of tmp_path/out, run folder tmp_path/run, quarantine tmp_path/run/quarantine."""
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
-    return CheckpointLedger(tmp_path / "out", RunFolder(run_dir), run_dir / "quarantine", ScriptAdapter(),
-                            journal=journal, read_only=read_only)
+    return CheckpointCatalog(tmp_path / "out", RunFolder(run_dir), run_dir / "quarantine", ScriptAdapter(),
+                             journal=journal, read_only=read_only)
 
 
-def saved(tmp_path: Path, *steps: int, seal: bool = True) -> CheckpointLedger:
-    """A ledger over announced saves of these steps, refreshed (sealed) when asked."""
-    led = ledger(tmp_path)
-    announce(tmp_path / "run", *(save(led.out_dir, s) for s in steps))
+def saved(tmp_path: Path, *steps: int, seal: bool = True) -> CheckpointCatalog:
+    """A catalog over announced saves of these steps, refreshed (sealed) when asked."""
+    catalog = catalog_of(tmp_path)
+    announce(tmp_path / "run", *(save(catalog.out_dir, s) for s in steps))
     if seal:
-        assert led.refresh() == []
-    return led
+        assert catalog.refresh() == []
+    return catalog

@@ -1,5 +1,5 @@
 """Actions do their effect themselves, through the typed ports an incident lends them (engine/language/actions/
-ports.py), wired by a real Supervisor to its real parts: the trainer control, the checkpoint ledger, the journal."""
+ports.py), wired by a real Supervisor to its real parts: the trainer control, the checkpoint catalog, the journal."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from engine.checkpoints.store import list_checkpoints
 from engine.language.actions import REGISTRY, ActionFailed, ActionResult
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.records.incident import Incident
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
@@ -29,7 +29,7 @@ def supervisor(tmp_path) -> Supervisor:
     return Supervisor(load_config(tmp_path / "configs" / "run_config.yaml"), [], NullNotifier(), "sha256:test")
 
 
-def act(ports: ActionContext, verb: str, **params) -> ActionResult:
+def act(ports: ActionPorts, verb: str, **params) -> ActionResult:
     action = REGISTRY[verb]
     return action.apply(action.params.model_validate(params), ports)
 
@@ -49,10 +49,10 @@ def test_compress_logs_gzips_the_finished_logs_of_a_real_run_folder(supervisor):
     assert small.read_text() == "iter 1\n"   # under min_bytes: left as it is
 
 
-def test_prune_checkpoints_deletes_through_the_real_ledger_and_records_it_on_the_incident(supervisor):
+def test_prune_checkpoints_deletes_through_the_real_catalog_and_records_it_on_the_incident(supervisor):
     loaded = supervisor.loaded
     announce(loaded.folder.logs, *(make_ckpt(loaded.out_dir, step) for step in (10, 20, 30, 40, 50)))
-    supervisor.ledger.refresh(force=True)   # seals them, as the watcher does
+    supervisor.catalog.refresh(force=True)   # seals them, as the watcher does
     incident = Incident(id="incident-1", playbook="disk")
 
     result = act(supervisor.incidents.ports(incident), "prune_checkpoints", keep_last_k=2, keep_best=False)

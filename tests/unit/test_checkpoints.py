@@ -401,7 +401,7 @@ def test_parallel_scan_finds_a_flipped_byte_anywhere_and_hashes_like_sha256(tmp_
 def test_a_watcher_reattaching_to_a_live_trainer_leaves_its_unsealed_save_alone(tmp_path):
     """sealed_only (engine/watch/startup.py, a live trainer): a folder the trainer is still writing looks corrupt;
     moving it away would crash that save. Sealed checkpoints are still rechecked, a damaged one quarantined."""
-    from engine.checkpoints.ledger import CheckpointLedger
+    from engine.checkpoints.catalog import CheckpointCatalog
     from engine.core.run_folder import RunFolder
     from engine.trainers.litgpt.adapter import LitGPTAdapter
 
@@ -411,12 +411,12 @@ def test_a_watcher_reattaching_to_a_live_trainer_leaves_its_unsealed_save_alone(
     (damaged.path / "model_config.yaml").write_text("changed after sealing\n")
     in_progress = make_ckpt(out_dir, 30)
     in_progress.resume_file.unlink()   # litgpt writes the side files, then renames lit_model.pth in
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
 
-    bad = ledger.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
+    bad = catalog.refresh(quarantine_corrupt=True, force=True, sealed_only=True)
     assert bad == ["step-00000020"] and not damaged.path.exists()
-    assert in_progress.path.is_dir() and ledger.verified == {10}
-    assert ledger.refresh(quarantine_corrupt=True, force=True) == ["step-00000030"]   # not sealed_only: judged
+    assert in_progress.path.is_dir() and catalog.verified == {10}
+    assert catalog.refresh(quarantine_corrupt=True, force=True) == ["step-00000030"]   # not sealed_only: judged
 
 
 def test_a_full_disk_verifies_a_whole_checkpoint_by_its_content_and_seals_it_once_there_is_room(tmpfs, tmp_path):
@@ -424,15 +424,15 @@ def test_a_full_disk_verifies_a_whole_checkpoint_by_its_content_and_seals_it_onc
     whole save unverified: an unverified one is protected from the prune and skipped by the resume, so a run resumed
     from an older checkpoint fills the disk again with saves it cannot seal, until disk-full escalates (CI saw the
     toy loop 4 times on a 48k tmpfs). The prune keeps what apply_prune refuses (the newest sealed, `last`'s)."""
-    from engine.checkpoints.ledger import CheckpointLedger
+    from engine.checkpoints.catalog import CheckpointCatalog
     from engine.core.run_folder import RunFolder
     from engine.trainers.litgpt.adapter import LitGPTAdapter
     from tests.conftest import fill
 
     out_dir, run_dir = tmpfs(tmp_path / "out", "2m,nr_inodes=64"), tmp_path / "run"
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
     sealed = make_ckpt(out_dir, 10)
-    assert ledger.refresh() == [] and has_manifest(sealed) and last_link_target(out_dir) == sealed.path
+    assert catalog.refresh() == [] and has_manifest(sealed) and last_link_target(out_dir) == sealed.path
     middle, newest = make_ckpt(out_dir, 20), make_ckpt(out_dir, 30)
     announce(run_dir / "logs", sealed, middle, newest)
     fillers = [fill(out_dir)]
@@ -441,17 +441,17 @@ def test_a_full_disk_verifies_a_whole_checkpoint_by_its_content_and_seals_it_onc
             fillers.append(out_dir / f"filler-{len(fillers)}")
             fillers[-1].touch()
 
-    assert ledger.refresh() == [] and ledger.verified == {10, 20, 30} and set(ledger.unsealed) == {20, 30}
-    assert not has_manifest(middle) and not has_manifest(newest) and ledger.newest_verified().step == 30
+    assert catalog.refresh() == [] and catalog.verified == {10, 20, 30} and set(catalog.unsealed) == {20, 30}
+    assert not has_manifest(middle) and not has_manifest(newest) and catalog.newest_verified().step == 30
     assert last_link_target(out_dir) == sealed.path   # no room to move it
-    pruned = ledger.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
+    pruned = catalog.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
     assert pruned.deleted == [middle.path.name] and pruned.kept_steps == [10, 30], pruned.summary()
-    assert set(ledger.unsealed) == {30}
+    assert set(catalog.unsealed) == {30}
 
     for filler in fillers:
         filler.unlink(missing_ok=True)
     (newest.path / "model_config.yaml").write_text("changed after it was verified\n")
-    assert ledger.refresh() == [] and ledger.unsealed == {} and has_manifest(newest)
+    assert catalog.refresh() == [] and catalog.unsealed == {} and has_manifest(newest)
     assert last_link_target(out_dir) == newest.path
     # The manifest holds what was verified, not what is there now: the change is caught by the next check.
-    assert ledger.refresh(force=True) == [newest.path.name] and ledger.verified == {10}
+    assert catalog.refresh(force=True) == [newest.path.name] and catalog.verified == {10}

@@ -92,7 +92,7 @@ def test_context_limit_flags_lines_over_the_model_context(tmp_path, tokenizer):
     lines = python_lines(50)
     lines[9] = b"total = " + b" + ".join(b"value_%d" % i for i in range(40))
     (tmp_path / "a.txt").write_bytes(b"\n".join(lines))
-    report = scan_files([tmp_path / "a.txt"], tokenizer, max_tokens_per_line=100_000, context=64)
+    report = scan_files([tmp_path / "a.txt"], tokenizer, max_tokens_per_line=100_000, context_length=64)
     assert [(f.line, f.kind) for f in report.findings] == [(10, "over_context")]
 
 
@@ -110,8 +110,8 @@ def test_fast_scan_agrees_with_the_per_line_loop(tmp_path, tokenizer, context):
     files = [tmp_path / "one.txt", tmp_path / "two.txt"]
     for seed, path in enumerate(files):
         generated_file(path, seed)
-    fast = scan_files(files, tokenizer, max_tokens_per_line=1500, context=context)
-    slow = scan_files_per_line(files, tokenizer, max_tokens_per_line=1500, context=context)
+    fast = scan_files(files, tokenizer, max_tokens_per_line=1500, context_length=context)
+    slow = scan_files_per_line(files, tokenizer, max_tokens_per_line=1500, context_length=context)
     assert fast.findings == slow.findings and fast.info == slow.info
     assert fast.counts == slow.counts and fast.counts["too_long"] > 0 and fast.counts["invalid_utf8"] > 0
     assert [(s.lines, s.bytes, s.bad_lines) for s in fast.files] == [(s.lines, s.bytes, s.bad_lines) for s in slow.files]

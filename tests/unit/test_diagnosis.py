@@ -1,4 +1,4 @@
-"""Slowness told apart by its evidence: the pure verdict table, then real processes sampled from outside
+"""Slowness told apart by its samples: the pure verdict table, then real processes sampled from outside
 (a CPU hog beside the toy trainer; a busy process under a cgroup CPU quota)."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.observe.diagnosis import OtherProcess, RankSample, SlownessEvidence, report, straggler, verdict
+from engine.observe.diagnosis import OtherProcess, RankSample, SlownessSamples, report, straggler, verdict
 from engine.observe.slowness_sampling import sample
 from tests.conftest import REPO, require_capability
 
 HOG = "while True: pass"
 
 
-def evidence(**fields) -> SlownessEvidence:
+def samples(**fields) -> SlownessSamples:
     base = {"cores": 2, "sample_seconds": 2.0, "trainer_cpu_percent": 60.0, "system_idle_percent": 40.0}
-    return SlownessEvidence(**{**base, **fields})
+    return SlownessSamples(**{**base, **fields})
 
 
 HOGS = [OtherProcess(pid=4242, command="python -c 'while True: pass'", cpu_percent=98.0),
@@ -29,7 +29,7 @@ HOGS = [OtherProcess(pid=4242, command="python -c 'while True: pass'", cpu_perce
 TWO_RANKS = [RankSample(rank=0, pid=10, work_seconds=0.5), RankSample(rank=1, pid=11, work_seconds=0.5)]
 
 VERDICTS = [
-    # (evidence fields, expected cause, words the sentence must carry)
+    # (sample fields, expected cause, words the sentence must carry)
     ({"stopped_fraction": 0.6}, "stopped", ["stopped from outside", "60%"]),
     ({"ranks": [TWO_RANKS[0], RankSample(rank=1, pid=11, stopped_fraction=0.7)]}, "stopped", ["rank 1 (pid 11)"]),
     ({"ranks": [TWO_RANKS[0], RankSample(rank=1, pid=11, work_seconds=1.6)]}, "slow_rank", ["rank 1 (pid 11)", "straggler", "1.60 s"]),
@@ -53,7 +53,7 @@ VERDICTS = [
 
 @pytest.mark.parametrize("fields, cause, words", VERDICTS, ids=[v[1] + str(i) for i, v in enumerate(VERDICTS)])
 def test_verdict_table(fields, cause, words):
-    found = verdict(evidence(**fields))
+    found = verdict(samples(**fields))
     assert found.cause == cause, found
     for word in words:
         assert word in found.sentence, (word, found.sentence)
@@ -61,7 +61,7 @@ def test_verdict_table(fields, cause, words):
 
 def test_outside_causes_win_over_advice_about_the_trainer():
     # A trainer at full CPU with workers idle, on a machine others saturate: contention, never "add workers".
-    busy = evidence(trainer_cpu_percent=95.0, num_workers=0, others_cpu_percent=100.0, top_others=HOGS,
+    busy = samples(trainer_cpu_percent=95.0, num_workers=0, others_cpu_percent=100.0, top_others=HOGS,
                     system_idle_percent=0.0)
     assert verdict(busy).cause == "contention"
     assert "worker" not in verdict(busy).sentence.replace("more workers would only add", "")
@@ -80,7 +80,7 @@ def test_straggler_needs_two_timed_ranks_and_the_factor():
     # 3 x the median but 14 ms over it: scheduling noise on a busy machine, not a straggler
     noise = [RankSample(rank=0, work_seconds=0.007), RankSample(rank=1, work_seconds=0.007), RankSample(rank=2, work_seconds=0.021)]
     assert straggler(noise) is None
-    assert report(evidence(ranks=slow))["cause"] == "slow_rank"
+    assert report(samples(ranks=slow))["cause"] == "slow_rank"
 
 
 # --- real processes, sampled from outside ---------------------------------------------------------

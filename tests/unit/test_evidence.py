@@ -21,9 +21,9 @@ import torch
 from typer.testing import CliRunner
 
 from engine.observe.throughput import ProgressMeaning
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
-from engine.core.state import CheckpointStatus, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.language.loader import playbook_files, read_playbook_files
 from engine.language.matcher import AttemptHistory, MatchMemory, decide
 from engine.language.playbook_testing import build_config
@@ -120,20 +120,20 @@ def test_a_full_disk_whose_failed_save_left_an_unreadable_checkpoint_is_disk_ful
     out_dir = tmpfs(tmp_path / "out", "3m")
     run_dir = tmp_path / "run"
     make_ckpt(out_dir, 20)
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
-    assert ledger.refresh() == [] and ledger.verified == {20}   # sealed while there was room
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
+    assert catalog.refresh() == [] and catalog.verified == {20}   # sealed while there was room
     (out_dir / "step-00000040").mkdir()
     for name in ("model_config.yaml", "hyperparameters.yaml", "tokenizer.json", "tokenizer_config.json"):
         (out_dir / "step-00000040" / name).write_text("x\n")
     tail = failed_save(out_dir / "step-00000040" / "lit_model.pth")
-    assert ledger.refresh() == ["step-00000040"]   # the partial save is a checkpoint-format error
+    assert catalog.refresh() == ["step-00000040"]   # the partial save is a checkpoint-format error
     # The trainer had resumed from step 20 (intact) and read the partial step 40 back (a reader's error too).
     tail += ["RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"]
-    gatherer = EvidenceGatherer(out_dir, run_dir, ledger.resume_file_corrupt)
+    gatherer = EvidenceGatherer(out_dir, run_dir, catalog.resume_file_corrupt)
     trainer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
     gatherer.launched(trainer.pid, out_dir / "step-00000020" / "lit_model.pth")
     trainer.wait()
-    status = ledger.status()
+    status = catalog.status()
     evidence = gatherer.gather(TrainerStatus(pid=trainer.pid, alive=False, exit_code=1), status)
     assert evidence.disk_nearly_full is True and evidence.resume_checkpoint_corrupt is False
     snapshot = StateSnapshot(trainer=TrainerStatus(pid=trainer.pid, alive=False, exit_code=1), tail=tail,
@@ -229,7 +229,7 @@ def _start_in(cgroup: Path, code: str) -> subprocess.Popen:
 
 
 def _snapshot(observer: Observer, trainer: TrainerStatus) -> StateSnapshot:
-    return observer.snapshot(time.time(), RunState.RUNNING, trainer, CheckpointStatus(), [], build_config({}).watch)
+    return observer.snapshot(time.time(), RunPhase.RUNNING, trainer, CheckpointStatus(), [], build_config({}).watch)
 
 
 def test_a_process_the_oom_killer_kills_is_oom_and_one_killed_by_hand_is_killed(memory_cgroup, tmp_path):
@@ -335,17 +335,17 @@ def test_a_load_error_is_corrupt_checkpoint_only_when_the_resumed_file_verifies_
     out_dir, run_dir = tmp_path / "out", tmp_path / "run"
     make_ckpt(out_dir, 20)
     make_ckpt(out_dir, 40)
-    ledger = CheckpointLedger(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
-    assert ledger.refresh() == [] and ledger.verified == {20, 40}   # sealed while whole
+    catalog = CheckpointCatalog(out_dir, RunFolder(run_dir), run_dir / "quarantine", LitGPTAdapter())
+    assert catalog.refresh() == [] and catalog.verified == {20, 40}   # sealed while whole
     damaged = out_dir / "step-00000040" / "lit_model.pth"
     os.truncate(damaged, damaged.stat().st_size // 2)              # then cut short on disk
-    gatherer = EvidenceGatherer(out_dir, run_dir, ledger.resume_file_corrupt)
+    gatherer = EvidenceGatherer(out_dir, run_dir, catalog.resume_file_corrupt)
 
     # The truncated file: torch's own reader error, and verification finds it corrupt.
     trainer = _trainer_loading(damaged, 64, tmp_path / "corrupt.log", gatherer)
     tail = (tmp_path / "corrupt.log").read_text().splitlines()
     assert trainer.exit_code == 1 and any("Error" in line for line in tail), tail
-    evidence = gatherer.gather(trainer, ledger.status())
+    evidence = gatherer.gather(trainer, catalog.status())
     assert evidence.resume_checkpoint_corrupt is True and "step-00000040" in evidence.resume_checkpoint_problem
     assert evidence.resume_checkpoint == str(damaged)
     assert decided(StateSnapshot(trainer=trainer, tail=tail, evidence=evidence)) == "corrupt-checkpoint"
@@ -358,7 +358,7 @@ def test_a_load_error_is_corrupt_checkpoint_only_when_the_resumed_file_verifies_
     trainer = _trainer_loading(intact, 32, tmp_path / "shape.log", gatherer)
     tail = (tmp_path / "shape.log").read_text().splitlines()
     assert trainer.exit_code == 1 and any("size mismatch" in line for line in tail), tail
-    evidence = gatherer.gather(trainer, ledger.status())
+    evidence = gatherer.gather(trainer, catalog.status())
     assert evidence.resume_checkpoint_corrupt is False and evidence.resume_checkpoint_problem is None
     assert decided(StateSnapshot(trainer=trainer, tail=tail, evidence=evidence)) == "unknown-crash"
     # Even a reader's error is not the file's when the file verifies intact (it changed under the reader, a flaky

@@ -9,7 +9,7 @@ import pytest
 from engine.cluster.slurm import SlurmSettings, job_script
 from engine.process.host_records import (LOST_PEER, STALE_S, HostRecord, allocation, peer_verdict, is_remote, lost_hosts, lost_in_allocation,
                                          previous_launch_folder, read_host_records, record_ages,
-                                         record_path, remote_state)
+                                         record_path, remote_status)
 from engine.process.nodes import NodeExit, NodeStart, nodes_status
 from engine.process.ranks import RankHeartbeat, ranks_status, write_record
 from engine.trainers.litgpt.host_agent import parse
@@ -18,27 +18,27 @@ from engine.trainers.litgpt.nodes import across_hosts, srun_argv
 NOW = 1000.0
 
 
-def rec(rank: int, host: str, node: int, state: str = "running", age: float = 0.2, step: int | None = 3) -> HostRecord:
-    return HostRecord(host=host, node=node, rank=rank, pid=40 + rank, started=500.0, state=state, step=step,
+def rec(rank: int, host: str, node: int, status: str = "running", age: float = 0.2, step: int | None = 3) -> HostRecord:
+    return HostRecord(host=host, node=node, rank=rank, pid=40 + rank, started=500.0, status=status, step=step,
                       time=NOW - age)
 
 
 @pytest.mark.parametrize("record, fallback, expected", [
     (rec(1, "h2", 1), None, "running"),
-    (rec(1, "h2", 1, state="stopped"), None, "stopped"),
-    (rec(1, "h2", 1, state="gone"), None, None),
+    (rec(1, "h2", 1, status="stopped"), None, "stopped"),
+    (rec(1, "h2", 1, status="gone"), None, None),
     (rec(1, "h2", 1, age=STALE_S + 0.1), None, None),              # its host stopped renewing it: lost
     (None, NOW - 1.0, "running"),                                 # no record yet, its own heartbeat fresh
     (None, NOW - STALE_S - 1, None),
     (None, None, None),
 ])
-def test_a_remote_ranks_state_comes_from_its_hosts_record_and_its_age(record, fallback, expected):
-    assert remote_state(record, NOW, fallback=fallback) == expected
+def test_a_remote_ranks_status_comes_from_its_hosts_record_and_its_age(record, fallback, expected):
+    assert remote_status(record, NOW, fallback=fallback) == expected
 
 
 def test_a_host_is_lost_when_none_of_its_records_is_renewed_while_a_rank_was_there():
     records = {0: rec(0, "h1", 0, age=30), 1: rec(1, "h2", 1, age=STALE_S + 0.5), 2: rec(2, "h3", 2, age=0.1),
-               3: rec(3, "h4", 3, state="gone", age=60)}
+               3: rec(3, "h4", 3, status="gone", age=60)}
     # h1 is this host (its ranks are judged by their processes); h4's ranks all ended: not lost
     assert lost_hosts(records, "h1", NOW) == {1: "h2"}
     assert record_ages(records, NOW)[1] == pytest.approx(STALE_S + 0.5)
@@ -123,3 +123,9 @@ def test_records_of_an_earlier_slurm_allocation_never_make_a_host_lost():
            1: rec(1, "h2", 1, age=60).model_copy(update={"allocation": "7.0"})}
     assert lost_hosts(old, "h1", NOW, current="7.1") == {}        # the next allocation's watcher re-attaching
     assert lost_hosts(old, "h1", NOW, current="7.0") == {1: "h2"}
+
+
+def test_a_host_record_written_before_status_still_reads_its_process_status():
+    # Records before issue 46 named it `state`; a new one writes `status`.
+    old = HostRecord.model_validate({**rec(1, "h2", 1).model_dump(exclude={"status"}), "state": "stopped"})
+    assert old.status == "stopped" and remote_status(old, NOW) == "stopped"

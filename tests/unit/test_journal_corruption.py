@@ -66,7 +66,7 @@ def completed_copy(reference_run, tmp_path):
     shutil.copytree(source.root, root, symlinks=True)
     config = root / "configs" / "run_config.yaml"
     journal = root / "runs" / "pretrain" / "journal.jsonl"
-    assert Journal(journal).replay().run_state.value == "completed"
+    assert Journal(journal).replay().phase.value == "completed"
     return config, journal
 
 
@@ -109,7 +109,7 @@ def test_report_names_the_bad_line_and_still_draws_the_run(completed_copy, tmp_p
     result = run("report", str(config), "--output", str(tmp_path))   # a folder: the report goes inside
     assert result.returncode == 0, result.stderr
     assert f"{journal}:{line}:" in result.stderr
-    assert "| run state | completed (final/ written) |" in (tmp_path / "report.md").read_text()
+    assert "| run phase | completed (final/ written) |" in (tmp_path / "report.md").read_text()
 
 
 def test_an_old_journal_without_checksums_still_loads(completed_copy):
@@ -128,7 +128,7 @@ def test_an_append_after_a_garbage_line_is_seen(tmp_path):
     with open(journal.path, "ab") as fh:
         fh.write(b"garbage\n")
     journal.append("transition", **{"from": "running", "to": "completed", "reason": "done"})
-    assert journal.replay().run_state.value == "completed"
+    assert journal.replay().phase.value == "completed"
     assert [p.line for p in journal.problems] == [2]
 
 
@@ -139,7 +139,7 @@ def test_a_torn_last_line_does_not_swallow_the_next_append(tmp_path):
     with open(journal.path, "ab") as fh:
         fh.write(whole[:20])   # a crash mid-append
     journal.append("transition", **{"from": "running", "to": "completed", "reason": "done"})
-    assert journal.replay().run_state.value == "completed"
+    assert journal.replay().phase.value == "completed"
     assert journal.path.read_bytes().count(b"\n") == 3
     assert [p.line for p in journal.problems] == [2]
 
@@ -148,7 +148,7 @@ def test_an_entry_glued_onto_a_torn_line_by_an_old_watcher_is_recovered(tmp_path
     path = tmp_path / "journal.jsonl"
     path.write_bytes(b'{"kind": "launch", "la' + real_line("transition", **{"from": "x", "to": "completed"}))
     journal = Journal(path)
-    assert journal.replay().run_state.value == "completed"
+    assert journal.replay().phase.value == "completed"
     assert "recovered" in journal.problems[0].reason
 
 

@@ -105,7 +105,7 @@ def test_a_claim_writes_the_marker_and_another_run_is_refused_live_or_not(tmp_pa
         assert "belongs to another run" in str(live.value) and f"(pid {os.getpid()})" in str(live.value)
         with pytest.raises(OutDirTaken) as same:
             OutDirClaim(out, a, config).acquire()
-        assert str(same.value) == f"out_dir {out} is held by another watcher of this same run (pid {os.getpid()}); stop it first"
+        assert str(same.value) == f"out_dir {out} is claimed by another watcher of this same run (pid {os.getpid()}); stop it first"
     assert live_holders(out) == set()
     with OutDirClaim(out, a, config):                         # its own out_dir, again: the marker stays
         pass

@@ -14,7 +14,7 @@ import pytest
 
 from engine.core.events import ActionTraceback, WatchEvent
 from engine.core.notifier import IncidentLabels, NullNotifier
-from engine.core.state import RunState, StateSnapshot
+from engine.core.state import RunPhase, StateSnapshot
 from engine.language.planner import plan
 from engine.language.playbook import unclaimed_failure_playbook
 from engine.observe.events import Progress
@@ -111,7 +111,7 @@ class Project:
         return [e for e in entries if kind is None or e["kind"] == kind]
 
     def stored(self, incident_id: str) -> dict:
-        return self.supervisor.context.store.read(incident_id).to_json()
+        return self.supervisor.parts.store.read(incident_id).to_json()
 
     def run_log(self) -> str:
         return self.loaded.run_log.read_text() if self.loaded.run_log.exists() else ""
@@ -165,7 +165,7 @@ def test_a_failing_step_with_on_failure_escalate_escalates_the_incident(projects
     assert incident.escalation_reason == reason
     assert "never reached" not in incident.notes
     assert project.runner.escalation == reason
-    assert project.supervisor.state is RunState.ESCALATED
+    assert project.supervisor.phase is RunPhase.ESCALATED
     # what was stored and journaled says the same
     stored = project.stored(incident.id)
     assert stored["outcome"] == "escalated" and stored["escalation_reason"] == reason
@@ -173,7 +173,7 @@ def test_a_failing_step_with_on_failure_escalate_escalates_the_incident(projects
     assert [(e["incident"], e["index"], e["ok"]) for e in journal if e["kind"] == "action_done"] == [(incident.id, 0, False)]
     assert [e["outcome"] for e in journal if e["kind"] == "incident_closed"] == ["escalated"]
     transitions = [e for e in journal if e["kind"] == "transition"]
-    assert transitions[-1]["to"] == RunState.ESCALATED.value and transitions[-1]["reason"] == reason
+    assert transitions[-1]["to"] == RunPhase.ESCALATED.value and transitions[-1]["reason"] == reason
     # the person is paged: the notifier's close escalates
     assert project.notices.closed == [(incident.id, "escalated", f"escalated: run: {incident.actions[0].summary}", True)]
     assert incident.id in project.run_log() and "escalated" in project.run_log()
@@ -191,7 +191,7 @@ def test_a_failing_step_without_on_failure_aborts_the_recovery_as_failed(project
     assert [(a.verb, a.ok) for a in incident.actions] == [("run", False)]
     assert incident.escalation_reason == f"{incident.id}: recovery aborted at a failed action"
     assert not incident.escalation_reason.startswith("run failed")
-    assert project.supervisor.state is RunState.ESCALATED
+    assert project.supervisor.phase is RunPhase.ESCALATED
     assert project.stored(incident.id)["outcome"] == "failed"
     assert project.notices.closed[-1][:2] == (incident.id, "failed") and project.notices.closed[-1][3] is True
 
@@ -206,7 +206,7 @@ def test_a_failing_step_with_on_failure_continue_goes_on_and_recovers(projects):
     assert [(a.verb, a.ok) for a in incident.actions] == [("run", False), ("record", True)]
     assert "went on after the failed check" in incident.notes
     assert incident.escalation_reason is None and project.runner.escalation is None
-    assert project.supervisor.state is RunState.RUNNING
+    assert project.supervisor.phase is RunPhase.RUNNING
     assert project.notices.closed == [(incident.id, "recovered", project.notices.closed[0][2], False)]
 
 
@@ -337,7 +337,7 @@ def test_an_unclaimed_failure_is_escalated_without_running_a_step(projects):
     assert incident.playbook == unclaimed_failure_playbook(7).name and incident.attempt == 1
     assert incident.escalation_reason == reason and project.runner.escalation == reason
     assert project.stored(incident.id)["outcome"] == "escalated"
-    assert project.supervisor.state is RunState.ESCALATED
+    assert project.supervisor.phase is RunPhase.ESCALATED
     assert project.notices.closed == [(incident.id, "escalated", "escalated: no action", True)]
     labels = IncidentLabels("critical", unclaimed_failure_playbook(7).name)   # the receivers route on these
     assert project.notices.labels == [("opened", labels), ("closed", labels)]
@@ -372,9 +372,9 @@ def open_incident(project: Project, steps: list | None = None):
     decision = project.decision(snap)
     config = project.supervisor.loaded.config
     planned = plan(decision.playbook, snap, config, 1) if steps is None else steps
-    incident = Incident.open(project.supervisor.context.store.next_id(), decision.playbook, decision, snap, 1,
+    incident = Incident.open(project.supervisor.parts.store.next_id(), decision.playbook, decision, snap, 1,
                              [s.to_dict() for s in planned], config.model_dump(mode="json"))
-    project.supervisor.context.store.write(incident)
+    project.supervisor.parts.store.write(incident)
     return incident
 
 

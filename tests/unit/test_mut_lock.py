@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from engine.core.lock import HeldFlock, RunLock, RunLocked, holder_text, lock_holders, pid_running
+from engine.core.lock import Flock, RunLock, RunLocked, holder_text, lock_holders, pid_running
 from engine.core.run_folder import RunFolder
 
 
@@ -59,11 +59,11 @@ def test_the_lock_file_holds_only_the_new_holders_pid_and_gets_the_usual_mode(tm
         os.umask(old)
 
 
-def test_a_held_flock_base_cannot_be_acquired_and_releases_nothing():
-    held = HeldFlock()
+def test_the_flock_base_cannot_be_acquired_and_releases_nothing():
+    base = Flock()
     with pytest.raises(NotImplementedError):
-        held.acquire()
-    held.release()
+        base.acquire()
+    base.release()
 
 
 def test_pid_running_edges(sleeper):

@@ -3,7 +3,7 @@ alive (engine/records/signature.py): each test says which part of the signature 
 
 from __future__ import annotations
 
-from engine.records.signature import (MAX_EVIDENCE, MAX_LINE_SCANNED, MAX_MESSAGE, Signature, find_exception, first_with,
+from engine.records.signature import (MAX_LOG_LINE, MAX_LINE_SCANNED, MAX_MESSAGE, Signature, find_exception, first_with,
                                       mask, repeat_phrase, signature_of, signature_of_record, similarity)
 
 TB = "Traceback (most recent call last):"
@@ -43,7 +43,7 @@ def test_message_evidence_and_scanned_lines_are_clipped_at_their_limits():
     long = signature_of(crash(["ValueError: " + "word " * 100]))
     assert len(long.message) == MAX_MESSAGE
     line = "ValueError: " + "y" * 400
-    assert signature_of(crash([line])).evidence == line[:MAX_EVIDENCE]
+    assert signature_of(crash([line])).log_line == line[:MAX_LOG_LINE]
     assert mask("x" * (MAX_LINE_SCANNED - 2) + " yz") == "x" * (MAX_LINE_SCANNED - 2) + " y"
 
 
@@ -72,8 +72,8 @@ def test_only_the_last_400_lines_are_read():
 
 
 def test_evidence_is_the_exception_line_else_the_last_line():
-    assert signature_of(crash(["ValueError: x", "more noise"])).evidence == "ValueError: x"
-    assert signature_of(crash(["first", "last one", "  "])).evidence == "last one"
+    assert signature_of(crash(["ValueError: x", "more noise"])).log_line == "ValueError: x"
+    assert signature_of(crash(["first", "last one", "  "])).log_line == "last one"
 
 
 def test_how_the_trainer_ended():
@@ -103,7 +103,7 @@ def test_the_phase_and_a_snapshot_with_parts_missing():
     assert signature_of(crash([], step=None)).phase == "before the first step"
     assert signature_of(crash([], step=0)).phase == "while training"
     bare = signature_of(None)
-    assert (bare.ending, bare.phase, bare.exception, bare.evidence) == ("exit unknown", "before the first step", None, None)
+    assert (bare.ending, bare.phase, bare.exception, bare.log_line) == ("exit unknown", "before the first step", None, None)
     assert signature_of({"trainer": None, "metrics": None, "tail": None}).ending == "exit unknown"
 
 
@@ -146,3 +146,9 @@ def test_similarity_weighs_each_part():
     assert similarity(sig(), sig(exception="KeyError"))[1][1] == "different exception type (none vs KeyError)"
     assert similarity(sig(), sig()) == (0.3, ["same ending (exit 1)"])
     assert similarity(sig(phase="while alive"), sig()) == (0.2, ["same ending (exit 1)"])
+
+
+def test_a_record_written_before_log_line_still_reads_its_raw_line():
+    # Records before issue 46 named the raw line `evidence`; a new one writes `log_line`.
+    old = Signature.model_validate({"id": "sig-1", "ending": "exit 1", "evidence": "ValueError: x"})
+    assert old.log_line == "ValueError: x" and "log_line" in old.model_dump() and "evidence" not in old.model_dump()

@@ -53,7 +53,7 @@ def test_a_chained_traceback_is_known_by_its_last_exception(code, separator, fir
     assert find_exception(ranked) == (last, message, f"{last}: {message}")
 
     sig = signature_of({"trainer": {"alive": False, "exit_code": 1}, "tail": tail, "metrics": {"step": 40}})
-    assert sig.exception == last and sig.evidence == f"{last}: {message}"
+    assert sig.exception == last and sig.log_line == f"{last}: {message}"
     assert sig.message == message.replace("12", "<n>").replace("40", "<n>")
 
 

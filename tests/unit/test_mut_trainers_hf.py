@@ -190,7 +190,7 @@ def test_the_non_finite_search_stops_at_its_limit_across_shards(tmp_path):
     shard(folder, 1, 2, nan_at=0)
     shard(folder, 2, 2, nan_at=1)
 
-    class Saved:   # a checkpoint as the ledger lists it
+    class Saved:   # a checkpoint as the catalog lists it
         path = folder
         step = 8
 

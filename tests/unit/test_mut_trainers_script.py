@@ -144,7 +144,7 @@ def test_a_resume_hands_the_checkpoints_state_pt_and_its_nan_search_reads_the_we
     folder = loaded.out_dir / "step-000008"
     folder.mkdir(parents=True)
 
-    class Saved:   # a checkpoint as the ledger lists it
+    class Saved:   # a checkpoint as the catalog lists it
         path = folder
         step = 8
 
@@ -459,7 +459,7 @@ def test_numpy_values_beside_the_tensors_are_read(tmp_path):
     import torch
     torch.save({"model": {"w": torch.ones(2)}, "best": numpy.float64(1.5), "seen": numpy.arange(3)}, tmp_path / "s.pt")
     assert weights.nonfinite_names(tmp_path / "s.pt", "model", 3) == []
-    state = weights.read_state(tmp_path / "s.pt")
+    state = weights.read_saved(tmp_path / "s.pt")
     assert state["best"] == 1.5 and list(state["seen"]) == [0, 1, 2]
 
 

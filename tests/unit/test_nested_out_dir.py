@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.checkpoints.out_dir_claim import OutDirClaim
 from engine.checkpoints.partial_saves import find_partial_saves, read_announced
 from engine.checkpoints.store import OWNER_MARKER_NAME, list_checkpoints
@@ -31,14 +31,14 @@ def test_another_runs_out_dir_inside_this_ones_is_never_a_checkpoint_quarantined
             log.write(f"Saving checkpoint to {str(b_out / 'lit_model.pth')!r}\n")
         before = listing(b_out)
         warnings: list[str] = []
-        ledger = CheckpointLedger(a_out, a_run, a_run.root / "quarantine", LitGPTAdapter())
-        ledger.warn = warnings.append
+        catalog = CheckpointCatalog(a_out, a_run, a_run.root / "quarantine", LitGPTAdapter())
+        catalog.warn = warnings.append
 
         assert [c.step for c in list_checkpoints(a_out, LAYOUT)] == [10, 20, 30]
-        assert ledger.refresh(quarantine_corrupt=True) == [] and ledger.refresh(quarantine_corrupt=True) == []
+        assert catalog.refresh(quarantine_corrupt=True) == [] and catalog.refresh(quarantine_corrupt=True) == []
         announced = read_announced(a_run.logs, a_out, LAYOUT)
         assert "step-00000999" in find_partial_saves(a_out, announced, LAYOUT).foreign
-        pruned = ledger.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
+        pruned = catalog.prune(keep_last_k=1, best_step=None, remove_partial=True, trainer_alive=False)
 
         assert pruned.moved == [] and pruned.deleted == ["step-00000010", "step-00000020"], pruned.summary()
         assert listing(b_out) == before and json.loads((b_out / OWNER_MARKER_NAME).read_text())["run_id"] == \

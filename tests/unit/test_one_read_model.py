@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.state import CheckpointStatus, RunState, TrainerStatus
+from engine.core.state import CheckpointStatus, RunPhase, TrainerStatus
 from engine.language.metric_needs import METRIC_NAMES
 from engine.language.playbook_set import load_run_playbooks
 from engine.core.yaml_source import SourceError
@@ -57,9 +57,9 @@ def watch_figures(config_path: Path) -> tuple[float, int, float]:
     observer.follow(loaded.run_dir / "logs" / "trainer-001.log", control.progress_meaning)
     now = time.time()
     observer.read_lines(now)
-    snap = observer.snapshot(now, RunState.RUNNING, TrainerStatus(pid=1, alive=False, launches=1), CheckpointStatus(),
+    snap = observer.snapshot(now, RunPhase.RUNNING, TrainerStatus(pid=1, alive=False, launches=1), CheckpointStatus(),
                              [], loaded.config.watch)
-    gauge = next(f for f in metric_families(WatcherView(RunState.RUNNING, snap, (), None, now))
+    gauge = next(f for f in metric_families(WatcherView(RunPhase.RUNNING, snap, (), None, now))
                  if f.name == "runbook_tokens_per_second")
     return snap.metrics.tokens_per_sec, snap.metrics.tokens, gauge.samples[0][1]
 

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.core.state import CheckpointStatus, Metrics, RankStatus, RanksStatus, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, Metrics, RankStatus, RanksStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
 from engine.watch.metrics import MetricsEndpoint, MetricsSettings
@@ -198,7 +198,7 @@ def served_names(tmp_path_factory) -> set[str]:
     snapshot = StateSnapshot(time=time.time(), metrics=Metrics(step=90, tokens=90 * 1024, tokens_per_sec=512.0),
                              seconds_since_progress=1.5, trainer=TrainerStatus(pid=42, alive=True, launches=2, ranks=ranks),
                              checkpoints=CheckpointStatus(count=2, newest_step=80, newest_verified_step=80))
-    endpoint = MetricsEndpoint(MetricsSettings(port=0), run_dir, lambda: (RunState.RUNNING, snapshot),
+    endpoint = MetricsEndpoint(MetricsSettings(port=0), run_dir, lambda: (RunPhase.RUNNING, snapshot),
                                lambda step: resume_file)
     url = endpoint.start()
     try:

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from engine.core.events import ActionDone, ActionResult, IncidentClosed, IncidentOpened, Observed, Transition
 from engine.records.incident import Incident
 from engine.checkpoints import store as ckpts
-from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunState, StateSnapshot, TrainerStatus
+from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunPhase, StateSnapshot, TrainerStatus
 from engine.core.durable import gzip_replace as gzip_file
 from engine.trainers.litgpt.layout import LitGPTLayout
 from runbook.cli import app
@@ -273,7 +273,7 @@ def test_report_of_a_run_without_incidents_to_a_chosen_path(finished_run, tmp_pa
 # --- live view -----------------------------------------------------------------------------------
 def snapshot(step: int, at: float, loss: float) -> StateSnapshot:
     return StateSnapshot(
-        time=at, run_state=RunState.RUNNING,
+        time=at, run_state=RunPhase.RUNNING,
         trainer=TrainerStatus(pid=4242, alive=True, launches=1, seconds_running=at - T0),
         metrics=Metrics(step=step, iter_num=4 * step, tokens=step * 1024, loss=loss, val_loss=5.9,
                         best_val_loss=5.9, best_val_step=20, tokens_per_sec=1800.0, baseline_tokens_per_sec=2000.0),
@@ -286,7 +286,7 @@ def snapshot(step: int, at: float, loss: float) -> StateSnapshot:
 def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_run):
     console = Console(record=True, width=100, force_terminal=False)
     view = LiveView(load_config(finished_run), console=console)
-    view(Transition(RunState.STARTING, RunState.RUNNING, "launch 1 (pid 4242) from scratch"))
+    view(Transition(RunPhase.STARTING, RunPhase.RUNNING, "launch 1 (pid 4242) from scratch"))
     for i, step in enumerate(range(30, 43)):
         view(Observed(snapshot(step, T0 + 2 * i, 4.8123)))
     console.print(view.render())
@@ -302,7 +302,7 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
     record.update(outcome="open", actions=[], plan=[{"index": 0, "verb": "verify_checkpoints", "description": "verify every checkpoint"},
                                                     {"index": 1, "verb": "resume", "description": "restart the trainer"}])
     view(IncidentOpened(Incident.model_validate(record).view()))
-    view(Transition(RunState.RUNNING, RunState.RECOVERING, "incident-7"))
+    view(Transition(RunPhase.RUNNING, RunPhase.RECOVERING, "incident-7"))
     record["actions"].append({"index": 0, "verb": "verify_checkpoints", "ok": True, "summary": "all checkpoints verified"})
     view(ActionDone(Incident.model_validate(record).view(), ActionResult(**{k: record["actions"][0][k] for k in ("verb", "ok", "summary")})))
     console.print(view.render())
@@ -310,7 +310,7 @@ def test_live_view_renders_step_of_total_loss_state_and_the_incident(finished_ru
     assert "recovering" in text and "incident-7 preemption at step 42: under way" in text
     assert "now: restart the trainer" in text
 
-    view(Transition(RunState.RECOVERING, RunState.RUNNING, "incident-7 recovered"))
+    view(Transition(RunPhase.RECOVERING, RunPhase.RUNNING, "incident-7 recovered"))
     console.print(view.render())
     assert "recovered; waiting for the first progress line" in console.export_text()
 

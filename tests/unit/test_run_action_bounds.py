@@ -1,7 +1,7 @@
 """The `run` action under hostile commands (issue 34): a flood (`yes`) is read in bounded memory and
 stopped at its timeout; the timeout holds for the whole process group; a backgrounded child is not
 waited for and is gone afterwards; bytes that are not UTF-8 are output, not a failure. Real processes,
-the real action; the ports lent to it are the part of the ActionContext `run` uses (loaded, note)."""
+the real action; the ports lent to it are the part of the ActionPorts `run` uses (loaded, note)."""
 
 from __future__ import annotations
 

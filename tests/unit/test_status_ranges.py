@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from engine.core.events import IncidentClosed, Observed, Transition
 from engine.records.incident import Incident
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 from engine.trainers.run_config import load_config
 from runbook.cli import app
 from runbook.live_view import LiveView
@@ -89,7 +89,7 @@ def test_a_negative_incident_step_is_invalid_in_the_report_and_not_summed(finish
 def test_the_live_view_never_draws_a_negative_step(finished_run):
     console = Console(record=True, width=200, force_terminal=False)
     view = LiveView(load_config(finished_run), console=console)
-    view(Transition(RunState.STARTING, RunState.RUNNING, "launch 1"))
+    view(Transition(RunPhase.STARTING, RunPhase.RUNNING, "launch 1"))
     view(Observed(snapshot(-5, T0, 4.8)))
     record = incident(7, "preemption", -3, 0, T0 + 30)
     record.update(outcome="recovered", steps_lost=-3)

@@ -133,7 +133,7 @@ def test_the_record_on_disk_is_redacted_and_the_incident_in_memory_is_not(tmp_pa
 
 
 def test_slack_notices_carry_no_escape_and_no_secret():
-    opened = opened_notice("incident-1", "unknown-crash \x1b[2J", HOSTILE_LINE, {"evidence": HOSTILE_LINE}, 1.0)
+    opened = opened_notice("incident-1", "unknown-crash \x1b[2J", HOSTILE_LINE, {"log line": HOSTILE_LINE}, 1.0)
     closed = closed_notice("incident-1", "escalated", "run: " + HOSTILE_LINE, True, None, 2.0)
     for message in (opened, closed):
         text = json.dumps(message, ensure_ascii=False)

@@ -81,10 +81,10 @@ def test_oom_recovers_by_halving_the_micro_batch(tmp_path):
     code, output = run(str(log), "--exit", "1")
     assert code == ExitCode.OK, output
     assert "'oom' fires" in output
-    # explain's clauses: the held log clause names the line that matched it, the SIGKILL branch is not held
-    assert "[held]     log: expected a tail line matching /OutOfMemoryError|" in output, output
+    # explain's clauses: the matched log clause names the line that matched it, the SIGKILL branch did not match
+    assert "[matched]  log: expected a tail line matching /OutOfMemoryError|" in output, output
     assert "actual 'torch.OutOfMemoryError: CUDA out of memory." in output, output
-    assert "[not held] exit: expected trainer exited with signal in ['SIGKILL']; actual (1, None)" in output, output
+    assert "[no match] exit: expected trainer exited with signal in ['SIGKILL']; actual (1, None)" in output, output
     assert "micro_batch_size=2" in output                                  # the planner's value (default config: 4)
     assert "disk free space unknown: not this machine's run" in output
     assert "no checkpoint folder to verify" in output
@@ -122,8 +122,8 @@ def test_the_json_shape(tmp_path):
                          "explain", "missing", "plan", "rung", "metrics", "expression_errors", "exit_code"}
     assert data["decision"]["kind"] == "recover" and "oom" in data["decision"]["matched"]
     assert data["decision"]["inhibited"] == ["unknown-crash"]
-    assert data["explain"]["held"] is True and data["explain"]["children"]          # oom's match, clause by clause
-    assert {"clause", "held", "expected", "actual", "children"} == set(data["explain"]["children"][0])
+    assert data["explain"]["matched"] is data["explain"]["held"] is True and data["explain"]["children"]          # oom's match, clause by clause
+    assert {"clause", "matched", "held", "expected", "actual", "children"} == set(data["explain"]["children"][0])
     assert all(set(step) >= {"index", "verb", "description", "params", "skipped"} for step in data["plan"])
     assert next(s for s in data["plan"] if s["verb"] == "set_hyperparameters")["params"]["micro_batch_size"] == 2
     assert any("disk free space unknown" in note for note in data["missing"])

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from engine.language.playbook import Playbook
 from engine.language.playbook_set import load_set
 from runbook.cli import app
 from runbook.exit_codes import ExitCode
@@ -70,15 +72,26 @@ def test_every_exit_status_in_range_is_accepted(tmp_path, value):
     assert json.loads(out)["exit"]["given"] == f"exit {value}"
 
 
-def test_the_deciding_playbook_states_its_evidence_in_the_report(tmp_path):
+def test_the_deciding_playbook_states_what_it_acts_on_in_the_report(tmp_path):
     code, out = triage(tmp_path, OOM_TRACEBACK, "--exit", "1")
     assert code == ExitCode.OK
-    assert "it acts on (its stated evidence):" in out and "the allocator's out-of-memory words" in out, out
+    assert "it acts on:" in out and "the allocator's out-of-memory words" in out, out
     code, out = triage(tmp_path, OOM_TRACEBACK, "--exit", "1", "--json")
-    assert json.loads(out)["decision"]["evidence"][0].startswith("the trainer ended non-zero")
+    decision = json.loads(out)["decision"]
+    assert decision["acts_on"][0].startswith("the trainer ended non-zero")
+    assert decision["evidence"] == decision["acts_on"]   # the key's old name, still written for old readers
 
 
-def test_every_shipped_playbook_that_relaunches_the_trainer_states_its_evidence():
+def test_a_playbook_written_with_the_old_evidence_key_still_reads_as_acts_on():
+    oom = next(p for p in load_set([], True)[0] if p.name == "oom")
+    data = oom.model_dump(by_alias=True, exclude={"acts_on"})
+    old = Playbook.model_validate({**data, "evidence": ["a SIGKILL with memory evidence"]})
+    assert old.acts_on == ["a SIGKILL with memory evidence"]
+    with pytest.raises(ValidationError):   # nothing else unknown slips through with it
+        Playbook.model_validate({**data, "evidence": [], "evidense": []})
+
+
+def test_every_shipped_playbook_that_relaunches_the_trainer_states_what_it_acts_on():
     missing = [p.name for p in load_set([], True)[0]
-               if RELAUNCHING & {a.verb for a in p.actions} and not p.evidence]
+               if RELAUNCHING & {a.verb for a in p.actions} and not p.acts_on]
     assert missing == []

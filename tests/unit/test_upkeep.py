@@ -17,7 +17,7 @@ import pytest
 
 from engine.core.events import WatchWarning
 from engine.checkpoints.store import list_checkpoints, seal_checkpoint
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
 from engine.trainers import adapter_for
 from engine.watch.upkeep import HEARTBEAT_NAME, Upkeep, UpkeepSettings, digest_message
@@ -38,7 +38,7 @@ class RecordingNotifier(NullNotifier):
 
 
 class Watcher:
-    """A minimal UpkeepContext over real folders (the supervisor implements the same members)."""
+    """A minimal UpkeepPorts over real folders (the supervisor implements the same members)."""
 
     def __init__(self, root: Path, keep_last_k: int = 2):
         self.run_dir = root / "runs" / "pretrain"
@@ -47,7 +47,7 @@ class Watcher:
         self.out_dir.mkdir(parents=True)
         self.keep_last_k = keep_last_k
         self.notifier = RecordingNotifier()
-        self.ledger = CheckpointLedger(self.out_dir, RunFolder(self.run_dir), self.run_dir / "quarantine",
+        self.catalog = CheckpointCatalog(self.out_dir, RunFolder(self.run_dir), self.run_dir / "quarantine",
                                        adapter_for("litgpt"))
         self.best: int | None = None
         self.alive = False
@@ -55,7 +55,7 @@ class Watcher:
 
     @property
     def verified(self) -> set[int]:
-        return self.ledger.verified
+        return self.catalog.verified
 
     def best_step(self) -> int | None:
         return self.best
@@ -268,7 +268,7 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
     import shutil
 
     from engine.watch.supervisor import Supervisor
-    from engine.watch.upkeep import SupervisorContext
+    from engine.watch.upkeep import SupervisorPorts
     from engine.trainers.run_config import load_config
 
     repo = Path(__file__).resolve().parents[2]
@@ -276,16 +276,16 @@ def test_supervisor_context_reads_a_real_supervisor(tmp_path):
     shutil.copy(repo / "configs" / "run_config.yaml", tmp_path / "configs" / "run_config.yaml")
     loaded = load_config(tmp_path / "configs" / "run_config.yaml")
     supervisor = Supervisor(loaded, [], RecordingNotifier(), "sha256:test")
-    context = SupervisorContext(supervisor.context)
-    assert (context.run_dir, context.out_dir) == (loaded.run_dir, loaded.out_dir)
-    assert context.keep_last_k == loaded.config.keep_last_k == 3
-    assert not context.trainer_alive() and context.current_log() is None and context.best_step() is None
-    assert context.status() == {"run_state": "starting", "launches": 0, "step": None, "tokens": None,
+    ports = SupervisorPorts(supervisor.parts)
+    assert (ports.run_dir, ports.out_dir) == (loaded.run_dir, loaded.out_dir)
+    assert ports.keep_last_k == loaded.config.keep_last_k == 3
+    assert not ports.trainer_alive() and ports.current_log() is None and ports.best_step() is None
+    assert ports.status() == {"run_state": "starting", "launches": 0, "step": None, "tokens": None,
                                 "tokens_per_sec": None}
     for step in (10, 20, 30, 40, 50):
         announce(loaded.run_dir / "logs", make_ckpt(loaded.out_dir, step, side_files=("model_config.yaml", "hyperparameters.yaml")))
-    supervisor.ledger.refresh(force=True)  # seals them, as the watcher does
-    assert context.ledger.verified == {10, 20, 30, 40, 50}
-    upkeep = Upkeep(UpkeepSettings(), context)
+    supervisor.catalog.refresh(force=True)  # seals them, as the watcher does
+    assert ports.catalog.verified == {10, 20, 30, 40, 50}
+    upkeep = Upkeep(UpkeepSettings(), ports)
     assert upkeep.retention().status == "ok" and [c.step for c in list_checkpoints(loaded.out_dir, adapter_for(loaded.config.trainer.kind).layout)] == [30, 40, 50]
     assert upkeep.heartbeat().status == "ok" and (loaded.run_dir / HEARTBEAT_NAME).is_file()

@@ -25,7 +25,7 @@ from engine.language.actions import (
     wait_for,
 )
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
-from engine.language.actions.ports import ActionContext, IncidentEffects
+from engine.language.actions.ports import ActionPorts, IncidentEffects
 from engine.expr.expressions import compile_expression, compile_template, is_expression, is_template
 
 REGISTRY: dict[str, ActionDef] = {
@@ -73,5 +73,5 @@ def validate_params(verb: str, params: dict[str, Any]) -> None:
             raise ValueError(f"{verb}: {where}: {reason}" if where else f"{verb}: {reason}") from None
 
 
-__all__ = ["REGISTRY", "ActionContext", "ActionDef", "ActionFailed", "ActionResult", "IncidentEffects", "Params",
+__all__ = ["REGISTRY", "ActionPorts", "ActionDef", "ActionFailed", "ActionResult", "IncidentEffects", "Params",
            "validate_params"]

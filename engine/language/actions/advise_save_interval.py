@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -13,10 +13,10 @@ def describe(p: AdviseParams, state: StateSnapshot) -> str:
     return "compare save_interval with the Young-Daly optimum from observed save cost and time between failures"
 
 
-def apply(p: AdviseParams, ctx: ActionContext) -> ActionResult:
-    advice = ctx.session.save_interval_advice()
+def apply(p: AdviseParams, ports: ActionPorts) -> ActionResult:
+    advice = ports.session.save_interval_advice()
     if advice:
-        ctx.note(advice)
+        ports.note(advice)
         return ActionResult(True, advice)
     return ActionResult(True, "save_interval is within 2x of the Young-Daly optimum (or too little is known yet)")
 

@@ -1,7 +1,7 @@
 """What every action is: a name, a pydantic params model, a pure `describe`, an effectful `apply`.
 
 `describe` sees only plain data (params and the snapshot) and is what dry-run and replay print;
-`apply(p, ctx)` does the action's effect itself through the typed ports of its ActionContext
+`apply(p, ports)` does the action's effect itself through its typed ports, the ActionPorts
 (engine/language/actions/ports.py): an action with an effect is one module and its test.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 
 
 class Params(BaseModel):
@@ -36,5 +36,5 @@ class ActionDef:
     params: type[Params]
     doc: str
     describe: Callable[[Any, Any], str]
-    apply: Callable[[Any, ActionContext], ActionResult]
+    apply: Callable[[Any, ActionPorts], ActionResult]
     example: dict = field(default_factory=dict)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.log_compression import compress_finished_logs
 from engine.core.state import StateSnapshot
 
@@ -16,10 +16,10 @@ def describe(p: CompressLogsParams, state: StateSnapshot) -> str:
     return "gzip the trainer logs of earlier launches and old metrics files in the run folder"
 
 
-def apply(p: CompressLogsParams, ctx: ActionContext) -> ActionResult:
-    process = ctx.trainer.process
-    count, saved = compress_finished_logs(ctx.loaded.folder.logs, process.log_path if process else None,
-                                          ctx.trainer.alive, p.min_bytes)
+def apply(p: CompressLogsParams, ports: ActionPorts) -> ActionResult:
+    process = ports.trainer.process
+    count, saved = compress_finished_logs(ports.loaded.folder.logs, process.log_path if process else None,
+                                          ports.trainer.alive, p.min_bytes)
     return ActionResult(True, f"compressed {count} log(s), saved {saved / 1e6:.2f} MB")
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 from engine.observe.diagnosis import report
 from engine.observe.slowness_sampling import sample
@@ -19,31 +19,31 @@ def describe(p: DiagnoseParams, state: StateSnapshot) -> str:
             "data folder's read speed; say which one slows the run")
 
 
-def apply(p: DiagnoseParams, ctx: ActionContext) -> ActionResult:
+def apply(p: DiagnoseParams, ports: ActionPorts) -> ActionResult:
     import psutil
 
 
-    trainer, loaded = ctx.trainer.process, ctx.loaded
+    trainer, loaded = ports.trainer.process, ports.loaded
     if trainer is None or not trainer.alive:
         return ActionResult(False, "no live trainer to sample", {})
-    ranks = ctx.state.trainer.ranks
+    ranks = ports.state.trainer.ranks
     try:
-        evidence = sample(
+        samples = sample(
             trainer.pid, p.sample_seconds, num_workers=loaded.config.trainer.num_workers,
             rank_pids={r.rank: r.pid for r in ranks.ranks if r.pid is not None} or None,
             rank_work_seconds={r.rank: r.work_seconds for r in ranks.ranks if r.work_seconds is not None},
             data_dir=loaded.data_path("train_dir"))
     except psutil.Error as error:
         return ActionResult(False, f"could not sample the trainer: {error}", {})
-    found = report(evidence)
-    ctx.incident.diagnosis = found
-    ctx.note(found["verdict"])
+    found = report(samples)
+    ports.incident.diagnosis = found
+    ports.note(found["verdict"])
     return ActionResult(True, found["verdict"], found)
 
 
 ACTION = ActionDef(
     "diagnose_slowness", DiagnoseParams,
     "Find out why training is slow (a stopped or straggling rank, cgroup throttling, steal, other processes "
-    "taking the CPU, storage, a starved data loader) with the evidence.",
+    "taking the CPU, storage, a starved data loader) with the figures sampled.",
     describe, apply, example={"diagnose_slowness": {"sample_seconds": 3}},
 )

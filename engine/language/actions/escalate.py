@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -15,8 +15,8 @@ def describe(p: EscalateParams, state: StateSnapshot) -> str:
     return f"stop acting automatically and hand the run to a human: {p.reason}"
 
 
-def apply(p: EscalateParams, ctx: ActionContext) -> ActionResult:
-    ctx.effects.escalated_reason = p.reason   # the incident runner stops after this action
+def apply(p: EscalateParams, ports: ActionPorts) -> ActionResult:
+    ports.effects.escalated_reason = p.reason   # the incident runner stops after this action
     return ActionResult(True, f"escalated: {p.reason}")
 
 

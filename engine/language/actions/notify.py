@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -15,8 +15,8 @@ def describe(p: NotifyParams, state: StateSnapshot) -> str:
     return f"post to the incident's Slack thread: {p.text!r}"
 
 
-def apply(p: NotifyParams, ctx: ActionContext) -> ActionResult:
-    ctx.notices.incident_update(ctx.incident.id, p.text)
+def apply(p: NotifyParams, ports: ActionPorts) -> ActionResult:
+    ports.notices.incident_update(ports.incident.id, p.text)
     return ActionResult(True, "notified")
 
 

@@ -1,8 +1,8 @@
 """What an action may touch, as typed ports: the trainer, the checkpoints, the journal, people, and the run
-session. An action's `apply(p, ctx: ActionContext)` does its effect itself, in its own module, through these.
+session. An action's `apply(p, ports: ActionPorts)` does its effect itself, in its own module, through these.
 
 The ports are Protocols over the engine's own parts (engine/process/trainer_control.TrainerControl,
-engine/checkpoints/ledger.CheckpointLedger, engine/records/journal.Journal, engine/core/notifier.Notifier, the
+engine/checkpoints/catalog.CheckpointCatalog, engine/records/journal.Journal, engine/core/notifier.Notifier, the
 watch loop's session): engine/watch only wires them (engine/watch/incident_runner.py), and nothing here imports
 or calls into engine/watch. What several actions of one incident share (did it resume? from which bad step?)
 is the typed IncidentEffects the incident runner reads once the actions ran.
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:   # types only: loading a playbook imports the actions, and needs none of these
     from engine.checkpoints.layout import CheckpointLayout
-    from engine.checkpoints.ledger import PruneResult
+    from engine.checkpoints.catalog import PruneResult
     from engine.checkpoints.rollback import RollbackResult
     from engine.checkpoints.store import Checkpoint
     from engine.core.config import LoadedConfig
     from engine.core.events import Publish
     from engine.core.state import StateSnapshot
     from engine.records.incident import Incident
-    from engine.records.journal import JournalState
+    from engine.records.journal import JournalReplay
 
 
 class ProcessView(Protocol):
@@ -70,7 +70,7 @@ class TrainerPort(Protocol):
 
 
 class CheckpointPort(Protocol):
-    """Verified checkpoints, quarantine, rollback, prune (engine/checkpoints/ledger.CheckpointLedger)."""
+    """Verified checkpoints, quarantine, rollback, prune (engine/checkpoints/catalog.CheckpointCatalog)."""
 
     @property
     def layout(self) -> CheckpointLayout: ...
@@ -90,7 +90,7 @@ class JournalPort(Protocol):
     """The run's journal (engine/records/journal.Journal)."""
 
     def append(self, kind: str, **data: object) -> dict: ...
-    def replay(self) -> JournalState: ...
+    def replay(self) -> JournalReplay: ...
 
 
 class NoticePort(Protocol):
@@ -124,7 +124,7 @@ class IncidentEffects:
 
 
 @dataclass
-class ActionContext:
+class ActionPorts:
     """Everything an action may use for one incident; the incident record is written through `incident`."""
 
     incident: Incident

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.checkpoints.retention import retain
 from engine.core.events import WatchWarning
 from engine.core.state import StateSnapshot
@@ -21,17 +21,17 @@ def describe(p: PruneParams, state: StateSnapshot) -> str:
             f"{' and the best' if p.keep_best else ''} (never the newest verified one nor the resume point)")
 
 
-def apply(p: PruneParams, ctx: ActionContext) -> ActionResult:
-    ledger, incident = ctx.checkpoints, ctx.incident
-    ledger.refresh(saving_from_step=ctx.session.saving_from())
-    result = retain(ledger, p.keep_last_k or ctx.loaded.config.keep_last_k,
-                    ctx.session.best_val_step() if p.keep_best else None, ctx.trainer.alive, p.remove_partial)
+def apply(p: PruneParams, ports: ActionPorts) -> ActionResult:
+    catalog, incident = ports.checkpoints, ports.incident
+    catalog.refresh(saving_from_step=ports.session.saving_from())
+    result = retain(catalog, p.keep_last_k or ports.loaded.config.keep_last_k,
+                    ports.session.best_val_step() if p.keep_best else None, ports.trainer.alive, p.remove_partial)
     incident.freed_bytes += result.freed_bytes
     incident.deleted.extend(result.removed + result.deleted)
     if result.foreign:
         incident.left_alone = list(result.foreign)
-        ctx.note(result.foreign_warning + f" (in {ctx.loaded.out_dir})")
-        ctx.events(WatchWarning(result.foreign_warning))
+        ports.note(result.foreign_warning + f" (in {ports.loaded.out_dir})")
+        ports.events(WatchWarning(result.foreign_warning))
     return ActionResult(True, result.summary())
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -15,8 +15,8 @@ def describe(p: RecordParams, state: StateSnapshot) -> str:
     return f"add to the incident record: {p.note!r}"
 
 
-def apply(p: RecordParams, ctx: ActionContext) -> ActionResult:
-    ctx.note(p.note)
+def apply(p: RecordParams, ports: ActionPorts) -> ActionResult:
+    ports.note(p.note)
     return ActionResult(True, "recorded")
 
 

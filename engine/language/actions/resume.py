@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -30,32 +30,32 @@ def describe(p: ResumeParams, state: StateSnapshot) -> str:
     return "restart the trainer from the newest verified checkpoint (from scratch if none)"
 
 
-def apply(p: ResumeParams, ctx: ActionContext) -> ActionResult:
-    trainer, ledger, incident = ctx.trainer, ctx.checkpoints, ctx.incident
+def apply(p: ResumeParams, ports: ActionPorts) -> ActionResult:
+    trainer, catalog, incident = ports.trainer, ports.checkpoints, ports.incident
     if trainer.alive:
         trainer.stop("restart for resume")
     # Verify everything again right before resuming (a file can rot after it was sealed), unless
     # verify_checkpoints just did: with 10 GB checkpoints a second full read costs minutes.
-    ledger.refresh(quarantine_corrupt=True, force=not ctx.effects.verified_all)
+    catalog.refresh(quarantine_corrupt=True, force=not ports.effects.verified_all)
     if p.source == "step":
-        chosen = next((c for c in ledger.checkpoints() if c.step == p.step and c.step in ledger.verified), None)
+        chosen = next((c for c in catalog.checkpoints() if c.step == p.step and c.step in catalog.verified), None)
         if chosen is None:
             raise ActionFailed(f"no verified checkpoint at step {p.step}")
     else:
-        chosen = ledger.newest_verified()
+        chosen = catalog.newest_verified()
     resume_file, detail = None, "from scratch (no verified checkpoint)"
     if chosen is not None:
-        loaded = ctx.loaded
+        loaded = ports.loaded
         plan = trainer.adapter.prepare_resume(chosen, loaded, loaded.folder.resume)
         resume_file, detail = plan.file, plan.detail
         if plan.note:
-            ctx.note(plan.note)
-        incident.resumed_from = str(ledger.layout.resume_file(chosen.path))
+            ports.note(plan.note)
+        incident.resumed_from = str(catalog.layout.resume_file(chosen.path))
         incident.resumed_step = chosen.step
     else:
         incident.resumed_step = 0
-    ctx.session.launch(resume_file)   # the session starts the trainer and follows its log
-    ctx.effects.resumed = True
+    ports.session.launch(resume_file)   # the session starts the trainer and follows its log
+    ports.effects.resumed = True
     return ActionResult(True, f"relaunched trainer {detail}")
 
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from engine.core.bounded_command import KEEP_BYTES, CommandResult, run_bounded
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 SUMMARY_TAIL = 300   # characters of output in a failure's one-line summary
@@ -38,14 +38,14 @@ def output_note(argv0: str, done: CommandResult) -> str:
     return f"run {argv0}: output ({size}):\n{done.output}"
 
 
-def apply(p: RunParams, ctx: ActionContext) -> ActionResult:
+def apply(p: RunParams, ports: ActionPorts) -> ActionResult:
     argv0 = p.argv[0]
     try:
-        done = run_bounded(p.argv, p.timeout, cwd=ctx.loaded.project_dir)
+        done = run_bounded(p.argv, p.timeout, cwd=ports.loaded.project_dir)
     except OSError as err:
         raise ActionFailed(f"{argv0}: {err}") from None
     if done.output_bytes:
-        ctx.note(output_note(argv0, done))
+        ports.note(output_note(argv0, done))
     data = {"output": done.output, "output_bytes": done.output_bytes, "output_truncated": done.truncated,
             "killed_left_behind": done.killed_left_behind}
     tail = " ".join(done.output.split())[-SUMMARY_TAIL:]

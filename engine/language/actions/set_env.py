@@ -4,7 +4,7 @@ from pydantic import Field, field_validator
 
 from engine.core.env_names import check_env, env_problem
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -24,18 +24,18 @@ def describe(p: SetEnvParams, state: StateSnapshot) -> str:
     return "set " + ", ".join(f"{k}={v}" for k, v in p.vars.items()) + " for the next launches" + until
 
 
-def apply(p: SetEnvParams, ctx: ActionContext) -> ActionResult:
+def apply(p: SetEnvParams, ports: ActionPorts) -> ActionResult:
     problems = [problem for name, value in p.vars.items() if (problem := env_problem(name, value))]
     if problems:   # a templated value can only be checked once rendered; nothing is set or journaled
         return ActionResult(False, "set_env refused: " + "; ".join(problems))
-    trainer, incident, variables = ctx.trainer, ctx.incident, dict(p.vars)
+    trainer, incident, variables = ports.trainer, ports.incident, dict(p.vars)
     before = trainer.env_in_force()
     notes = trainer.set_env(variables, p.diagnostic, incident.id)
     after = trainer.env_in_force()
     for name in variables:   # what the next launch gets differently, so it can be undone (engine/watch/remedy_guard.py)
         first = incident.env_changes.get(name, [before.get(name)])[0]
         incident.env_changes[name] = [first, after.get(name)]
-    metrics = ctx.state.metrics
+    metrics = ports.state.metrics
     trainer.note_env_change(incident.id, list(incident.env_changes),
                             metrics.tokens_per_sec or metrics.baseline_tokens_per_sec)
     text = "environment for later launches: " + ", ".join(f"{k}={v}" for k, v in variables.items())

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -22,13 +22,13 @@ def describe(p: SetHyperparametersParams, state: StateSnapshot) -> str:
     return f"write {changes} into the run config (comments kept) for the next launch"
 
 
-def apply(p: SetHyperparametersParams, ctx: ActionContext) -> ActionResult:
+def apply(p: SetHyperparametersParams, ports: ActionPorts) -> ActionResult:
     updates = p.updates()
     if not updates:
         return ActionResult(True, "no change")
-    before = {k: getattr(ctx.loaded.config, k) for k in updates}
-    ctx.trainer.write_config(updates)
-    ctx.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
+    before = {k: getattr(ports.loaded.config, k) for k in updates}
+    ports.trainer.write_config(updates)
+    ports.incident.config_changes.update({k: [before[k], v] for k, v in updates.items()})
     summary = "run config: " + ", ".join(f"{k} {before[k]} -> {v}" for k, v in updates.items())
     return ActionResult(True, summary, {"updates": updates})
 

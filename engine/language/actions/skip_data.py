@@ -3,7 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core import data_windows
 from engine.core.state import StateSnapshot
 
@@ -17,28 +17,28 @@ def describe(p: SkipDataParams, state: StateSnapshot) -> str:
             "step is skipped by every later launch (the step counter and lr schedule are kept)")
 
 
-def apply(p: SkipDataParams, ctx: ActionContext) -> ActionResult:
+def apply(p: SkipDataParams, ports: ActionPorts) -> ActionResult:
     """The data window the divergence came from, skipped by every later launch: the positions of the steps from
     the rollback's resume point to `margin` past the first bad step (engine/core/data_windows.py)."""
-    bad_step, incident = ctx.effects.bad_step, ctx.incident
+    bad_step, incident = ports.effects.bad_step, ports.incident
     if bad_step is None:
         raise ActionFailed("skip_data needs a rollback before it in the same playbook (which steps diverged?)")
-    config = ctx.loaded.config
+    config = ports.loaded.config
     first, last = (incident.rollback_target_step or 0) + 1, bad_step + p.margin
-    env = ctx.trainer.env_in_force()
+    env = ports.trainer.env_in_force()
     try:
         windows = data_windows.parse(env.get(data_windows.ENV))
     except ValueError:
         windows = []   # not runbook's value: replaced by a well-formed one
     merged, (a, b) = data_windows.skip_steps(windows, first, last)
-    ctx.trainer.set_env({data_windows.ENV: data_windows.format_windows(merged)}, False, incident.id)
+    ports.trainer.set_env({data_windows.ENV: data_windows.format_windows(merged)}, False, incident.id)
     batches, tokens = b - a + 1, (b - a + 1) * config.batch_size * config.model.block_size
     incident.data_skipped = {"steps": [first, last], "positions": [a, b], "batches": batches, "tokens": tokens}
-    ctx.journal.append("data_skipped", incident=incident.id, **incident.data_skipped)
+    ports.journal.append("data_skipped", incident=incident.id, **incident.data_skipped)
     text = (f"skipping the data of steps {first}-{last} (positions {a}-{b}: {batches} batches, {tokens:,} tokens) "
             f"in every later launch ({data_windows.ENV}={data_windows.format_windows(merged)}); the step counter "
             "and lr schedule are kept")
-    ctx.note(text)
+    ports.note(text)
     return ActionResult(True, text)
 
 

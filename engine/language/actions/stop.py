@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -13,8 +13,8 @@ def describe(p: StopParams, state: StateSnapshot) -> str:
     return "stop the trainer (SIGCONT, SIGTERM, SIGKILL after the grace period) if it is alive"
 
 
-def apply(p: StopParams, ctx: ActionContext) -> ActionResult:
-    return ActionResult(True, ctx.trainer.stop("playbook stop"))
+def apply(p: StopParams, ports: ActionPorts) -> ActionResult:
+    return ActionResult(True, ports.trainer.stop("playbook stop"))
 
 
 ACTION = ActionDef(

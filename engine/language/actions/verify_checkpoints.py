@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -13,9 +13,9 @@ def describe(p: VerifyParams, state: StateSnapshot) -> str:
     return "verify every checkpoint (zip CRCs, side files, manifest) and quarantine the corrupt ones"
 
 
-def apply(p: VerifyParams, ctx: ActionContext) -> ActionResult:
-    bad = ctx.checkpoints.refresh(quarantine_corrupt=True, force=True)
-    ctx.effects.verified_all = True   # a resume after it in this incident need not read them all again
+def apply(p: VerifyParams, ports: ActionPorts) -> ActionResult:
+    bad = ports.checkpoints.refresh(quarantine_corrupt=True, force=True)
+    ports.effects.verified_all = True   # a resume after it in this incident need not read them all again
     return ActionResult(True, f"quarantined {len(bad)} corrupt checkpoint(s): {', '.join(bad)}" if bad
                         else "all checkpoints verified")
 

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from engine.language.types import Duration
 from engine.language.actions.base import ActionDef, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot
 
 
@@ -19,7 +19,7 @@ def describe(p: WaitParams, state: StateSnapshot) -> str:
     return f"wait {p.seconds:g} s"
 
 
-def apply(p: WaitParams, ctx: ActionContext) -> ActionResult:
+def apply(p: WaitParams, ports: ActionPorts) -> ActionResult:
     time.sleep(p.seconds)
     return ActionResult(True, f"waited {p.seconds:g} s")
 

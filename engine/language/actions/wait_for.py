@@ -6,7 +6,7 @@ from pydantic import Field, field_validator
 
 from engine.language.types import Duration
 from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, Params
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.core.state import StateSnapshot, stall
 from engine.expr.expressions import Expression, evaluate_condition
 from engine.expr.expressions import compile_expression
@@ -28,26 +28,26 @@ def describe(p: WaitForParams, state: StateSnapshot) -> str:
     return f"keep observing until {p.condition} (at most {p.timeout:g} s)"
 
 
-def apply(p: WaitForParams, ctx: ActionContext) -> ActionResult:
-    held, waited = wait_for(compile_expression(p.condition), p.timeout, ctx)
-    if not held:
+def apply(p: WaitForParams, ports: ActionPorts) -> ActionResult:
+    met, waited = wait_for(compile_expression(p.condition), p.timeout, ports)
+    if not met:
         raise ActionFailed(f"{p.condition} still false after {waited:.1f} s")
-    return ActionResult(True, f"{p.condition} held after {waited:.1f} s")
+    return ActionResult(True, f"{p.condition} true after {waited:.1f} s")
 
 
-def wait_for(condition: Expression, timeout: float, ctx: ActionContext) -> tuple[bool, float]:
+def wait_for(condition: Expression, timeout: float, ports: ActionPorts) -> tuple[bool, float]:
     """Keep observing (lines, metrics, checkpoints) until the condition holds or time runs out."""
     started = time.time()
     while True:
-        snapshot = ctx.session.observe()
-        held, _error = evaluate_condition(condition, {"state": snapshot, "config": ctx.loaded.config})
+        snapshot = ports.session.observe()
+        met, _error = evaluate_condition(condition, {"state": snapshot, "config": ports.loaded.config})
         waited = time.time() - started
         # Stop waiting when something else needs the watcher: the trainer died or stopped progressing.
         stuck = stall(snapshot)
         stalled = stuck is not None and stuck[1] >= stuck[2]   # start-up is judged by its signs of life
-        if held or waited >= timeout or not snapshot.trainer.alive or stalled:
-            return held, waited
-        time.sleep(ctx.loaded.config.watch.poll_interval_s)
+        if met or waited >= timeout or not snapshot.trainer.alive or stalled:
+            return met, waited
+        time.sleep(ports.loaded.config.watch.poll_interval_s)
 
 
 ACTION = ActionDef(

@@ -2,7 +2,7 @@
 
 `check` (the matcher) is `holds(observe(ctx))`; `explain` (`runbook playbooks explain`) makes the
 same two calls and formats them, so an explanation cannot disagree with a decision. The few kinds
-that unroll the pair on the matcher's hot path are held to `explain` by tests/language/test_clause_agreement.py.
+that unroll the pair on the matcher's hot path are kept in line with `explain` by tests/language/test_clause_agreement.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ restored litdata loader is moved past the windows the next step would otherwise 
 Why here and not in a rewritten checkpoint copy: the windows are in the launch's environment, whichever way it
 was started (an incident's resume, a watcher restarted, a requeued job), and every rank moves its own loader.
 How: litgpt's `fabric.load(resume, state)` hands the loader its saved dict (`load_state_dict`); we keep that dict,
-and when `fit` starts (the step counter known: state["step_count"]) the loader is loaded again with its position
+and when `fit` starts (the step counter known: fit_dict["step_count"]) the loader is loaded again with its position
 advanced by the skipped positions' samples: micro_batch_size x accumulation per position on each rank. The
 step counter and iter_num are untouched, so the lr schedule and the number of steps trained stay the run's;
 only the data moves. Windows already behind the loader (a checkpoint saved after the skip) move nothing.
@@ -33,17 +33,17 @@ def say(text: str) -> None:
 
 def advanced(loader_state: dict, samples: int) -> dict:
     """PURE. A copy of a litdata StreamingDataLoader state `samples` further into its epoch (this rank's count)."""
-    state = copy.deepcopy(loader_state)
-    dataset = state["dataset"]
+    moved = copy.deepcopy(loader_state)
+    dataset = moved["dataset"]
     length = sum(last - first for first, last in dataset.get("region_of_interest") or [])
     if length and dataset["num_samples_yielded"] + samples > length:
         raise ValueError(f"cannot skip {samples} samples: the epoch holds {length} and "
                          f"{dataset['num_samples_yielded']} were read (a window past the epoch's end)")
-    state["num_samples_yielded"] += samples
+    moved["num_samples_yielded"] += samples
     dataset["num_samples_yielded"] += samples
     if "sample_in_epoch" in dataset:   # litdata's count over every rank
         dataset["sample_in_epoch"] += samples * int(dataset.get("world_size") or 1)
-    return state
+    return moved
 
 
 def positions_to_skip(step_count: int, samples_yielded: int, samples_per_position: int,
@@ -76,17 +76,17 @@ def attach(pretrain: ModuleType, environ: Mapping[str, str] = os.environ) -> Non
     original_fit = pretrain.fit
 
     def fit(**kwargs: Any) -> object:   # litgpt's fit arguments: its loader, state dict, TrainArgs
-        loader, state, train = kwargs["train_dataloader"], kwargs["state"], kwargs["train"]
+        loader, fit_dict, train = kwargs["train_dataloader"], kwargs["state"], kwargs["train"]
         saved = getattr(getattr(loader, "_dataloader", loader), SAVED, None)   # fabric may wrap the loader
         if saved is not None:
             per_position = train.micro_batch_size * train.gradient_accumulation_iters(kwargs["devices"],
                                                                                       kwargs.get("num_nodes", 1))
-            skip = positions_to_skip(state["step_count"], saved["num_samples_yielded"], per_position, windows)
+            skip = positions_to_skip(fit_dict["step_count"], saved["num_samples_yielded"], per_position, windows)
             if skip:
                 target = getattr(loader, "_dataloader", loader)
                 original_load(target, advanced(saved, skip * per_position))
                 say(f"skipping data positions: {skip} position(s), {skip * per_position} samples on this rank, "
-                    f"after step {state['step_count']} ({data_windows.ENV}={data_windows.format_windows(windows)})")
+                    f"after step {fit_dict['step_count']} ({data_windows.ENV}={data_windows.format_windows(windows)})")
         return original_fit(**kwargs)
 
     setattr(pretrain, "fit", fit)

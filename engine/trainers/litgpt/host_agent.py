@@ -8,7 +8,7 @@ tells the watcher about the host's ranks through the shared filesystem only.
 - node = SLURM_NODEID; it writes `node-<n>.json` (its agent's pid in this host's namespace, and the
   host's name) and, once the agent ended, `node-<n>.exit.json`, as the one-host group does.
 - Every RECORD_INTERVAL_S it writes one HostRecord per rank of this host (engine/process/host_records.py):
-  the rank's pid and start time, its process state seen here (running / stopped / gone), its last step,
+  the rank's pid and start time, its process status seen here (running / stopped / gone), its last step,
   the time written. The watcher, on another host, judges the rank only by those records and their age.
 - Node 0's output (the watcher's host) reaches srun, which writes it to the trainer log; node n's goes to
   `<ranks folder>/node-<n>.log` (each node's local rank 0 prints litgpt's progress).
@@ -29,7 +29,7 @@ from types import FrameType
 
 from engine.process.host_records import RECORD_INTERVAL_S, HostRecord, allocation, record_path
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
-from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, process_state, read_folder, write_record
+from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, process_status, read_folder, write_record
 from engine.trainers.litgpt.nodes import agent_argv
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -89,10 +89,10 @@ class HostAgent:
         beats, exits = self.my_ranks()
         now = time.time()
         for rank, beat in beats.items():
-            state = process_state(beat) or "gone"
+            status = process_status(beat) or "gone"
             try:
                 write_record(record_path(self.folder, rank), HostRecord(
-                    host=self.host, node=self.node, rank=rank, pid=beat.pid, started=beat.started, state=state,
+                    host=self.host, node=self.node, rank=rank, pid=beat.pid, started=beat.started, status=status,
                     step=beat.step, exit_code=exits[rank].exit_code if rank in exits else None, time=now,
                     allocation=allocation()))
             except OSError:
@@ -107,7 +107,7 @@ class HostAgent:
                 os.kill(self.agent.pid, sig)
         else:
             for beat in self.my_ranks()[0].values():
-                if process_state(beat) is not None:
+                if process_status(beat) is not None:
                     _send(beat.pid, sig)
 
     def kill_all(self) -> None:
@@ -115,7 +115,7 @@ class HostAgent:
         if self.agent is not None and self.agent.poll() is None:
             _send(self.agent.pid, signal.SIGKILL)
         for beat in self.my_ranks()[0].values():
-            if process_state(beat) is not None:
+            if process_status(beat) is not None:
                 _send(beat.pid, signal.SIGKILL)
 
     def wait(self) -> int:

@@ -40,7 +40,7 @@ from typing import IO
 from engine.process.host_records import (LOST_PEER, STALE_S, allocation, lost_hosts, lost_in_allocation, peer_verdict,
                                          previous_launch_folder, read_host_records)
 from engine.process.nodes import NODE_ENV, NodeExit, NodeStart, exit_path, start_path, told_signal
-from engine.process.ranks import RANKS_DIR_ENV, process_state, read_folder, write_record
+from engine.process.ranks import RANKS_DIR_ENV, process_status, read_folder, write_record
 
 GROUP_MODULE = "engine.trainers.litgpt.nodes"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -110,8 +110,8 @@ class NodeGroup:
         self.srun: subprocess.Popen | None = None   # across hosts: the one srun step of every host's agent
         self.waiting_for_slurm = False
         self.lock = threading.Lock()
-        self.held: list[bytes] = []
-        self.held_since: float | None = None
+        self.delayed: list[bytes] = []
+        self.delayed_since: float | None = None
         self.released = False
 
     def start(self) -> None:
@@ -161,34 +161,34 @@ class NodeGroup:
 
     def relay(self, pipe: IO[bytes]) -> None:
         """srun's output (node 0's agent: the trainer log) line by line. A line saying a peer went away is
-        held back, with what follows it, until the other hosts' records tell a dead peer process (they are
+        delayed, with what follows it, until the other hosts' records tell a dead peer process (they are
         renewed: the line goes on to the watcher, a collective's lost peer) from a lost host (none renewed
         for STALE_S: the watcher sees the dead node first), so that the watcher never takes a lost host
         for a collective timeout."""
         for line in iter(pipe.readline, b""):
             with self.lock:
-                if self.held_since is None and not self.released and LOST_PEER.search(line):
-                    self.held_since = time.time()
-                if self.held_since is not None:
-                    self.held.append(line)
+                if self.delayed_since is None and not self.released and LOST_PEER.search(line):
+                    self.delayed_since = time.time()
+                if self.delayed_since is not None:
+                    self.delayed.append(line)
                     continue
             _write(line)
 
-    def release_held(self, verdict_of: Callable[[float], str | None]) -> None:
+    def release_delayed(self, verdict_of: Callable[[float], str | None]) -> None:
         srun = self.srun
         assert srun is not None   # only wait_srun() releases, once srun runs
         with self.lock:
-            if self.held_since is None:
+            if self.delayed_since is None:
                 return
-            verdict = verdict_of(self.held_since)
-            if verdict is None and time.time() - self.held_since < STALE_S + 2.0 and srun.poll() is None:
+            verdict = verdict_of(self.delayed_since)
+            if verdict is None and time.time() - self.delayed_since < STALE_S + 2.0 and srun.poll() is None:
                 return
-            print(f"runbook: held {len(self.held)} line(s) after a lost peer for {time.time() - self.held_since:.1f} s: "
+            print(f"runbook: delayed {len(self.delayed)} line(s) after a lost peer for {time.time() - self.delayed_since:.1f} s: "
                   f"{'a host is lost' if verdict == 'lost' else 'every host renewed its records' if verdict else 'no verdict'}",
                   flush=True)
-            for line in self.held:
+            for line in self.delayed:
                 _write(line)
-            self.held, self.held_since, self.released = [], None, True
+            self.delayed, self.delayed_since, self.released = [], None, True
 
     def wait_srun(self) -> int:
         """Until srun ends. A host none of whose records was renewed for STALE_S is lost: once this host's
@@ -200,7 +200,7 @@ class NodeGroup:
         killed = False
         host = socket.gethostname()
         while srun.poll() is None:
-            self.release_held(lambda since: peer_verdict(read_host_records(self.folder), host, since, time.time()))
+            self.release_delayed(lambda since: peer_verdict(read_host_records(self.folder), host, since, time.time()))
             if self._every_rank_ended():
                 ranks_done_at = ranks_done_at or time.monotonic()
             lost = lost_hosts(read_host_records(self.folder), host, time.time(), current=allocation())
@@ -217,7 +217,7 @@ class NodeGroup:
                 _send(srun.pid, signal.SIGKILL)
             time.sleep(0.1)
         time.sleep(0.2)   # the relay's last lines
-        self.release_held(lambda since: "ended")
+        self.release_delayed(lambda since: "ended")
         _, exits = read_folder(self.folder)
         code = srun.returncode
         return group_exit_code(exits[0].exit_code if 0 in exits else None, [code] if code is not None else [])
@@ -239,7 +239,7 @@ class NodeGroup:
                 _send(agent.pid, sig)
         else:   # SIGUSR1: straight to the ranks
             for beat in read_folder(self.folder)[0].values():
-                if process_state(beat) is not None:
+                if process_status(beat) is not None:
                     _send(beat.pid, sig)
 
     def live(self) -> list[subprocess.Popen]:
@@ -251,7 +251,7 @@ class NodeGroup:
         for agent in self.live():
             _send(agent.pid, signal.SIGKILL)
         for beat in read_folder(self.folder)[0].values():
-            if process_state(beat) is not None:
+            if process_status(beat) is not None:
                 _send(beat.pid, signal.SIGKILL)
 
     def wait(self) -> int:

@@ -70,12 +70,12 @@ class NoticeGuard:
     def at_boundary(self) -> None:
         loop = self.loop
         assert loop is not None   # the iterator that calls this runs inside fit(), which set it
-        state = loop["state"]
-        if state["iter_num"] % loop["accumulation"]:
+        fit_dict = loop["fit_dict"]
+        if fit_dict["iter_num"] % loop["accumulation"]:
             return   # mid-accumulation: the notice waits for the step's last micro-batch
         if not self.agreed(loop["fabric"]):
             return
-        step = state["step_count"]
+        step = fit_dict["step_count"]
         if step == loop["first_step"]:
             say(f"notice at step {step}, no step taken since the start: nothing to save")
         else:
@@ -105,19 +105,19 @@ def install_handlers(environ: Mapping[str, str] = os.environ) -> list[signal.Sig
 
 
 def attach(pretrain: ModuleType, environ: Mapping[str, str] = os.environ) -> None:
-    """Wrap litgpt.pretrain's `fit` (to learn its state) and its CycleIterator (the step boundary)."""
+    """Wrap litgpt.pretrain's `fit` (to learn its fit dict) and its CycleIterator (the step boundary)."""
     if not notice_signals(environ):
         return
     original_fit = pretrain.fit
     base_iterator: type = pretrain.CycleIterator   # litgpt's class, subclassed below
 
     def fit(**kwargs: Any) -> object:   # litgpt's fit arguments: its Fabric, state dict, TrainArgs
-        state, train = kwargs["state"], kwargs["train"]
+        fit_dict, train = kwargs["state"], kwargs["train"]
         GUARD.loop = {
-            "fabric": kwargs["fabric"], "state": state, "out_dir": Path(kwargs["out_dir"]),
+            "fabric": kwargs["fabric"], "fit_dict": fit_dict, "out_dir": Path(kwargs["out_dir"]),
             "tokenizer_dir": kwargs.get("tokenizer_dir"), "pretrain": pretrain,
             "accumulation": train.gradient_accumulation_iters(kwargs["devices"], kwargs.get("num_nodes", 1)),
-            "first_step": state["step_count"],
+            "first_step": fit_dict["step_count"],
         }
         return original_fit(**kwargs)
 
@@ -141,7 +141,7 @@ def staging_dir(out_dir: Path, step: int, environ: Mapping[str, str] = os.enviro
 
 
 def save_agreed_step(loop: dict, step: int) -> None:
-    fabric, state, out_dir, pretrain = loop["fabric"], loop["state"], loop["out_dir"], loop["pretrain"]
+    fabric, fit_dict, out_dir, pretrain = loop["fabric"], loop["fit_dict"], loop["out_dir"], loop["pretrain"]
     final = out_dir / f"step-{step:08d}"
     if (final / "lit_model.pth").is_file():
         say(f"notice at step {step}: litgpt's scheduled save of this step is already there")
@@ -156,12 +156,12 @@ def save_agreed_step(loop: dict, step: int) -> None:
     fabric.barrier()
     # litgpt's announcement, naming the folder the save ends in (engine/checkpoints/partial_saves.py reads it).
     fabric.print(f"Saving checkpoint to {str(final / 'lit_model.pth')!r}")
-    fabric.save(staging / "lit_model.pth", state)
+    fabric.save(staging / "lit_model.pth", fit_dict)
     if fabric.global_rank == 0:
         pretrain.save_hyperparameters(pretrain.setup, staging)
         if loop["tokenizer_dir"] is not None:
             pretrain.copy_config_files(loop["tokenizer_dir"], staging)
-        pretrain.save_config(state["model"].config, staging)
+        pretrain.save_config(fit_dict["model"].config, staging)
         crash_point("notice-save-staged")   # the tests: killed with a whole save still in staging
         fsync_tree(staging)
         os.replace(staging, final)

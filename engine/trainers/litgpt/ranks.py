@@ -107,7 +107,7 @@ class Heartbeat:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.state: dict | None = None
+        self.fit_dict: dict | None = None
         self.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.node = int(os.environ[NODE_ENV]) if os.environ.get(NODE_ENV, "").isdigit() else None
@@ -118,11 +118,11 @@ class Heartbeat:
         self.synced_at: float | None = None     # when this rank's last gradient bucket was ready
 
     def beat(self, phase: str) -> None:
-        state = self.state or {}
+        fit_dict = self.fit_dict or {}
         try:
             write_record(heartbeat_path(self.folder, self.rank), RankHeartbeat(
                 rank=self.rank, world_size=self.world_size, node=self.node, pid=os.getpid(), started=self.started,
-                step=state.get("step_count"), iter_num=state.get("iter_num"), phase=phase, time=time.time(),
+                step=fit_dict.get("step_count"), iter_num=fit_dict.get("iter_num"), phase=phase, time=time.time(),
                 work_seconds=round(statistics.median(self.work), 4) if self.work else None, host=self.host))
         except OSError:
             pass   # a full disk must not stop training; the watcher then sees an old heartbeat
@@ -136,10 +136,10 @@ class Heartbeat:
 
         def fit(*args: Any, **kwargs: Any) -> object:   # litgpt's fit arguments: its Fabric, state dict, ...
             fabric = kwargs.get("fabric", args[0] if args else None)
-            heartbeat.state = kwargs.get("state", args[2] if len(args) > 2 else None)
+            heartbeat.fit_dict = kwargs.get("state", args[2] if len(args) > 2 else None)
             if fabric is not None:
                 heartbeat.rank, heartbeat.world_size = fabric.global_rank, fabric.world_size
-            heartbeat.watch_gradient_sync((heartbeat.state or {}).get("model"))
+            heartbeat.watch_gradient_sync((heartbeat.fit_dict or {}).get("model"))
             heartbeat.beat("work")
             return original_fit(*args, **kwargs)
 

@@ -28,8 +28,8 @@ def _load(pth: Path) -> dict:
 
 
 def read_progress(pth: Path) -> dict:
-    state = _load(pth)
-    return {"iter_num": int(state["iter_num"]), "step_count": int(state["step_count"])}
+    saved = _load(pth)
+    return {"iter_num": int(saved["iter_num"]), "step_count": int(saved["step_count"])}
 
 
 def saved_setting(step_dir: Path, *keys: str) -> object:
@@ -68,16 +68,16 @@ def rescaled_copy(src_pth: Path, dst_pth: Path, iter_num_factor: float) -> dict:
         raise ValueError("dst_pth must differ from src_pth (the source is never modified)")
     if not 0 < iter_num_factor < float("inf"):
         raise ValueError(f"iter_num_factor must be a positive finite number, got {iter_num_factor}")
-    state = _load(src_pth)
-    before = int(state["iter_num"])
+    saved = _load(src_pth)
+    before = int(saved["iter_num"])
     # limit_denominator: 4/3 arrives as 1.3333333333333333; micro-batch ratios are small fractions.
     after = Fraction(before) * Fraction(iter_num_factor).limit_denominator(1_000_000)
     if after.denominator != 1:
         raise ValueError(f"iter_num {before} x {iter_num_factor} = {float(after)} is not an integer")
-    state["iter_num"] = int(after)
+    saved["iter_num"] = int(after)
     dst_pth.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(dst_pth, lambda f: torch.save(state, f), prefix=OWN_TMP_PREFIX)  # .part temp: never matches step-*/*.pth
-    return {"iter_num_before": before, "iter_num_after": int(after), "step_count": int(state["step_count"])}
+    atomic_write(dst_pth, lambda f: torch.save(saved, f), prefix=OWN_TMP_PREFIX)  # .part temp: never matches step-*/*.pth
+    return {"iter_num_before": before, "iter_num_after": int(after), "step_count": int(saved["step_count"])}
 
 
 def find_nonfinite_tensors(pth: Path, limit: int = 10) -> list[str]:
@@ -113,11 +113,11 @@ def relocate_loader_state(pth: Path, old_run_dir: Path, new_run_dir: Path) -> in
             return new + node[len(old):]
         return node
 
-    state = torch.load(pth, map_location="cpu", weights_only=True)
-    state["train_dataloader"] = walk(state.get("train_dataloader"))
+    saved = torch.load(pth, map_location="cpu", weights_only=True)
+    saved["train_dataloader"] = walk(saved.get("train_dataloader"))
     if changed:
         # The out_dir's own temp prefix: a leftover is runbook's, never a file foreign to the checkpoint.
-        atomic_write(pth, lambda f: torch.save(state, f), prefix=own_tmp_prefix(pth.parent.parent))
+        atomic_write(pth, lambda f: torch.save(saved, f), prefix=own_tmp_prefix(pth.parent.parent))
     return changed
 
 
@@ -141,8 +141,8 @@ def loader_copy(src_pth: Path, dst_pth: Path, new_input_dir: Path, reset: bool) 
     src_pth, dst_pth = Path(src_pth), Path(dst_pth)
     if os.path.abspath(src_pth) == os.path.abspath(dst_pth):
         raise ValueError("dst_pth must differ from src_pth (the source is never modified)")
-    state = _load(src_pth)
-    loader = state["train_dataloader"]
+    saved = _load(src_pth)
+    loader = saved["train_dataloader"]
     dataset = loader["dataset"]
     before = {"input_dir": dataset.get("input_dir_path"), "epoch": loader.get("current_epoch"),
               "samples_yielded": loader.get("num_samples_yielded")}
@@ -152,5 +152,5 @@ def loader_copy(src_pth: Path, dst_pth: Path, new_input_dir: Path, reset: bool) 
         dataset["num_samples_yielded"] = 0
         dataset["sample_in_epoch"] = 0
     dst_pth.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(dst_pth, lambda f: torch.save(state, f), prefix=OWN_TMP_PREFIX)
+    atomic_write(dst_pth, lambda f: torch.save(saved, f), prefix=OWN_TMP_PREFIX)
     return before

@@ -31,7 +31,7 @@ def allowed_globals() -> list:
             (scalar, "numpy.core.multiarray.scalar"), (reconstruct, "numpy.core.multiarray._reconstruct")]
 
 
-def read_state(path: Path) -> object:
+def read_saved(path: Path) -> object:
     import torch
     try:
         with torch.serialization.safe_globals(allowed_globals()):
@@ -56,15 +56,15 @@ def tensors_of(path: Path, key: str | None) -> Iterator[tuple[str, object]]:
         yield from load_file(str(path)).items()
         return
     import torch
-    state = read_state(path)
+    saved = read_saved(path)
     if key is not None:
-        if not isinstance(state, Mapping) or key not in state:
-            keys = sorted(map(str, state))[:10] if isinstance(state, Mapping) else type(state).__name__
-            bare = isinstance(state, Mapping) and any(isinstance(v, torch.Tensor) for v in state.values())
+        if not isinstance(saved, Mapping) or key not in saved:
+            keys = sorted(map(str, saved))[:10] if isinstance(saved, Mapping) else type(saved).__name__
+            bare = isinstance(saved, Mapping) and any(isinstance(v, torch.Tensor) for v in saved.values())
             raise UnreadableWeights(f"{path.name}: no key {key!r} (trainer.weights_key); its keys: {keys}"
                                     + ("; it is a state dict itself: set trainer.weights_key: null" if bare else ""))
-        state = state[key]
-    yield from _walk(state, "", 0)
+        saved = saved[key]
+    yield from _walk(saved, "", 0)
 
 
 def _walk(value: object, name: str, depth: int) -> Iterator[tuple[str, object]]:

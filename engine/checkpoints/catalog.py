@@ -1,4 +1,4 @@
-"""The checkpoint ledger: which checkpoints of out_dir are verified, which are corrupt, where `last`
+"""The checkpoint catalog: which checkpoints of out_dir are verified, which are corrupt, where `last`
 points, and the one way anything is moved out or deleted (quarantine, rollback, prune).
 
 The watch loop, the actions (through the runtime) and the upkeep jobs all go through it, so the set
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class WeightsReader(Protocol):
-    """The trainer's adapter (engine/trainers, a floor above), as the ledger uses it."""
+    """The trainer's adapter (engine/trainers, a floor above), as the catalog uses it."""
 
     @property
     def layout(self) -> CheckpointLayout: ...
@@ -59,7 +59,7 @@ class PruneResult:
         return f"left alone {len(self.foreign)} item(s) that runbook did not write: {_names(self.foreign)}"
 
 
-class CheckpointLedger:
+class CheckpointCatalog:
     def __init__(self, out_dir: Path, folder: RunFolder, quarantine_dir: Path, adapter: WeightsReader,
                  journal: JournalWriter | None = None, read_only: bool = False):
         self.out_dir = out_dir

@@ -1,4 +1,4 @@
-"""Property tests of the checkpoint ledger: random histories of saves (complete, partial, truncated),
+"""Property tests of the checkpoint catalog: random histories of saves (complete, partial, truncated),
 rot, validations, verification, quarantine, upkeep retention, playbook and disk-full prunes, and
 resumes, run on real files through the engine's real Supervisor, the real actions through their ports and Upkeep.
 
@@ -16,7 +16,7 @@ validation), as the trainer would. Invariants, checked after every operation:
 Profiles (tests/conftest.py): quick by default, HYPOTHESIS_PROFILE=long for a long run. The counts
 (histories, operations by kind, foreign files seen and deleted) are printed at the end of every run
 with the profile and the seed; RUNBOOK_FUZZ_SEED=<that seed> generates the same histories again (the
-example database is off for this test, so earlier runs do not change them). LEDGER_STATS=path.json
+example database is off for this test, so earlier runs do not change them). CATALOG_STATS=path.json
 also writes them to a file.
 """
 
@@ -42,11 +42,11 @@ from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES, LitGPTLayout
 from engine.trainers.litgpt.resume import read_progress
 from engine.language.actions import REGISTRY, ActionResult
-from engine.language.actions.ports import ActionContext
+from engine.language.actions.ports import ActionPorts
 from engine.records.incident import Incident
 from engine.watch.supervisor import Supervisor
 from engine.core.durable import gzip_replace as gzip_file
-from engine.watch.upkeep import SupervisorContext, Upkeep, UpkeepSettings
+from engine.watch.upkeep import SupervisorPorts, Upkeep, UpkeepSettings
 from engine.trainers.run_config import load_config
 from engine.core.notifier import NullNotifier
 from engine.core.yaml_source import update_yaml_values
@@ -68,7 +68,7 @@ STATS: Counter = Counter()
 
 
 def _write_stats() -> None:
-    if path := os.environ.get("LEDGER_STATS"):
+    if path := os.environ.get("CATALOG_STATS"):
         Path(path).write_text(json.dumps(dict(STATS), indent=1, sort_keys=True) + "\n")
 
 
@@ -92,12 +92,12 @@ class RecordingSupervisor(Supervisor):
 def check_resume_choice(sup: Supervisor, resume_file: Path | None) -> None:
     """A resume never picks an unverified file: the newest verified, intact, sealed checkpoint, or none."""
     existing = ckpts.list_checkpoints(sup.loaded.out_dir, LAYOUT)
-    newest = ckpts.newest_verified(existing, sup.ledger.verified)
+    newest = ckpts.newest_verified(existing, sup.catalog.verified)
     if resume_file is None:
         assert newest is None, f"resumed from scratch although {newest} is verified"
         return
     ckpt = next(c for c in existing if c.resume_file == resume_file)
-    assert ckpt.step in sup.ledger.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
+    assert ckpt.step in sup.catalog.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
     assert ckpts.verify_checkpoint(ckpt).ok, f"{resume_file} does not verify"
     assert ckpt == newest
 
@@ -106,7 +106,7 @@ class World:
     """A project folder with a run config, seeded foreign files, and a sentinel folder outside."""
 
     def __init__(self, keep_last_k: int):
-        self.root = Path(tempfile.mkdtemp(prefix="ledger-"))
+        self.root = Path(tempfile.mkdtemp(prefix="catalog-"))
         project = self.root / "project"
         (project / "configs").mkdir(parents=True)
         config = project / "configs" / "run_config.yaml"
@@ -194,11 +194,11 @@ class World:
             self.put_foreign(path, f"dropped {name}\n".encode())
 
     # --- what runbook does ------------------------------------------------------------------------
-    def ports(self) -> ActionContext:
+    def ports(self) -> ActionPorts:
         return self.sup.incidents.ports(Incident(id="incident-1", playbook="property-test"))
 
     @staticmethod
-    def act(ports: ActionContext, verb: str, **params) -> ActionResult:
+    def act(ports: ActionPorts, verb: str, **params) -> ActionResult:
         """One action of a playbook, the real one, through the ports an incident lends it."""
         action = REGISTRY[verb]
         return action.apply(action.params.model_validate(params), ports)
@@ -209,9 +209,9 @@ class World:
         sup = self.sup
         sup.observe()  # what the watcher knows when it prunes: the log read, finished saves sealed
         before = ckpts.list_checkpoints(self.out_dir, LAYOUT)
-        newest = ckpts.newest_verified(before, sup.ledger.verified)
+        newest = ckpts.newest_verified(before, sup.catalog.verified)
         best = sup.observer.tracker.best_val_step
-        best_ckpt = next((c for c in before if c.step == best and c.step in sup.ledger.verified and keep_best), None)
+        best_ckpt = next((c for c in before if c.step == best and c.step in sup.catalog.verified and keep_best), None)
         # One that rotted since it was sealed may be quarantined as a partial save; an intact one must stay.
         intact = [c for c in {newest, best_ckpt} if c is not None and ckpts.verify_checkpoint(c).ok]
         prune()
@@ -237,7 +237,7 @@ class World:
             act(rt, "verify_checkpoints")
             self.damaged = False
         elif kind == "retention":
-            upkeep = Upkeep(UpkeepSettings(), SupervisorContext(self.sup.context))
+            upkeep = Upkeep(UpkeepSettings(), SupervisorPorts(self.sup.parts))
             self.prune_guarded(lambda: self.check_job(upkeep.retention()))
         elif kind == "prune":  # prune_checkpoints from a playbook (the killed one keeps 1000)
             keep_last_k, keep_best, remove_partial = args
@@ -276,12 +276,12 @@ class World:
                 STATS["foreign_deleted"] += 1
                 raise AssertionError(f"{path} was deleted, and runbook did not write it")
         link = self.out_dir / ckpts.LAST_LINK_NAME
-        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir, LAYOUT), self.sup.ledger.verified)
+        verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir, LAYOUT), self.sup.catalog.verified)
         if link.is_symlink():
             target = ckpts.last_link_target(self.out_dir)
             ckpt = next((c for c in ckpts.list_checkpoints(self.out_dir, LAYOUT) if c.path == target), None)
             assert ckpt is not None, f"last points at {target}, not a checkpoint"
-            assert ckpt.step in self.sup.ledger.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
+            assert ckpt.step in self.sup.catalog.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
             assert ckpt == verified, f"last points at {target}, not the newest verified {verified}"
             if not self.damaged:
                 assert ckpts.verify_checkpoint(ckpt).ok
@@ -317,7 +317,7 @@ operation = st.sampled_from(KINDS).flatmap(lambda kind: ARGUMENTS.get(kind, st.j
 # the invariant holds the best only where the prune keeps it.
 @example(keep_last_k=1, history=[("save", "complete")] * 5 + [("validate", 1.0), ("save", "complete"),
                                                               ("prune", None, False, False)])
-def ledger_history(keep_last_k, history):
+def catalog_history(keep_last_k, history):
     world = World(keep_last_k)
     try:
         world.check()
@@ -332,15 +332,15 @@ def ledger_history(keep_last_k, history):
 
 
 @pytest.mark.slow
-def test_the_checkpoint_ledger_keeps_its_invariants():
+def test_the_checkpoint_catalog_keeps_its_invariants():
     """Every generated history (and the @examples) keeps the invariants; the counts are printed at the end
     of the run with the profile and the seed (RUNBOOK_FUZZ_SEED=<seed> makes the same histories again)."""
     STATS.clear()
     seed = hypothesis_seed()
     try:
-        seeded(ledger_history, seed)()
+        seeded(catalog_history, seed)()
     finally:
-        record_evidence(f"checkpoint-ledger properties ({hypothesis_profile()}, RUNBOOK_FUZZ_SEED={seed}): "
+        record_evidence(f"checkpoint-catalog properties ({hypothesis_profile()}, RUNBOOK_FUZZ_SEED={seed}): "
                         f"{STATS['histories']} histories, {STATS['operations']} operations, "
                         f"{STATS['foreign_seen']} foreign files seen, {STATS['foreign_deleted']} deleted; operations by kind: "
                         + ", ".join(f"{k[3:]} {v}" for k, v in sorted(STATS.items()) if k.startswith("op_")))

@@ -1,16 +1,16 @@
-"""What the watch loop lends to the parts it runs: the incident runner (which hands the actions their ports,
+"""The watch loop's parts, lent to what it runs: the incident runner (which hands the actions their ports,
 engine/language/actions/ports.py) and upkeep. One typed bag, built once by the supervisor; the supervisor
-itself is reached only as the RunSession below, the one owner of the loop's state."""
+itself is reached only as the RunSession below, the one owner of the run's phase."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from engine.checkpoints.ledger import CheckpointLedger
+from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.events import Publish
 from engine.core.notifier import Notifier
-from engine.core.state import RunState
+from engine.core.state import RunPhase
 from engine.language.actions.ports import SessionPort
 from engine.process.trainer_control import TrainerControl
 from engine.records.incident_store import IncidentStore
@@ -18,16 +18,16 @@ from engine.records.journal import Journal
 
 
 class RunSession(SessionPort, Protocol):
-    """The run session (engine/watch/supervisor.Supervisor): what actions may ask of it, and its state machine."""
+    """The run session (engine/watch/supervisor.Supervisor): what actions may ask of it, and its phase machine."""
 
-    def transition(self, to: RunState, reason: str) -> None: ...   # the run's state machine, journaled
-    def status(self) -> dict: ...   # run state, launches, step, tokens, tokens/s (heartbeat)
+    def transition(self, to: RunPhase, reason: str) -> None: ...   # the run's phase machine, journaled
+    def status(self) -> dict: ...   # run phase, launches, step, tokens, tokens/s (heartbeat)
 
 
 @dataclass(frozen=True)
-class WatchContext:
+class WatchParts:
     control: TrainerControl                          # the trainer and the run config in force
-    ledger: CheckpointLedger                         # verified checkpoints, quarantine, prune
+    catalog: CheckpointCatalog                       # verified checkpoints, quarantine, prune
     journal: Journal
     store: IncidentStore                             # incident records (held in memory on a full disk)
     notifier: Notifier
