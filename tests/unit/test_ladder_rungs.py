@@ -35,3 +35,19 @@ def test_plans_that_roll_nothing_back_stand_on_no_rung():
     assert ladder.rung(["stop", "resume"], 1) is None
     assert ladder.rung(["rollback", "resume"], 1) is None   # a rollback that changes nothing else (corrupt checkpoint)
     assert ladder.rung(["escalate"], 5) == ladder.PAST and ladder.rung(["escalate"], 1) is None
+
+
+def test_replay_says_the_rung_then_and_now():
+    from engine.language.replay import PlannedAction, ReplayResult, Verdict
+
+    def verdict(attempt: int, *verbs: str, skipped: tuple[str, ...] = ()) -> Verdict:
+        actions = tuple(PlannedAction(v, v) for v in verbs) + tuple(PlannedAction(v, v, note="if: false") for v in skipped)
+        return Verdict("recover", "nan", None, "NaN", actions, attempt)
+
+    then = verdict(2, "stop", "rollback", "set_hyperparameters", "resume", skipped=("skip_data",))
+    now = verdict(2, "stop", "rollback", "skip_data", "set_hyperparameters", "resume")
+    assert (then.rung, now.rung) == (ladder.RUNGS[3], ladder.RUNGS[2])   # a skipped guard is no rung
+    text = ReplayResult("incident-2", "different-actions", then, now).render()
+    assert f"  rung: then {ladder.RUNGS[3]}; now {ladder.RUNGS[2]}" in text, text
+    assert ReplayResult("incident-2", "different-actions", now, now).to_dict()["now"]["rung"] == ladder.RUNGS[2]
+    assert f"  rung: {ladder.RUNGS[2]}" in ReplayResult("incident-2", "unchanged", now, now).render()
