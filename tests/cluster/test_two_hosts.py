@@ -224,7 +224,7 @@ def test_the_faulted_run_recovers_every_fault_to_the_budgets_counts(faulted):
     # an agent still in torchrun's exit barrier 3 s after its ranks ended is killed by its host's wrapper
     assert all(e.exit_code == 0 or (e.exit_code == -9 and e.requested) for e in ends.values()) and sorted(ends) == [0, 1]
     records = read_host_records(last)
-    assert {r: (rec.host, rec.state, rec.step) for r, rec in records.items()} == {0: ("h1", "gone", STEPS), 1: ("h2", "gone", STEPS)}
+    assert {r: (rec.host, rec.status, rec.step) for r, rec in records.items()} == {0: ("h1", "gone", STEPS), 1: ("h2", "gone", STEPS)}
     assert records[1].pid == beats[1].pid and records[1].started == beats[1].started
     log = (project.run_dir / "logs" / f"trainer-{newest_launch(project):03d}.log").read_text()
     assert "2 hosts x 1 ranks through srun" in log and log.count("| iter 20 step 10 |") == 1   # h2's progress: its own log
