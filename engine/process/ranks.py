@@ -62,6 +62,30 @@ class RankExit(BaseModel):
     where: str | None = None            # file:line in the user's own code where that exception was raised
 
 
+class RankException(BaseModel):
+    """The exception a rank raised, written by the rank itself as it ends (engine/trainers/litgpt/ranks.py);
+    its exit recorder folds it into the rank's exit. The rank's own words, not its log's: on another host
+    the log reaches this one through srun, over the very link whose loss may be the failure."""
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    rank: int
+    pid: int
+    error: str
+
+
+def exception_path(folder: Path, rank: int) -> Path:
+    return Path(folder) / f"exception-{rank}.json"
+
+
+def read_exception(folder: Path, rank: int, pid: int) -> str | None:
+    """The error that process (that pid) recorded as rank `rank`, if any: a bad or another process's file is none."""
+    try:
+        record = RankException.model_validate_json(exception_path(folder, rank).read_bytes()[:64 * 1024])
+    except (OSError, ValueError):
+        return None
+    return record.error if (record.rank, record.pid) == (rank, pid) else None
+
+
 def heartbeat_path(folder: Path, rank: int) -> Path:
     return Path(folder) / f"rank-{rank}.json"
 

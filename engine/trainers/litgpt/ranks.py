@@ -18,7 +18,8 @@ importing litgpt.pretrain and before litgpt builds its Fabric).
   gradients are ready for the all-reduce (a DDP communication hook notes it): the all-reduce makes
   every rank's step time the same, so step time alone could not name the slow one.
 - Lightning starts the other ranks of the node from rank 0; each runs under a small recording parent
-  (`record_exit_main`) that writes its exit code (a signal as negative) the moment it ends.
+  (`record_exit_main`) that writes its exit code (a signal as negative) the moment it ends, with the
+  exception the rank recorded as it ended (`record_own_exception`): its lost peer or its own error.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from engine.process.nodes import NODE_ENV
-from engine.process.ranks import RANKS_DIR_ENV, RankExit, RankHeartbeat, exit_path, heartbeat_path, write_record
+from engine.process.ranks import (RANKS_DIR_ENV, RankException, RankExit, RankHeartbeat, exception_path, exit_path,
+                                  heartbeat_path, read_exception, write_record)
 
 if TYPE_CHECKING:
     from lightning.fabric import Fabric
     from lightning.fabric.strategies import DDPStrategy
 
 COLLECTIVE_TIMEOUT_ENV = "RUNBOOK_COLLECTIVE_TIMEOUT_S"
+MAX_ERROR_CHARS = 500     # an exception's message can be megabytes (a tensor's repr)
 WORK_WINDOW = 10          # micro-batches in a rank's work-time median
 
 
@@ -71,7 +74,32 @@ def prepare(environ: MutableMapping[str, str] = os.environ) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         Heartbeat(Path(folder)).attach(pretrain)
+        record_own_exception(Path(folder), _rank(environ))
         _record_child_exits(Path(folder))
+
+
+def _rank(environ: Mapping[str, str]) -> int:
+    # torchrun sets RANK (several nodes); Lightning starts ranks on one node and sets only LOCAL_RANK (= global)
+    return int(environ.get("RANK", environ.get("LOCAL_RANK", "0")))
+
+
+def record_own_exception(folder: Path, rank: int) -> None:
+    """An uncaught exception is written to the ranks folder before its traceback is printed: a rank on another
+    host prints through srun, whose link may be the thing that failed (a cut link: the rank's "Timed out
+    waiting 8000ms for recv" never reached the log, and its bare exit code read as a rank that died first)."""
+    previous = sys.excepthook
+    pid = os.getpid()
+
+    def on_exception(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if os.getpid() == pid and not issubclass(kind, (SystemExit, KeyboardInterrupt)):
+            text = f"{kind.__name__}: {value}".splitlines()[0] if str(value) else kind.__name__
+            try:
+                write_record(exception_path(folder, rank), RankException(rank=rank, pid=pid, error=text[:MAX_ERROR_CHARS]))
+            except OSError:
+                pass   # a full disk: the exit is still recorded, without its words
+        previous(kind, value, tb)
+
+    sys.excepthook = on_exception
 
 
 def _cuda_available() -> bool:
@@ -223,12 +251,13 @@ def record_exit_main(argv: list[str]) -> int:
     folder, command = Path(argv[1]), argv[3:]
     for sig in NOTED_SIGNALS:
         signal.signal(sig, lambda *_: None)
-    # torchrun sets RANK (several nodes); Lightning starts ranks on one node and sets only LOCAL_RANK (= global)
-    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+    rank = _rank(os.environ)
     child = subprocess.Popen(command, preexec_fn=_die_with_parent)
     code = child.wait()
     try:
-        write_record(exit_path(folder, rank), RankExit(rank=rank, pid=child.pid, exit_code=code, ended=time.time()))
+        error = read_exception(folder, rank, child.pid) if code != 0 else None
+        write_record(exit_path(folder, rank), RankExit(rank=rank, pid=child.pid, exit_code=code, ended=time.time(),
+                                                       error=error))
     except OSError:
         pass
     return 128 - code if code < 0 else code
