@@ -27,6 +27,7 @@ PEER_LOSS = re.compile(
     r"|NCCL communicator was aborted|DistNetworkError|ncclRemoteError|remote process exited or there was a network error"
     r"|Timed out waiting \d+ms for (send|recv)|Socket Timeout|[Tt]he client socket has (timed out|shut down)")
 MAX_LINE = 2000
+TEARDOWN_CRASHES = (-6, -11)    # SIGABRT, SIGSEGV: what an interpreter's own teardown dies of, no outside kill
 
 _ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
 _FAILURES = re.compile(r"^\s*Failures:\s*$")
@@ -130,8 +131,12 @@ def _merged_rank(status: RankStatus, report: LauncherReport) -> RankStatus:
     reported = report.failures.get(status.rank)
     update: dict = {}
     # The launcher reaped the process: its code is the truth where the rank's own record is missing or is only
-    # the clean-exit guess of an interpreter that was then killed.
-    if reported is not None and (status.exit_code in (None, 0) or reported.exit_code not in (0, 1)):
+    # the clean-exit guess of an interpreter that was then killed. Not an abort of its own after a recorded
+    # return: the record (exit 0) is written once the script has returned, so a SIGABRT or SIGSEGV after it is
+    # the interpreter's teardown (`terminate called without an active exception`: a process group never
+    # destroyed, seen on torch 2.13), and the return while its peers trained is what decides.
+    torn_down = status.exit_code == 0 and reported is not None and reported.exit_code in TEARDOWN_CRASHES
+    if reported is not None and not torn_down and (status.exit_code in (None, 0) or reported.exit_code not in (0, 1)):
         update.update(exit_code=reported.exit_code, signal=signal_of(reported.exit_code), alive=False,
                       exit_from_launcher=True)
     error = status.error or (reported.error if reported else None) or report.errors.get(status.rank)

@@ -63,8 +63,8 @@ class RankExit(BaseModel):
 
 
 class RankException(BaseModel):
-    """The exception a rank raised, written by the rank itself as it ends (engine/trainers/litgpt/ranks.py);
-    its exit recorder folds it into the rank's exit. The rank's own words, not its log's: on another host
+    """The exception a rank raised, written by the rank itself as it ends (the trainer side of a
+    trainer whose ranks run under an exit recorder), which folds it into the rank's exit. The rank's own words, not its log's: on another host
     the log reaches this one through srun, over the very link whose loss may be the failure."""
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -4,6 +4,11 @@ torchrun log, merged with the ranks' own records, and the wait while the launche
 torchrun_sigkill_rank1.log: torch 2.13's torchrun, 2 CPU ranks of examples/ddp_script/train.py, rank 1
 SIGKILLed from outside at step ~12 (2026-12-06, this machine; progress lines dropped): rank 0 prints gloo's
 "Connection reset by peer", torchrun SIGTERMs it and prints its ChildFailedError block.
+
+torchrun_early_return_abort.log: the same, rank 1 returned at step 9 while rank 0 trained
+(tests/cluster/test_launcher_ranks.py's early exit, 2026-12-06, this machine; one run in ~10): rank 1 wrote its
+clean exit, then aborted in its teardown (`terminate called without an active exception`), and torchrun named
+that SIGABRT the root cause. The run was restarted by rank-exited before rank-error escalated the early return.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from engine.core.state import RanksStatus, RankStatus
 from engine.observe.launcher_report import awaiting_first_failure, first_failure, read_report, with_report
 
 LOG = (Path(__file__).with_name("torchrun_sigkill_rank1.log")).read_text().splitlines()
+EARLY_RETURN_ABORT = (Path(__file__).with_name("torchrun_early_return_abort.log")).read_text().splitlines()
 
 
 def test_torchruns_real_report_names_the_killed_rank_as_the_root_cause():
@@ -51,6 +57,23 @@ def test_a_rank_that_returned_before_its_peers_failed_is_the_first_failure():
     # a rank that ended 0 after the others failed is no cause
     ranks[1] = RankStatus(rank=1, exit_code=0, ended_at=250.0)
     assert first_failure(ranks, None).rank == 0
+
+
+def test_a_rank_that_returned_and_then_aborted_in_its_teardown_returned_early():
+    report = read_report(EARLY_RETURN_ABORT)
+    assert report.root_cause == 1 and report.failures[1].exit_code == -6
+    own = [RankStatus(rank=0, exit_code=1, ended_at=14.34, error="RuntimeError: [pair.cc:553] Connection closed by peer",
+                      peer_loss=True),
+           RankStatus(rank=1, exit_code=0, ended_at=14.30)]       # its own record: it returned
+    status = with_report(RanksStatus(world_size=2, ranks=own), report)
+    assert (status.first_failed, status.first_failed_cause) == (1, "early-exit"), status
+    # no record of its own: the launcher's SIGABRT is all there is
+    status = with_report(RanksStatus(world_size=2, ranks=[own[0], RankStatus(rank=1, pid=11)]), report)
+    assert (status.first_failed, status.first_failed_cause) == (1, "signal"), status
+    # a clean record, then killed from outside (SIGKILL): the launcher's word wins, as before
+    killed = read_report([line.replace("exitcode  : -6", "exitcode  : -9") for line in EARLY_RETURN_ABORT])
+    status = with_report(RanksStatus(world_size=2, ranks=own), killed)
+    assert (status.first_failed, status.first_failed_signal) == (1, "SIGKILL"), status
 
 
 def test_only_lost_peers_is_a_collective_failure():
