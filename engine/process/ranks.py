@@ -63,9 +63,9 @@ class RankExit(BaseModel):
 
 
 class RankException(BaseModel):
-    """The exception a rank raised, written by the rank itself as it ends (the trainer side of a
-    trainer whose ranks run under an exit recorder), which folds it into the rank's exit. The rank's own words, not its log's: on another host
-    the log reaches this one through srun, over the very link whose loss may be the failure."""
+    """The exception a rank raised, written by the rank itself as it ends (the trainer side, where its ranks
+    run under an exit recorder, which folds it into the rank's exit). The rank's own words, not its log's: on
+    another host the log reaches this one through srun, over the very link whose loss may be the failure."""
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     rank: int
