@@ -27,6 +27,7 @@ WARMUP_PROGRESS_LINES = 10   # iterations after a launch ignored for the through
 BASELINE_SAMPLES = 20
 HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling median counts as healthy
 BEST_MEDIAN_WINDOW = 3       # logged losses in the rolling median whose minimum is the spike baseline
+MAX_EARLIER_LAUNCHES = 16   # launches whose start-up failure is remembered (a row of them is what counts)
 
 
 MAX_LINE_BYTES = 64 * 1024          # a longer line is cut to this (a progress or error line is far shorter)
@@ -242,14 +243,18 @@ class Observer:
         self._other_stack: tuple[Progress, float, int] | None = None   # (event, when read, observation then)
         self._own_progress = False   # the adapter's parser has read a progress line: other stacks' are not read
         self.lines_since_progress = 0   # lines read after this launch's last progress line
-        # Each earlier launch's error if it ended before its first progress line (None: it progressed): a
-        # deterministic start-up failure repeats launch after launch (same_start_error.alike_in_a_row).
-        self.earlier_launches: deque[str | None] = deque(maxlen=16)
+        # Each earlier launch's error, by its log, if it ended before its first progress line (None: it
+        # progressed): a deterministic start-up failure repeats launch after launch
+        # (same_start_error.alike_in_a_row). Journaled (launch_ended), so a restarted watcher recalls them.
+        self.earlier_launches: dict[str, str | None] = {}
 
-    def follow(self, log_path: Path, meaning: ProgressMeaning, replay_existing: bool = False) -> None:
-        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only."""
-        if self.log is not None:   # the launch that ends here: its start-up failure, if it never progressed
-            self.earlier_launches.append(last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
+    def follow(self, log_path: Path, meaning: ProgressMeaning, replay_existing: bool = False) -> tuple[str, str | None] | None:
+        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only.
+        Returns the launch that ends here (its log, its start-up failure if it never progressed), if one was followed."""
+        ended = None
+        if self.log is not None:
+            ended = (str(self.log.path), last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
+            self.recall_launches(dict([ended]))
         self.tracker.new_launch(meaning)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self._other_stack = None
@@ -261,6 +266,15 @@ class Observer:
         if replay_existing:
             for line in self.log.read():
                 self._consume(line, self.launched_at)
+        return ended
+
+    def recall_launches(self, start_errors: dict[str, str | None]) -> None:
+        """Earlier launches' start-up failures by log (the journal's, at a watcher's start), the newest kept."""
+        for log, error in start_errors.items():
+            self.earlier_launches.pop(log, None)
+            self.earlier_launches[log] = error
+        while len(self.earlier_launches) > MAX_EARLIER_LAUNCHES:
+            del self.earlier_launches[next(iter(self.earlier_launches))]
 
     def _consume(self, line: str, now: float) -> None:
         self.tail.append(line)
@@ -350,7 +364,8 @@ class Observer:
         alike = 0
         if not trainer.alive and self.tracker.progress_since_launch == 0:
             ranks = ranks.model_copy(update={"same_error_before_progress": same_error_everywhere(ranks, tail)})
-            alike = alike_in_a_row(list(self.earlier_launches), last_error(tail))
+            current = str(self.log.path) if self.log else None   # a restarted watcher recalls this launch too
+            alike = alike_in_a_row([e for log, e in self.earlier_launches.items() if log != current], last_error(tail))
         return trainer.model_copy(update={"ranks": ranks, "awaiting_first_failure": waiting,
                                           "failed_alike_before_progress": alike})
 

@@ -43,6 +43,7 @@ class JournalReplay:
     unreported: list[str] = field(default_factory=list)   # closed, but not yet in the run log / notifier
     last_exit_code: int | None = None
     last_exit_signal: str | None = None
+    start_errors: dict[str, str | None] = field(default_factory=dict)   # ended launches by log: start-up failure or None
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,9 @@ def rebuild(entries: list[dict]) -> JournalReplay:
                 s.divergences.append(e["bad_step"])
         elif kind == "trainer_exited":
             s.last_exit_code, s.last_exit_signal = e.get("exit_code"), e.get("signal")
+        elif kind == "launch_ended":
+            s.start_errors.pop(e["log"], None)   # the newest last, once per log
+            s.start_errors[e["log"]] = e.get("start_error")
         elif kind == "env":
             kept, other = (s.diagnostic_env, s.extra_env) if e.get("diagnostic") else (s.extra_env, s.diagnostic_env)
             kept.update(e["vars"])

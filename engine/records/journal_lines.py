@@ -144,6 +144,7 @@ _FIELDS: dict[str, list[tuple[str, Callable[[Any], bool], str, bool]]] = {
                         ("decision", _is_str, "a string", True)],
     "action_done": [("index", _is_int, "an action index", False)],
     "incident_closed": [("outcome", _is_str, "a string", True)],
+    "launch_ended": [("log", _is_str, "a path", False), ("start_error", _is_str, "a string", True)],
     "trainer_exited": [("exit_code", lambda v: _is_int(v, -255, 1 << 16), "an exit code", True),
                        ("signal", _is_str, "a signal name", True)],
     "env": [("vars", lambda v: isinstance(v, dict) and not any(env_problem(k, x) for k, x in v.items()),

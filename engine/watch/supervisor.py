@@ -249,7 +249,9 @@ class Supervisor:
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
-        self.observer.follow(process.log_path, self.control.progress_meaning)
+        ended = self.observer.follow(process.log_path, self.control.progress_meaning)
+        if ended is not None:   # its start-up failure, for a watcher restarted before the next one counts the row
+            self.journal.append("launch_ended", log=ended[0], start_error=ended[1])
         self.dead_observations = 0
         self.transition(RunPhase.RUNNING, f"launch {self.control.launches} (pid {process.pid})"
                          + (f" resuming from {resume_file}" if resume_file else " from scratch"))
@@ -267,6 +269,7 @@ class Supervisor:
         """What the journal says the run had: its attempts and launches; acting, also the environment its remedies
         set and its divergences (a dry run launches nothing, so it needs neither)."""
         self.history = past.history
+        self.observer.recall_launches(past.start_errors)
         self.control.continue_from(past.launches, past.extra_env if acting else None,
                                    past.diagnostic_env if acting else None)
         if acting:

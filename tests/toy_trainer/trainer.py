@@ -23,7 +23,8 @@ A notice (a signal named in RUNBOOK_NOTICE_SIGNALS, as runbook sets it for every
 notices) is litgpt's notice save under runbook, the toy's way: the step in progress ends, is saved as
 its own checkpoint, and the trainer exits SAVED_ON_NOTICE (75). ``notice_save: false`` in the config
 makes it die of the signal instead (a trainer that takes no notices: the steps since its last save
-are lost).
+are lost). start_error ({"line": L, "after_seconds": S}) makes every launch print L as a traceback's last line
+after S seconds and exit 1, before its first step (a deterministic start-up failure).
 """
 
 from __future__ import annotations
@@ -131,6 +132,12 @@ def main(config_path: str) -> int:
     if cfg.get("env_file"):   # one JSON line per launch: the environment this trainer was given
         with open(cfg["env_file"], "a") as fh:
             fh.write(json.dumps(dict(os.environ)) + "\n")
+    start_error = cfg.get("start_error")   # {"line": L, "after_seconds": S}: every launch dies of L before its first step
+    if start_error:
+        time.sleep(float(start_error.get("after_seconds", 0.0)))
+        print("Traceback (most recent call last):", flush=True)
+        print(start_error["line"], flush=True)
+        return 1
     limit = cfg.get("oom_above_micro_batch")
     if limit is not None and cfg.get("micro_batch_size", 0) > limit:   # a memory limit, the toy's way
         print(f"MemoryError: toy cannot fit micro-batch {cfg['micro_batch_size']} (limit {limit})", flush=True)
