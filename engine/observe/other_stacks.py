@@ -16,6 +16,8 @@ import). Formats, as the stacks print them:
   mlx (mlx_lm):              Iter 10: Train loss 2.345, Learning Rate 1.000e-05, ...
   nanoGPT:                   iter 100: loss 2.3456, time 123.45ms, mfu 12.34%   (a timestamp before it, as some forks print)
 
+Megatron leaves a NaN loss out of its line (`_megatron` says how that is read).
+
 A step's gradient norm that is non-finite (HF's 'grad_norm': nan, Megatron's grad norm: nan) makes the
 step's loss non-finite here: the update that step applied poisoned the weights, whatever loss it
 printed before (HF logs 'loss': 0.0 beside it), and the loss is what the nan playbook reads.
@@ -40,6 +42,9 @@ _MEGATRON = re2.compile(r"^.{0,80}?\biteration\s{1,20}(\d{1,12})/\s{0,20}\d{1,12
 _MEGATRON_LOSS = re2.compile(r"\| lm loss: (" + _NUM + r") \|")
 _MEGATRON_GRAD = re2.compile(r"\| grad norm: (" + _NUM + r") \|")
 _MEGATRON_TIME = re2.compile(r"\| elapsed time per iteration \(ms\): (" + _NUM + r") \|")
+_MEGATRON_ANY_LOSS = re2.compile(r"\| (?:[\w-]{1,40} )?loss: ")            # "lm loss:", "sop loss:", "loss:"; not "loss scale:"
+_MEGATRON_SKIPPED = re2.compile(r"\| number of skipped iterations: {0,20}(\d{1,12}) \|")
+_MEGATRON_NAN_ITERS = re2.compile(r"\| number of nan iterations: {0,20}(\d{1,12}) \|")
 _KERAS = re2.compile(r"^\s{0,20}\d{1,12}/\d{1,12} (?:\[[=>.]{1,200}\]|[━─]{1,200}) .{0,200}?\bloss: (" + _NUM + r")")
 _MLX = re2.compile(r"^Iter (\d{1,12}): Train loss (" + _NUM + r")(?:,|$)")
 _NANOGPT = re2.compile(r"^.{0,40}?\biter (\d{1,12}): loss (" + _NUM + r"), time (" + _NUM + r") ?ms\b")
@@ -66,13 +71,7 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
         loss = _poisoned(_number(m.group(1)), grad.group(1) if grad else None)
         return _progress(next_step, loss, UNKNOWN_MS, step_known=False, grad_norm=_optional(grad), lr=_optional(lr))
     if (m := _MEGATRON.search(text)) is not None:
-        loss_m = _MEGATRON_LOSS.search(text)
-        if loss_m is None:
-            return None   # Megatron-DeepSpeed's line without its lm loss: no loss to report
-        grad = _MEGATRON_GRAD.search(text)
-        took = _MEGATRON_TIME.search(text)
-        loss = _poisoned(_number(loss_m.group(1)), grad.group(1) if grad else None)
-        return _progress(int(m.group(1)), loss, _number(took.group(1)) if took else UNKNOWN_MS, grad_norm=_optional(grad))
+        return _megatron(int(m.group(1)), text)
     if (m := _MLX.search(text)) is not None:
         return _progress(int(m.group(1)), _number(m.group(2)), UNKNOWN_MS)
     if (m := _NANOGPT.search(text)) is not None:
@@ -80,6 +79,28 @@ def other_stack_progress(line: str, previous_step: int | None) -> Progress | Non
     if (m := _KERAS.search(text)) is not None:
         return _progress(next_step, _number(m.group(1)), UNKNOWN_MS, step_known=False)
     return None
+
+
+def _megatron(step: int, text: str) -> Progress | None:
+    """Megatron's (and Megatron-DeepSpeed's) iteration line. Its training_log prints each loss only `if avg >
+    0.0`, which a NaN fails: a NaN loss is left out of the line, not printed as nan (deepspeedai/Megatron-DeepSpeed
+    #434). So a line with no loss at all while no iteration of the interval was skipped (a skipped one adds
+    nothing, and a loss-scale warm-up that skips them all prints no loss either) reports a NaN loss, as does a
+    non-zero "number of nan iterations"."""
+    grad = _MEGATRON_GRAD.search(text)
+    took = _MEGATRON_TIME.search(text)
+    nan_iters = _MEGATRON_NAN_ITERS.search(text)
+    loss_m = _MEGATRON_LOSS.search(text)
+    if nan_iters is not None and int(nan_iters.group(1)) > 0:
+        loss = math.nan
+    elif loss_m is not None:
+        loss = _poisoned(_number(loss_m.group(1)), grad.group(1) if grad else None)
+    elif _MEGATRON_ANY_LOSS.search(text) is None and (skipped := _MEGATRON_SKIPPED.search(text)) is not None \
+            and int(skipped.group(1)) == 0:
+        loss = math.nan
+    else:
+        return None   # another loss's name, or every iteration skipped: no loss this module can read
+    return _progress(step, loss, _number(took.group(1)) if took else UNKNOWN_MS, grad_norm=_optional(grad))
 
 
 class _Match(Protocol):   # re2's match object (google-re2 ships no types)

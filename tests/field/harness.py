@@ -13,7 +13,8 @@ A case whose trainer was still running (`exit: null`: a hang, a watchdog line be
 that keeps going on NaN) cannot be dry-run: a dry run attaches to a live process, and there is none.
 Those are judged through the playbooks' own snapshot path, the one `runbook playbooks test` uses
 (engine/language/playbook_testing.build_snapshots + matcher.decide + planner.plan), with the run's
-full playbook set and config, over two observations of a live trainer: the case's lines arrive, then
+full playbook set and config and the metrics the watcher's Observer reads from the case's lines
+(engine/observe/log_replay.py), over two observations of a live trainer: the case's lines arrive, then
 the trainer stays silent past its hang timeout (what a watcher sees next of a run that stopped
 printing). The first recover/escalate decision is the verdict.
 
@@ -224,14 +225,21 @@ def judge_running(config: Path, case: Case, playbooks=None) -> Verdict:
     from engine.trainers import adapter_for
     from engine.language.playbook_testing import build_snapshots
 
+    from engine.observe.log_replay import replay
+
     loaded = _loaded(config)
     cfg = loaded.config
-    playbooks = playbooks if playbooks is not None else load_run_playbooks(loaded, adapter_for(loaded.config.trainer.kind))
+    adapter = adapter_for(loaded.config.trainer.kind)
+    playbooks = playbooks if playbooks is not None else load_run_playbooks(loaded, adapter)
     timeout = cfg.watch.hang_timeout_s
     live = {"alive": True, "pid": FAKE_PID, "launches": 1}
+    # The metrics the watcher's Observer reads from the lines (a loss, a step: another stack's progress line too).
+    metrics = replay(case.log.splitlines(), adapter, adapter.progress_meaning(cfg)).metrics().model_dump()
     observations = [
-        {"trainer": live, "new_lines": case.log.splitlines(), "seconds_since_progress": 1.0, "hang_timeout_s": timeout},
-        {"trainer": live, "new_lines": [], "seconds_since_progress": timeout + 1, "hang_timeout_s": timeout},
+        {"trainer": live, "new_lines": case.log.splitlines(), "seconds_since_progress": 1.0, "hang_timeout_s": timeout,
+         "metrics": metrics},
+        {"trainer": live, "new_lines": [], "seconds_since_progress": timeout + 1, "hang_timeout_s": timeout,
+         "metrics": metrics},
     ]
     memory, history = MatchMemory(), AttemptHistory()
     verdict = Verdict(case, "snapshot")

@@ -35,6 +35,17 @@ MEGATRON = ("[2026-04-20 03:17:07] iteration       50/      50 | consumed sample
 MEGATRON_NAN_GRAD = (" iteration       10/     100 | consumed samples:           10 | consumed tokens:        40960 | elapsed "
                      "time per iteration (ms): 2208.9 | learning rate: 3.000E-04 | global batch size:     1 | lm loss: "
                      "1.461212E+01 | loss scale: 1.0 | grad norm: nan | actual seqlen:  4096 |")   # megatron_deepspeed.yaml
+# Megatron-DeepSpeed leaves a NaN loss out of its line (training_log prints a loss `if avg > 0.0`): megatron_deepspeed.yaml,
+# deepspeedai/Megatron-DeepSpeed#434's example.
+MEGATRON_NAN_DROPPED = (" iteration        9/      10 | consumed samples:          108 | consumed tokens:       442368 | elapsed "
+                        "time per iteration (ms): 1979.2 | learning rate: 4.219E-07 | global batch size:    12 | loss scale: 1.0 "
+                        "| actual seqlen:  4096 | number of skipped iterations:   0 | number of nan iterations:   0 | samples "
+                        "per second: 6.063 | tokens per gpu per second (tgs): 2069.506 | TFLOPs: 127.00 |")
+# fp16's loss-scale warm-up: every iteration of the interval skipped, so no loss either, and no NaN (Megatron-LM,
+# BigScience's GPT-2 notes for Jean Zay, a public repository's experiments/gpt2.md).
+MEGATRON_WARMUP = (" iteration       10/    1000 | consumed samples:           40 | elapsed time per iteration (ms): 3974.1 | "
+                   "learning rate: 0.000E+00 | global batch size:     4 | loss scale: 8388608.0 | number of skipped "
+                   "iterations:  10 | number of nan iterations:   0 |")
 MLX_NAN = ("Iter 10: Train loss nan, Learning Rate 1.000e-05, It/sec 0.264, Tokens/sec 530.838, Trained Tokens 20105, "
            "Peak mem 16.146 GB")   # mlx.yaml
 KERAS = "100/100 [==============================] - 328s 3s/step - loss: 0.2445 - val_loss: 0.2342"   # keras.yaml
@@ -51,6 +62,13 @@ def test_each_stacks_line_is_a_progress_event_with_its_step_and_loss():
     mega = other_stack_progress(MEGATRON, None)
     assert (mega.step, mega.loss, mega.iter_time_ms) == (50, 4.791878e-03, 9969.4)
     assert math.isnan(other_stack_progress(MEGATRON_NAN_GRAD, None).loss)
+    dropped = other_stack_progress(MEGATRON_NAN_DROPPED, None)
+    assert dropped.step == 9 and math.isnan(dropped.loss) and dropped.iter_time_ms == 1979.2
+    assert other_stack_progress(MEGATRON_WARMUP, None) is None     # all skipped: no loss, and no NaN either
+    counted = MEGATRON.replace("| number of skipped iterations:   0 |", "| number of skipped iterations:   0 | number of nan iterations:   2 |")
+    assert math.isnan(other_stack_progress(counted, None).loss)    # Megatron counted NaN iterations
+    named = MEGATRON_NAN_DROPPED.replace("| loss scale:", "| mlm loss: 2.5 | loss scale:")
+    assert other_stack_progress(named, None) is None               # a loss of another name: not this module's to read
     mlx = other_stack_progress(MLX_NAN, None)
     assert mlx.step == 10 and math.isnan(mlx.loss)
     assert other_stack_progress(KERAS, 99).loss == 0.2445
@@ -122,6 +140,16 @@ def test_a_live_megatron_run_that_keeps_printing_is_not_a_hang_and_is_one_when_i
     (tmp_path / "silent").mkdir()
     _, fired = watch_live(tmp_path / "silent", LitGPTAdapter(), lines, silent_for=120)
     assert fired == "hang"
+
+
+def test_a_live_megatron_run_whose_line_drops_its_loss_is_nan(tmp_path):
+    lines = [MEGATRON.replace("iteration       50/", f"iteration       {n}/") for n in range(40, 46)]
+    _, fired = watch_live(tmp_path, LitGPTAdapter(), lines + [MEGATRON_NAN_DROPPED.replace("iteration        9/", "iteration       46/")],
+                          silent_for=1)
+    assert fired == "nan"
+    (tmp_path / "warmup").mkdir()
+    _, fired = watch_live(tmp_path / "warmup", LitGPTAdapter(), [MEGATRON_WARMUP] + lines, silent_for=1)
+    assert fired is None
 
 
 def test_the_trainers_own_progress_line_is_read_and_another_stacks_copy_of_it_is_not_counted(tmp_path):
