@@ -8,6 +8,7 @@ pyproject.toml), so an installed runbook finds them wherever it runs.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from engine.language.playbook import Playbook
 from engine.language.loader import playbook_files, read_playbook_files, set_problems
 from engine.language.metric_needs import unprovided_metrics
-from engine.core.yaml_source import SourceError
+from engine.core.yaml_source import SourceError, load_yaml, locate
 
 if TYPE_CHECKING:
     from engine.core.config import LoadedConfig
@@ -81,4 +82,27 @@ def load_run_playbooks(loaded: LoadedConfig, adapter: object) -> list[Playbook]:
     kind = getattr(adapter, "name", loaded.config.trainer.kind)
     if errors := unprovided_metrics(playbooks, getattr(adapter, "metrics_provided", None), kind):
         raise SourceError(errors)
+    if errors := unknown_routed_playbooks(loaded, playbooks):
+        raise SourceError(errors)
     return playbooks
+
+
+def unknown_routed_playbooks(loaded: LoadedConfig, playbooks: list[Playbook]) -> list[str]:
+    """A receiver whose route names a playbook the run does not have would never get that incident (a typo,
+    a playbook renamed or dropped): refused with the run config's file:line, and the names it could mean."""
+    known = sorted(p.name for p in playbooks)
+    problems: list[str] = []
+    tree = None
+    for i, receiver in enumerate(loaded.config.notifications.receivers):
+        for j, name in enumerate(receiver.match.playbooks):
+            if name in known:
+                continue
+            if tree is None:
+                tree = load_yaml(loaded.path)
+            where = locate(tree, ("notifications", "receivers", i, "match", "playbooks", j))
+            position = f"{loaded.path}:{where[0]}:{where[1]}" if where else str(loaded.path)
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; the run's playbooks: {', '.join(known)}"
+            problems.append(f"{position}: notifications.receivers.{i}.match.playbooks: no playbook is named "
+                            f"{name!r} (receiver {receiver.name!r} would never get it){hint}")
+    return problems

@@ -272,3 +272,21 @@ def test_status_counts_what_waits_in_every_receivers_outbox(tmp_path):
     done = subprocess.run([RUNBOOK, "status", str(project.config), "--json"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})   # the toy trainer's adapter is tests'
     assert json.loads(done.stdout)["notices"]["pending"] == 1, done.stdout + done.stderr
+
+
+def test_a_route_naming_no_playbook_of_the_run_is_refused_with_file_line(tmp_path):
+    """A typo in a route (`nans`) would silently send nothing: `runbook check` (and watch, triage) refuses it."""
+    import subprocess
+
+    from tests.conftest import REPO, RUNBOOK, make_toy_project
+
+    project = make_toy_project(tmp_path / "proj")
+    project.set(notifications={"receivers": [{"name": "pager", "kind": "webhook", "url": "http://127.0.0.1:9/x",
+                                              "match": {"playbooks": ["oom", "nans"]}}]})
+    line = next(n for n, text in enumerate(project.config.read_text().splitlines(), 1) if "nans" in text)
+    done = subprocess.run([RUNBOOK, "check", str(project.config)], capture_output=True, text=True, cwd=project.root,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})   # the toy trainer's adapter is tests'
+
+    assert done.returncode != 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert f"run_config.yaml:{line}:" in said and "no playbook is named 'nans'" in said and "did you mean nan" in said, said
