@@ -84,7 +84,8 @@ MODULES.update({
     "ckpt_out_dir_claim": (["engine/checkpoints/out_dir_claim.py"], ["tests/unit/test_nested_out_dir.py"]),
     "ckpt_catalog": (["engine/checkpoints/catalog.py"],
                     [*_CKPT_TESTS, "tests/unit/test_upkeep.py", "tests/trainers/test_script_weights.py", "tests/unit/test_evidence.py"]),
-    "ckpt_store": (["engine/checkpoints/store.py"],
+    "ckpt_store": (["engine/checkpoints/store.py", "engine/checkpoints/manifest.py", "engine/checkpoints/suspects.py",
+                    "engine/checkpoints/last_link.py", "engine/checkpoints/pruning.py"],
                    [*_CKPT_TESTS, "tests/unit/test_manifest_confined.py", "tests/trainers/test_hostile_checkpoints.py",
                     "tests/unit/test_upkeep.py"]),
     "script_lines": (["engine/trainers/script/lines.py"], ["tests/trainers/test_hf_checkpoint_files.py"]),
@@ -221,18 +222,18 @@ EQUIVALENT.update({
     ("engine/checkpoints/retention.py", "self._verified_seen = 0   # checkpoints verified when after_new_saves last looked",
      "0 -> 1"): "a first look at 0 or 1 verified returns None either way (1 <= keep_last_k + 1 for every k >= 0) "
                 "and leaves the count seen the same",
-    ("engine/checkpoints/store.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
+    ("engine/checkpoints/manifest.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
      "or -> and"): "need_sha only spares a second read: sha() falls back to sha256_file, the same digest",
-    ("engine/checkpoints/store.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
+    ("engine/checkpoints/manifest.py", "need_sha = want_digests or (manifest is not None and resume_file.name in manifest)",
      "in -> not in"): "need_sha only spares a second read: sha() falls back to sha256_file, the same digest",
-    ("engine/checkpoints/store.py",
+    ("engine/checkpoints/manifest.py",
      'data = json.dumps({"format": 1, "step": ckpt.step, "created_utc": created, "files": files}, indent=1)', "1 -> 2 #1"):
         "the manifest is read back as JSON: its indentation changes none of its fields",
-    ("engine/checkpoints/store.py", 'tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"', "12 -> 13"):
+    ("engine/checkpoints/last_link.py", 'tmp = out_dir / f"{own_tmp_prefix(out_dir)}last-{uuid.uuid4().hex[:12]}"', "12 -> 13"):
         "the temp link's random part, 12 or 13 hex digits: it is renamed away at once, the name is never read",
-    ("engine/checkpoints/store.py", "tmp.unlink(missing_ok=True)", "True -> False"):
+    ("engine/checkpoints/last_link.py", "tmp.unlink(missing_ok=True)", "True -> False"):
         "the temp link was made just before the rename that failed: it exists, missing_ok never matters",
-    ("engine/checkpoints/store.py",
+    ("engine/checkpoints/pruning.py",
      'trash = out_dir / f"{own_tmp_prefix(out_dir)}prune-{c.path.name}-{uuid.uuid4().hex[:8]}"', "8 -> 9"):
         "the trash folder's random part, 8 or 9 hex digits: it is deleted at once, the name is never read",
     ("engine/checkpoints/catalog.py",

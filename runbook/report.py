@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Iterable, TypeGuard
 
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.last_link import last_link_target
+from engine.checkpoints.manifest import has_manifest
 from engine.checkpoints.layout import CheckpointLayout
 from engine.core.config import LoadedConfig, RunConfig
 from engine.core.durable import atomic_write
@@ -171,9 +173,9 @@ def _resolved(path: Path) -> Path | None:
 
 
 def read_checkpoints(out_dir: Path, layout: CheckpointLayout) -> list[CheckpointInfo]:
-    last = ckpts.last_link_target(out_dir)
+    last = last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
-    return [CheckpointInfo(c.step, ckpts.has_manifest(c), last is not None and last == _resolved(c.path))
+    return [CheckpointInfo(c.step, has_manifest(c), last is not None and last == _resolved(c.path))
             for c in ckpts.list_checkpoints(out_dir, layout)]
 
 

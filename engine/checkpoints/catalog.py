@@ -2,7 +2,7 @@
 points, and the one way anything is moved out or deleted (quarantine, rollback, prune).
 
 The watch loop, the actions (through the runtime) and the upkeep jobs all go through it, so the set
-of verified steps is never out of step with the folder. Planning stays pure in engine/checkpoints/store.py
+of verified steps is never out of step with the folder. Planning stays pure in engine/checkpoints/pruning.py
 (plan_prune, newest_verified) and engine/checkpoints/partial_saves.py (plan_cleanup); this class applies it.
 """
 
@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from pathlib import Path
 
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.last_link import last_link_target, update_last_link
+from engine.checkpoints.manifest import has_manifest, verify_checkpoint, verify_for_sealing, write_seal
+from engine.checkpoints.pruning import apply_prune, plan_prune
+from engine.checkpoints.suspects import mark_suspect
 from engine.checkpoints import partial_saves
 from engine.checkpoints.rollback import RollbackResult, UnreadableWeights
 from engine.core.run_folder import RunFolder
@@ -95,7 +99,7 @@ class CheckpointCatalog:
         ckpt = next((c for c in self.checkpoints() if c.step == step and step in self.verified), None)
         if ckpt is None or self.read_only:
             return None
-        ckpts.mark_suspect(ckpt, reason)
+        mark_suspect(ckpt, reason)
         if self.journal is not None:
             self.journal.append("checkpoint_suspect", step=step, reason=reason)
         return self.quarantine(ckpt, f"suspect: {reason}")
@@ -143,18 +147,18 @@ class CheckpointCatalog:
                 continue
             if saving_from_step is not None and c.step >= saving_from_step and not force:
                 continue
-            if sealed_only and not ckpts.has_manifest(c):
+            if sealed_only and not has_manifest(c):
                 continue
             if c.step in self.corrupt and not force:
                 bad.append(c.path.name)
                 continue
             # A sealed checkpoint is checked against its manifest, not re-sealed: rewriting it would
             # cost a write per file and could seal over damage the manifest is there to catch.
-            recheck = self.read_only or ckpts.has_manifest(c)
+            recheck = self.read_only or has_manifest(c)
             if recheck:
-                result = ckpts.verify_checkpoint(c)
+                result = verify_checkpoint(c)
             else:
-                result, digests = ckpts.verify_for_sealing(c)
+                result, digests = verify_for_sealing(c)
                 if result.ok:
                     self.unsealed[c.step] = digests
                     self._try_seal(c)
@@ -193,7 +197,7 @@ class CheckpointCatalog:
         starts from it rather than looping on an older one while unsealable saves fill the disk, and the manifest
         is written by a later refresh, once there is room; the watcher lives on."""
         try:
-            ckpts.write_seal(c, self.unsealed[c.step])
+            write_seal(c, self.unsealed[c.step])
         except OSError as error:
             if error.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -217,7 +221,7 @@ class CheckpointCatalog:
         ckpt = next((c for c in self.checkpoints() if c.step == step), None) if step is not None else None
         if ckpt is None:
             return None
-        result = ckpts.verify_checkpoint(ckpt)
+        result = verify_checkpoint(ckpt)
         if not result.ok:
             return True, f"{ckpt.path.name}: {result.reason}"
         if resume_file.resolve() != ckpt.resume_file.resolve():
@@ -239,7 +243,7 @@ class CheckpointCatalog:
         link = self.out_dir / ckpts.LAST_LINK_NAME
         if newest is not None:
             try:
-                ckpts.update_last_link(self.out_dir, newest)
+                update_last_link(self.out_dir, newest)
             except OSError as error:
                 if error.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -305,14 +309,14 @@ class CheckpointCatalog:
         # What apply_prune refuses to delete (its own checks, read from the disk) is kept, not planned and refused:
         # the newest sealed checkpoint and `last`'s, older than the newest verified one while a full disk has no
         # room for its manifest or for the new link.
-        sealed = [c.step for c in existing if ckpts.has_manifest(c)]
-        last = ckpts.last_link_target(self.out_dir)
+        sealed = [c.step for c in existing if has_manifest(c)]
+        last = last_link_target(self.out_dir)
         last_folder = last.resolve() if last is not None else None
         protected |= set(sealed[-1:]) | {c.step for c in existing if c.path.resolve() == last_folder}
         owned = partial_saves.owned_checkpoints(self.out_dir, announced, self.layout)
-        doomed = ckpts.plan_prune(owned, keep_last_k, best_step, protected)
+        doomed = plan_prune(owned, keep_last_k, best_step, protected)
         if doomed:
-            result.freed_bytes += ckpts.apply_prune(self.out_dir, doomed, announced, self.layout)
+            result.freed_bytes += apply_prune(self.out_dir, doomed, announced, self.layout)
         self.forget({c.step for c in doomed})
         result.deleted = [c.path.name for c in doomed]
         result.kept_steps = [c.step for c in self.checkpoints()]

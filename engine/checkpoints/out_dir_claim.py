@@ -26,7 +26,8 @@ import socket
 import time
 from pathlib import Path
 
-from engine.checkpoints.store import OWNER_MARKER_NAME, last_in_the_way, own_tmp_prefix
+from engine.checkpoints.last_link import last_in_the_way
+from engine.checkpoints.store import OWNER_MARKER_NAME, own_tmp_prefix
 from engine.core.bounded_read import read_json_record
 from engine.core.durable import atomic_write, atomic_write_text
 from engine.core.errors import SourceError

@@ -153,9 +153,9 @@ def survey(out_dir: Path, layout: CheckpointLayout) -> list[Entry]:
     """Read out_dir's children (cheap: names, and the layout's quick look at each step folder's resume file)."""
     out_dir = Path(out_dir)
     entries = []
-    for d in ckpts._scandir(out_dir):
+    for d in ckpts.list_entries(out_dir):
         is_dir = d.is_dir(follow_symlinks=False)
-        children = tuple(sorted(c.name for c in ckpts._scandir(out_dir / d.name))) if is_dir else ()
+        children = tuple(sorted(c.name for c in ckpts.list_entries(out_dir / d.name))) if is_dir else ()
         whole = is_dir and layout.step_of(d.name) is not None and layout.looks_whole(out_dir / d.name)
         entries.append(Entry(d.name, is_dir, d.is_symlink(), children, whole))
     return entries

@@ -28,7 +28,7 @@ def run_check(config_path: Path) -> ExitCode:
     from engine.trainers.preflight import preflight, where
     from engine.trainers import adapter_for
     from engine.checkpoints.out_dir_claim import owner_problem
-    from engine.checkpoints.store import last_in_the_way
+    from engine.checkpoints.last_link import last_in_the_way
     from engine.core.run_dir_owner import RunDirTaken, claim_run_dir
 
     started = time.monotonic()

@@ -68,7 +68,8 @@ def checkpoint_step(record: dict, layout: CheckpointLayout) -> int | None:
 
 def source_checkpoint(record: dict, out_dir: Path, layout: CheckpointLayout) -> Checkpoint | None:
     """The run's own verified checkpoint folder for the recorded step; None for "from scratch"."""
-    from engine.checkpoints.store import Checkpoint, verify_checkpoint
+    from engine.checkpoints.manifest import verify_checkpoint
+    from engine.checkpoints.store import Checkpoint
 
     step = checkpoint_step(record, layout)
     if step is None:
@@ -119,6 +120,7 @@ def prepare_replay_run(record: dict, loaded: LoadedConfig, playbook_paths: list[
                        shipped: bool | None = None) -> Path:
     """Make the replay folder (config + checkpoint copy); return its run config path."""
     from engine.checkpoints import store as ckpts
+    from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint
     from engine.records.incident_store import ID_PATTERN
     from engine.trainers import adapter_for
     from engine.core.durable import atomic_write_text
@@ -147,14 +149,14 @@ def prepare_replay_run(record: dict, loaded: LoadedConfig, playbook_paths: list[
             shutil.copytree(source.path, tmp)
             copy = ckpts.Checkpoint(out_dir / source.path.name, source.step, adapter.layout)
             tmp.rename(copy.path)
-            verdict = ckpts.verify_checkpoint(copy)
+            verdict = verify_checkpoint(copy)
             if not verdict.ok:
                 raise ExecuteRefused(ExitCode.NOT_FOUND, f"the copy of {source.path} does not verify ({verdict.reason})")
             # The trainer may record paths under the run folder (litgpt: its data cache); the replay has its own.
             relocated = adapter.relocate_run_dir(copy, loaded.run_dir, folder / "run")
             if relocated:
                 (copy.path / ckpts.MANIFEST_NAME).unlink(missing_ok=True)  # the copy's bytes changed: seal anew
-                if not (verdict := ckpts.seal_checkpoint(copy)).ok:
+                if not (verdict := seal_checkpoint(copy)).ok:
                     raise ExecuteRefused(ExitCode.NOT_FOUND, f"the relocated copy does not verify ({verdict.reason})")
         adapter.share_run_data(loaded.run_dir, folder / "run")   # its tokenized data, linked, not made again
         header = (f"# Replay of {incident_id} from {loaded.path}, made {now.isoformat(timespec='seconds')}.\n"

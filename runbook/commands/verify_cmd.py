@@ -22,6 +22,9 @@ def verify(
 ) -> None:
     """Verify each checkpoint: the trainer's own check (litgpt: zip CRCs), side files, and the sha256 manifest when sealed."""
     from engine.checkpoints import store as ckpts
+    from engine.checkpoints.last_link import last_link_target
+    from engine.checkpoints.manifest import has_manifest, verify_checkpoint
+    from engine.checkpoints.suspects import quarantined_suspects, suspect_reason
     from engine.trainers import DEFAULT_TRAINER_KIND, adapter_for
 
     out_dir = target if target is not None and target.is_dir() else None   # a folder is OUT_DIR, a file a config
@@ -39,21 +42,21 @@ def verify(
     table = Table("checkpoint", "size", "sealed", "status")
     bad = 0
     found = ckpts.list_checkpoints(out_dir, layout)
-    last = ckpts.last_link_target(out_dir)
+    last = last_link_target(out_dir)
     last = _resolved(last) if last is not None else None
     suspects = 0
     for ckpt in found:
-        result = ckpts.verify_checkpoint(ckpt)
+        result = verify_checkpoint(ckpt)
         bad += not result.ok
-        suspect = ckpts.suspect_reason(ckpt) if result.ok else None
+        suspect = suspect_reason(ckpt) if result.ok else None
         suspects += suspect is not None
         marker = " (last)" if last is not None and last == _resolved(ckpt.path) else ""
         status = f"CORRUPT: {result.reason}" if not result.ok else f"ok, SUSPECT: {suspect}" if suspect else "ok"
-        table.add_row(ckpt.path.name + marker, f"{ckpt.size_bytes() / 1e6:.1f} MB", "yes" if ckpts.has_manifest(ckpt) else "no",
+        table.add_row(ckpt.path.name + marker, f"{ckpt.size_bytes() / 1e6:.1f} MB", "yes" if has_manifest(ckpt) else "no",
                       status)
     out.print(table)
     out.print(f"{len(found)} checkpoint(s), {bad} corrupt" + (f", {suspects} suspect (intact, never resumed from)" if suspects else ""))
-    for name, why in ckpts.quarantined_suspects(quarantine_dir) if quarantine_dir is not None else []:
+    for name, why in quarantined_suspects(quarantine_dir) if quarantine_dir is not None else []:
         out.print(f"suspect, in the quarantine: {name}: {why}")
     raise typer.Exit(int(ExitCode.INVALID) if bad else 0)
 

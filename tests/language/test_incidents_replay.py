@@ -359,7 +359,8 @@ def test_execute_refuses_when_the_checkpoint_is_gone_and_creates_nothing(project
 def test_prepare_replay_run_copies_relocates_and_leaves_the_original_alone(project, two_incidents):
     import torch
 
-    from engine.checkpoints.store import list_checkpoints, seal_checkpoint, verify_checkpoint
+    from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint
+    from engine.checkpoints.store import list_checkpoints
     from engine.trainers.litgpt.resume import read_progress
     from runbook.commands.replay_execute import prepare_replay_run
     from tests.unit.test_checkpoints import make_ckpt

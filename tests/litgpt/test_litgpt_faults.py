@@ -15,7 +15,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from engine.checkpoints.store import MANIFEST_NAME, list_checkpoints, verify_checkpoint
+from engine.checkpoints.manifest import verify_checkpoint
+from engine.checkpoints.store import MANIFEST_NAME, list_checkpoints
 from engine.records.journal import Journal
 from engine.trainers.litgpt.layout import LitGPTLayout
 from tests.conftest import RUNBOOK, stop_process, wait_for

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from engine.checkpoints.store import Checkpoint, update_last_link
+from engine.checkpoints.last_link import update_last_link
+from engine.checkpoints.store import Checkpoint
 from tests.conftest import REPO, RUNBOOK, stop_process
 from tests.runs.test_toy_trainer import make_toy_project
 from tests.toy_trainer.adapter import ToyAdapter

@@ -113,7 +113,8 @@ def test_a_registered_trainer_name_is_accepted_like_a_python_path():
 
 
 def test_an_unsealed_toy_checkpoint_is_judged_by_the_toy_layouts_own_checksum(tmp_path):
-    from engine.checkpoints.store import list_checkpoints, seal_checkpoint, verify_checkpoint
+    from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint
+    from engine.checkpoints.store import list_checkpoints
     from tests.toy_trainer import trainer
 
     layout = ToyAdapter().layout

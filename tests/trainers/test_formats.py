@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 from engine.observe.throughput import ProgressMeaning
-from engine.checkpoints.store import list_checkpoints, verify_checkpoint
+from engine.checkpoints.manifest import verify_checkpoint
+from engine.checkpoints.store import list_checkpoints
 from engine.core.yaml_source import SourceError
 from engine.observe.events import CheckpointSaving, Progress, Resumed, Validation
 from engine.observe.observer import MetricTracker

@@ -14,7 +14,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from engine.checkpoints.store import list_checkpoints, verify_checkpoint
+from engine.checkpoints.manifest import verify_checkpoint
+from engine.checkpoints.store import list_checkpoints
 from engine.trainers import adapter_for
 from engine.trainers.run_config import load_config
 from engine.trainers.script import formats

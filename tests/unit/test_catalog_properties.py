@@ -38,6 +38,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.last_link import last_link_target
+from engine.checkpoints.manifest import has_manifest, verify_checkpoint
 from engine.checkpoints.partial_saves import trainer_tmp_dir
 from engine.trainers.litgpt.layout import PTH_NAME, REQUIRED_SIDE_FILES, LitGPTLayout
 from engine.trainers.litgpt.resume import read_progress
@@ -97,8 +99,8 @@ def check_resume_choice(sup: Supervisor, resume_file: Path | None) -> None:
         assert newest is None, f"resumed from scratch although {newest} is verified"
         return
     ckpt = next(c for c in existing if c.resume_file == resume_file)
-    assert ckpt.step in sup.catalog.verified and ckpts.has_manifest(ckpt), f"{resume_file} is not verified"
-    assert ckpts.verify_checkpoint(ckpt).ok, f"{resume_file} does not verify"
+    assert ckpt.step in sup.catalog.verified and has_manifest(ckpt), f"{resume_file} is not verified"
+    assert verify_checkpoint(ckpt).ok, f"{resume_file} does not verify"
     assert ckpt == newest
 
 
@@ -213,7 +215,7 @@ class World:
         best = sup.observer.tracker.best_val_step
         best_ckpt = next((c for c in before if c.step == best and c.step in sup.catalog.verified and keep_best), None)
         # One that rotted since it was sealed may be quarantined as a partial save; an intact one must stay.
-        intact = [c for c in {newest, best_ckpt} if c is not None and ckpts.verify_checkpoint(c).ok]
+        intact = [c for c in {newest, best_ckpt} if c is not None and verify_checkpoint(c).ok]
         prune()
         for keep in intact:
             assert keep.path.is_dir(), f"{keep.path.name} (newest verified or best) was deleted by a prune"
@@ -278,13 +280,13 @@ class World:
         link = self.out_dir / ckpts.LAST_LINK_NAME
         verified = ckpts.newest_verified(ckpts.list_checkpoints(self.out_dir, LAYOUT), self.sup.catalog.verified)
         if link.is_symlink():
-            target = ckpts.last_link_target(self.out_dir)
+            target = last_link_target(self.out_dir)
             ckpt = next((c for c in ckpts.list_checkpoints(self.out_dir, LAYOUT) if c.path == target), None)
             assert ckpt is not None, f"last points at {target}, not a checkpoint"
-            assert ckpt.step in self.sup.catalog.verified and ckpts.has_manifest(ckpt), f"last points at unverified {target}"
+            assert ckpt.step in self.sup.catalog.verified and has_manifest(ckpt), f"last points at unverified {target}"
             assert ckpt == verified, f"last points at {target}, not the newest verified {verified}"
             if not self.damaged:
-                assert ckpts.verify_checkpoint(ckpt).ok
+                assert verify_checkpoint(ckpt).ok
         else:
             assert not link.exists() and verified is None, f"no last link although {verified} is verified"
 

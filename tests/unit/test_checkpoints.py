@@ -11,22 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoints.store import (
-    MANIFEST_NAME,
-    QUARANTINE_REASON_NAME,
-    Checkpoint,
-    apply_prune,
-    has_manifest,
-    last_link_target,
-    list_checkpoints,
-    newest_verified,
-    plan_prune,
-    quarantine,
-    seal_checkpoint,
-    update_last_link,
-    verify_checkpoint,
-    write_manifest,
-)
+from engine.checkpoints.last_link import last_link_target, update_last_link
+from engine.checkpoints.manifest import has_manifest, seal_checkpoint, verify_checkpoint, write_manifest
+from engine.checkpoints.pruning import apply_prune, plan_prune
+from engine.checkpoints.store import MANIFEST_NAME, QUARANTINE_REASON_NAME, Checkpoint, list_checkpoints, newest_verified, quarantine
 from engine.checkpoints.partial_saves import find_partial_saves, read_announced
 from engine.trainers.litgpt.layout import LitGPTLayout
 from engine.trainers.litgpt.resume import find_nonfinite_tensors, read_progress, relocate_loader_state, rescaled_copy

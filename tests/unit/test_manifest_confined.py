@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from engine.checkpoints import store
-from engine.checkpoints.store import MANIFEST_NAME, seal_checkpoint, verify_checkpoint
+from engine.checkpoints import manifest
+from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint
+from engine.checkpoints.store import MANIFEST_NAME
 from tests.unit.test_checkpoints import make_ckpt
 
 
@@ -61,8 +62,8 @@ CASES = [
 def test_an_entry_outside_the_folder_is_a_bad_manifest_and_never_read(tmp_path, monkeypatch, name, make, reason):
     ckpt = _with_entry(tmp_path, name, make)
     hashed = []
-    real = store.sha256_file
-    monkeypatch.setattr(store, "sha256_file", lambda p, *a, **k: hashed.append(str(p)) or real(p, *a, **k))
+    real = manifest.sha256_file
+    monkeypatch.setattr(manifest, "sha256_file", lambda p, *a, **k: hashed.append(str(p)) or real(p, *a, **k))
     start = time.monotonic()
     result = verify_checkpoint(ckpt)
     assert time.monotonic() - start < 5

@@ -108,7 +108,8 @@ def test_quarantine_corrupt_moves_the_bad_one_out_and_relinks_last(tmp_path):
 
 def catalog_reason(folder) -> str:
     from engine.checkpoints import store
-    return store.verify_checkpoint(store.Checkpoint(folder, 20, ScriptAdapter().layout)).reason
+    from engine.checkpoints.manifest import verify_checkpoint
+    return verify_checkpoint(store.Checkpoint(folder, 20, ScriptAdapter().layout)).reason
 
 
 def test_last_is_moved_only_when_a_checkpoint_is_newly_verified(tmp_path):

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints import store
+from engine.checkpoints.last_link import last_in_the_way, last_link_target, update_last_link
+from engine.checkpoints.manifest import _entry_problem, seal_checkpoint, verify_checkpoint, write_manifest
+from engine.checkpoints.pruning import apply_prune, plan_prune
 from engine.checkpoints.store import MANIFEST_NAME, Checkpoint
 from engine.trainers.script.adapter import ScriptAdapter
 from tests.unit.ckpt_files import save
@@ -81,18 +84,18 @@ def test_a_manifest_entry_that_is_no_file_name_of_the_folder_is_refused(tmp_path
     folder = save(tmp_path / "out", 10)
     _manifest(folder, {name if isinstance(name, str) else "7": {"size": 1, "sha256": "0"}})
     if not isinstance(name, str):                                       # a JSON key is a string: only via a dict
-        problem = store._entry_problem(_ckpt(folder), name, {})
+        problem = _entry_problem(_ckpt(folder), name, {})
     else:
-        problem = store.verify_checkpoint(_ckpt(folder)).reason
+        problem = verify_checkpoint(_ckpt(folder)).reason
     assert problem == f"{MANIFEST_NAME} is bad: entry {str(name)[:80]!r} is not a file name inside the checkpoint folder"
 
 
 def test_a_manifest_entry_is_named_in_80_characters_and_a_255_character_name_is_a_name(tmp_path):
     folder = save(tmp_path / "out", 10)
     long = "n" * 300
-    assert store._entry_problem(_ckpt(folder), long, {}) == (
+    assert _entry_problem(_ckpt(folder), long, {}) == (
         f"{MANIFEST_NAME} is bad: entry {'n' * 80!r} is not a file name inside the checkpoint folder")
-    assert store._entry_problem(_ckpt(folder), "n" * 255, {}) == f"{'n' * 255} is listed in {MANIFEST_NAME} but missing"
+    assert _entry_problem(_ckpt(folder), "n" * 255, {}) == f"{'n' * 255} is listed in {MANIFEST_NAME} but missing"
 
 
 def test_manifest_entries_that_are_links_pipes_or_too_big_are_refused_unread(tmp_path):
@@ -102,23 +105,23 @@ def test_manifest_entries_that_are_links_pipes_or_too_big_are_refused_unread(tmp
     with open(folder / "sparse", "wb") as f:
         f.truncate(256 * 2**20 + 1)                                       # one byte over the side-file cap
     ckpt = _ckpt(folder)
-    assert store._entry_problem(ckpt, "link", {}).endswith("is a symlink (a checkpoint's files are its own)")
-    assert store._entry_problem(ckpt, "pipe", {}).endswith("'pipe' is not a regular file")
-    assert store._entry_problem(ckpt, "sparse", {}) == (
+    assert _entry_problem(ckpt, "link", {}).endswith("is a symlink (a checkpoint's files are its own)")
+    assert _entry_problem(ckpt, "pipe", {}).endswith("'pipe' is not a regular file")
+    assert _entry_problem(ckpt, "sparse", {}) == (
         f"{MANIFEST_NAME} is bad: entry 'sparse' is 268,435,457 bytes, more than the 268,435,456 a side file may have (not hashed)")
-    assert store._entry_problem(ckpt, "state.pt", {}) is None
+    assert _entry_problem(ckpt, "state.pt", {}) is None
     with open(folder / "sparse", "wb") as f:
         f.truncate(256 * 2**20)                                           # exactly the cap: a side file may be that big
-    assert store._entry_problem(ckpt, "sparse", {}) is None
+    assert _entry_problem(ckpt, "sparse", {}) is None
 
 
 def test_a_manifest_entry_the_filesystem_cannot_take_is_a_bad_manifest_not_a_crash(tmp_path):
     folder = save(tmp_path / "out", 10)
     ckpt = _ckpt(folder)
     long = "\u00e9" * 200                                                 # 200 characters, 400 bytes: over NAME_MAX
-    assert store._entry_problem(ckpt, long, {}) == f"{MANIFEST_NAME} is bad: entry {long!r} cannot be examined (File name too long)"
+    assert _entry_problem(ckpt, long, {}) == f"{MANIFEST_NAME} is bad: entry {long!r} cannot be examined (File name too long)"
     (folder / MANIFEST_NAME).write_text('{"format": 1, "files": {"\\ud800": {"size": 1, "sha256": "0"}}}')
-    result = store.verify_checkpoint(ckpt)                                # a lone surrogate: no file can have that name
+    result = verify_checkpoint(ckpt)                                # a lone surrogate: no file can have that name
     assert result == store.Verification(False, f"{MANIFEST_NAME} is bad: entry '\\ud800' is not a name a file can have")
 
 
@@ -127,17 +130,17 @@ def test_the_manifest_records_each_file_and_a_changed_size_or_hash_is_caught(tmp
     (folder / "extra.json").write_text('{"a": 1}')
     (folder / "link.json").symlink_to(folder / "extra.json")             # not a file of the folder's own
     (folder / f"{store.own_tmp_prefix(folder.parent)}x.part").write_text("ours, half written")
-    assert store.write_manifest(_ckpt(folder)) == folder / MANIFEST_NAME
+    assert write_manifest(_ckpt(folder)) == folder / MANIFEST_NAME
     assert sorted(json.loads((folder / MANIFEST_NAME).read_text())["files"]) == ["extra.json", "state.pt"]
     (folder / "link.json").unlink()
-    assert store.seal_checkpoint(_ckpt(folder)).ok
+    assert seal_checkpoint(_ckpt(folder)).ok
     manifest = json.loads((folder / MANIFEST_NAME).read_text())
     assert (manifest["format"], manifest["step"], sorted(manifest["files"])) == (1, 10, ["extra.json", "state.pt"])
     assert manifest["files"]["extra.json"]["size"] == 8
     (folder / "extra.json").write_text('{"a": 2}')
-    assert store.verify_checkpoint(_ckpt(folder)).reason == f"extra.json sha256 differs from {MANIFEST_NAME} (modified after sealing)"
+    assert verify_checkpoint(_ckpt(folder)).reason == f"extra.json sha256 differs from {MANIFEST_NAME} (modified after sealing)"
     (folder / "extra.json").write_text('{"a": 22}')
-    assert store.verify_checkpoint(_ckpt(folder)).reason == f"extra.json size 9 != 8 in {MANIFEST_NAME}"
+    assert verify_checkpoint(_ckpt(folder)).reason == f"extra.json size 9 != 8 in {MANIFEST_NAME}"
 
 
 @pytest.mark.parametrize("text, why", [
@@ -149,37 +152,37 @@ def test_the_manifest_records_each_file_and_a_changed_size_or_hash_is_caught(tmp
 def test_an_unreadable_manifest_fails_verification_in_one_line(tmp_path, text, why):
     folder = save(tmp_path / "out", 10)
     (folder / MANIFEST_NAME).write_text(text)
-    result = store.verify_checkpoint(_ckpt(folder))
+    result = verify_checkpoint(_ckpt(folder))
     assert not result.ok and result.reason.startswith(why) and "\n" not in result.reason
 
 
 def test_a_missing_empty_or_incomplete_checkpoint_fails_verification(tmp_path):
     folder = save(tmp_path / "out", 10)
-    assert store.verify_checkpoint(_ckpt(folder), require_side_files=("config.json",)).reason == "missing side file(s): config.json"
+    assert verify_checkpoint(_ckpt(folder), require_side_files=("config.json",)).reason == "missing side file(s): config.json"
     (folder / "state.pt").write_bytes(b"")
-    assert store.verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is empty (0 bytes)")
+    assert verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is empty (0 bytes)")
     (folder / "state.pt").unlink()
-    assert store.verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is missing")
-    assert not store.seal_checkpoint(_ckpt(folder)).ok and not (folder / MANIFEST_NAME).exists()
+    assert verify_checkpoint(_ckpt(folder)) == store.Verification(False, "state.pt is missing")
+    assert not seal_checkpoint(_ckpt(folder)).ok and not (folder / MANIFEST_NAME).exists()
 
 
 def test_what_stands_in_the_way_of_last_is_named_and_never_replaced(tmp_path):
     out = tmp_path / "out"
     ckpt = _ckpt(save(out, 10))
-    assert store.last_in_the_way(out) is None and store.last_link_target(out) is None
+    assert last_in_the_way(out) is None and last_link_target(out) is None
     (out / "last").mkdir()
-    assert store.last_in_the_way(out).startswith(f"{out / 'last'} is a folder, not runbook's `last` link")
-    assert store.update_last_link(out, ckpt) is False and (out / "last").is_dir()
+    assert last_in_the_way(out).startswith(f"{out / 'last'} is a folder, not runbook's `last` link")
+    assert update_last_link(out, ckpt) is False and (out / "last").is_dir()
     (out / "last").rmdir()
     (out / "last").write_text("a user's file")
-    assert store.last_in_the_way(out).startswith(f"{out / 'last'} is a file, not")
-    assert store.update_last_link(out, ckpt) is False and (out / "last").read_text() == "a user's file"
-    assert store.last_link_target(out) is None
+    assert last_in_the_way(out).startswith(f"{out / 'last'} is a file, not")
+    assert update_last_link(out, ckpt) is False and (out / "last").read_text() == "a user's file"
+    assert last_link_target(out) is None
     (out / "last").unlink()
-    assert store.update_last_link(out, ckpt) is True and os.readlink(out / "last") == "step-000010"
-    assert store.last_link_target(out) == out / "step-000010" and store.last_in_the_way(out) is None
+    assert update_last_link(out, ckpt) is True and os.readlink(out / "last") == "step-000010"
+    assert last_link_target(out) == out / "step-000010" and last_in_the_way(out) is None
     with pytest.raises(FileNotFoundError):
-        store.update_last_link(out, _ckpt(out / "step-000020"))
+        update_last_link(out, _ckpt(out / "step-000020"))
     assert sorted(os.listdir(out)) == ["last", "step-000010"]          # no temp link left
 
 
@@ -197,11 +200,11 @@ def test_a_quarantine_whose_folder_name_is_taken_gets_the_next_free_one(tmp_path
 
 def test_plan_prune_keeps_the_newest_k_the_best_and_the_protected():
     ckpts = [Checkpoint(path=Path(f"/o/step-{s:06d}"), step=s, layout=LAYOUT) for s in (40, 10, 30, 20)]
-    assert [c.step for c in store.plan_prune(ckpts, 0, None, set())] == [10, 20, 30, 40]
-    assert [c.step for c in store.plan_prune(ckpts, 1, 10, {20})] == [30]
-    assert store.plan_prune(ckpts, 9, None, set()) == []
+    assert [c.step for c in plan_prune(ckpts, 0, None, set())] == [10, 20, 30, 40]
+    assert [c.step for c in plan_prune(ckpts, 1, 10, {20})] == [30]
+    assert plan_prune(ckpts, 9, None, set()) == []
     with pytest.raises(ValueError, match="keep_last_k must be >= 0"):
-        store.plan_prune(ckpts, -1, None, set())
+        plan_prune(ckpts, -1, None, set())
 
 
 def test_apply_prune_refuses_anything_but_this_runs_own_older_checkpoints(tmp_path):
@@ -217,17 +220,17 @@ def test_apply_prune_refuses_anything_but_this_runs_own_older_checkpoints(tmp_pa
     for why, doomed in refusals.items():
         for d in doomed:
             with pytest.raises(ValueError, match=why):
-                store.apply_prune(out, [d], announced - ({"step-000010"} if why.startswith("never") else set()), LAYOUT)
-    store.seal_checkpoint(b)
+                apply_prune(out, [d], announced - ({"step-000010"} if why.startswith("never") else set()), LAYOUT)
+    seal_checkpoint(b)
     with pytest.raises(ValueError, match="the newest checkpoint with a manifest"):
-        store.apply_prune(out, [b], announced, LAYOUT)
-    store.update_last_link(out, a)
+        apply_prune(out, [b], announced, LAYOUT)
+    update_last_link(out, a)
     with pytest.raises(ValueError, match="last points at it"):
-        store.apply_prune(out, [a], announced, LAYOUT)
-    store.seal_checkpoint(c)
+        apply_prune(out, [a], announced, LAYOUT)
+    seal_checkpoint(c)
     (out / "last").unlink()
     size = b.size_bytes() + a.size_bytes()
-    assert store.apply_prune(out, [b, a], announced, LAYOUT) == size
+    assert apply_prune(out, [b, a], announced, LAYOUT) == size
     assert sorted(os.listdir(out)) == ["step-000030"]
 
 

@@ -1,4 +1,4 @@
-"""A suspect checkpoint's mark (engine/checkpoints/store.py mark_suspect, suspect_reason, quarantined_suspects): written
+"""A suspect checkpoint's mark (engine/checkpoints/suspects.py mark_suspect, suspect_reason, quarantined_suspects): written
 into its manifest, the seal still verifying; read back from out_dir or from the quarantine; refused where there is
 no manifest to mark. Real checkpoints (tests/unit/test_checkpoints.py's litgpt layout), real files."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from engine.checkpoints.store import (MANIFEST_NAME, mark_suspect, quarantine, quarantined_suspects, seal_checkpoint,
-                                      suspect_reason, verify_checkpoint)
+from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint
+from engine.checkpoints.store import MANIFEST_NAME, quarantine
+from engine.checkpoints.suspects import mark_suspect, quarantined_suspects, suspect_reason
 from tests.unit.test_checkpoints import make_ckpt
 
 

@@ -28,6 +28,8 @@ from typer.testing import CliRunner
 from engine.core.events import ActionDone, ActionResult, IncidentClosed, IncidentOpened, Observed, Transition
 from engine.records.incident import Incident
 from engine.checkpoints import store as ckpts
+from engine.checkpoints.last_link import update_last_link
+from engine.checkpoints.manifest import seal_checkpoint
 from engine.core.state import CheckpointStatus, DiskStatus, Metrics, RunPhase, StateSnapshot, TrainerStatus
 from engine.core.durable import gzip_replace as gzip_file
 from engine.trainers.litgpt.layout import LitGPTLayout
@@ -75,7 +77,7 @@ def make_checkpoint(out_dir: Path, step: int) -> None:
                folder / "lit_model.pth")
     for name in ("model_config.yaml", "hyperparameters.yaml"):
         (folder / name).write_text(f"{name}: {step}\n")
-    assert ckpts.seal_checkpoint(ckpts.Checkpoint(folder, step, LitGPTLayout())).ok
+    assert seal_checkpoint(ckpts.Checkpoint(folder, step, LitGPTLayout())).ok
 
 
 def incident(number: int, playbook: str, step: int, resumed: int, opened: float, changes: dict | None = None) -> dict:
@@ -129,7 +131,7 @@ def finished_run(tmp_path) -> Path:
 
     for step in (60, 80, 100):
         make_checkpoint(out_dir, step)
-    ckpts.update_last_link(out_dir, ckpts.Checkpoint(out_dir / "step-00000100", 100, LitGPTLayout()))
+    update_last_link(out_dir, ckpts.Checkpoint(out_dir / "step-00000100", 100, LitGPTLayout()))
     (out_dir / "final").mkdir()
     (out_dir / "final" / "lit_model.pth").write_bytes((out_dir / "step-00000100" / "lit_model.pth").read_bytes())
     return config

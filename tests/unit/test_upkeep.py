@@ -16,7 +16,8 @@ import pydantic
 import pytest
 
 from engine.core.events import WatchWarning
-from engine.checkpoints.store import list_checkpoints, seal_checkpoint
+from engine.checkpoints.manifest import seal_checkpoint
+from engine.checkpoints.store import list_checkpoints
 from engine.checkpoints.catalog import CheckpointCatalog
 from engine.core.run_folder import RunFolder
 from engine.trainers import adapter_for
