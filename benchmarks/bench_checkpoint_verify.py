@@ -15,14 +15,14 @@ Methods on the same file, in interleaved rounds (every method once per round, in
                  reported seconds, so its start-up is not counted)
   python read    4 MB readinto calls and nothing else, in this process (a plain Python read)
   sha256sum      `sha256sum lit_model.pth` (wall time, process start-up included)
-  verify         engine.checkpoints.store.verify_checkpoint with no manifest: zip central directory + CRC32 of
+  verify         engine.checkpoints.manifest.verify_checkpoint with no manifest: zip central directory + CRC32 of
                  every member, the members split into one contiguous byte range per core (2 here), each
                  range read and checksummed by its own thread (what runbook does to a new checkpoint)
   verify, 1 thread  the same scan with workers=1: read a block, then CRC it (the engine before the
                  ranges; shown side by side to measure what the overlap buys)
   verify+sha     verify_checkpoint with a manifest present: the CRC ranges plus sha256 of the file in a
                  thread of its own (what every forced re-verification before a resume does)
-  seal           engine.checkpoints.store.seal_checkpoint: CRC32 + sha256 as above + writing the manifest
+  seal           engine.checkpoints.manifest.seal_checkpoint: CRC32 + sha256 as above + writing the manifest
 Cold: `sync; echo 3 > /proc/sys/vm/drop_caches` (root) before every timed read; warm: the file was
 just read. MB = 10^6 bytes; the file size is that of lit_model.pth.
 """
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import common  # noqa: E402
 from engine.checkpoints import store as ckpts  # noqa: E402
+from engine.checkpoints.manifest import seal_checkpoint, verify_checkpoint  # noqa: E402
 from engine.trainers.litgpt.layout import LitGPTLayout  # noqa: E402
 from engine.trainers.litgpt.pth_scan import scan_pth  # noqa: E402
 
@@ -112,11 +113,11 @@ def without_manifest(ckpt: ckpts.Checkpoint) -> None:
 
 
 def run_verify(ckpt: ckpts.Checkpoint) -> None:
-    assert ckpts.verify_checkpoint(ckpt).ok
+    assert verify_checkpoint(ckpt).ok
 
 
 def run_seal(ckpt: ckpts.Checkpoint) -> None:
-    assert ckpts.seal_checkpoint(ckpt).ok
+    assert seal_checkpoint(ckpt).ok
 
 
 def run_verify_one_thread(ckpt: ckpts.Checkpoint) -> None:
@@ -128,7 +129,7 @@ METHODS = {  # name -> (prepare, untimed; timed; a timed function may return its
     "python read only (4 MB blocks)": (None, run_python_read),
     "sha256sum (incl. process start)": (None, run_sha256sum),
     "verify (CRC)": (without_manifest, run_verify),
-    "verify+sha (manifest)": (lambda c: ckpts.seal_checkpoint(c), run_verify),
+    "verify+sha (manifest)": (lambda c: seal_checkpoint(c), run_verify),
     "seal (CRC+sha+manifest)": (without_manifest, run_seal),
     "verify, 1 thread (read, then CRC)": (without_manifest, run_verify_one_thread),
 }
