@@ -33,12 +33,26 @@ def read_record_pairs(folder: Path | None, prefix: str, live_model: type[BaseMod
     exits: dict = {}
     if folder is None or not Path(folder).is_dir():
         return live, exits
-    for path in sorted(Path(folder).glob(f"{prefix}-*.json"))[:2 * limit]:
+    folder = Path(folder)
+
+    def take(path: Path) -> None:
         ended = path.name.endswith(".exit.json")
         record = _read(path, exit_model if ended else live_model)
         if record is None:
-            continue
+            return
         n = getattr(record, number)
-        if path == Path(folder) / f"{prefix}-{n}{'.exit' if ended else ''}.json":
+        if path == folder / f"{prefix}-{n}{'.exit' if ended else ''}.json":
             (exits if ended else live)[n] = record
+
+    for path in sorted(folder.glob(f"{prefix}-*.json"))[:2 * limit]:
+        take(path)
+    # A record is renamed over at every micro-batch (a heartbeat), so one pass can miss it: at CI a read found no
+    # rank-0.json while the file was there all along (rank 1 at step 7 of the same group). Every number up to
+    # the highest known (or the world size a record states) not found is opened by name a second time.
+    known = set(live) | set(exits)
+    world = max((getattr(r, "world_size", 0) or 0 for r in live.values()), default=0)
+    for n in range(min(max(max(known, default=-1) + 1, world), limit)):
+        for suffix in (".json", ".exit.json"):
+            if n not in (exits if suffix == ".exit.json" else live):
+                take(folder / f"{prefix}-{n}{suffix}")
     return live, exits
