@@ -45,25 +45,41 @@ from types import SimpleNamespace
 contender, timeout, argv = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
 
 
+output_bytes = []   # how much the command wrote before it ended or was stopped: the flood each contender met
+
+
 def seed_apply(argv, timeout):   # the `run` action before issue 34, as it was
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=".")
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except subprocess.TimeoutExpired as err:   # carries the raw bytes read until the deadline
+        output_bytes.append(len(err.stdout or b"") + len(err.stderr or b""))
+        return False, f"{argv[0]}: {err}"
+    except OSError as err:
         return False, f"{argv[0]}: {err}"
     output = (done.stdout + done.stderr)[-2000:]
+    output_bytes.append(len(done.stdout) + len(done.stderr))
     return done.returncode == 0, f"{argv[0]} exited {done.returncode}"
 
 
 def bounded_apply(argv, timeout):
+    from engine.language.actions import run as run_action
     from engine.language.actions.base import ActionFailed
-    from engine.language.actions.run import ACTION, RunParams
+
+    real_run_bounded = run_action.run_bounded
+
+    def counted(*args, **kwargs):   # the action's own call, its result's byte count noted on the way out
+        done = real_run_bounded(*args, **kwargs)
+        output_bytes.append(done.output_bytes)
+        return done
+
+    run_action.run_bounded = counted
 
     class Lent:
         loaded = SimpleNamespace(project_dir=Path("."))
         def note(self, text):
             pass
     try:
-        result = ACTION.apply(RunParams(argv=argv, timeout=timeout), Lent())
+        result = run_action.ACTION.apply(run_action.RunParams(argv=argv, timeout=timeout), Lent())
         return result.ok, result.summary
     except ActionFailed as failed:
         return False, str(failed)
@@ -81,7 +97,8 @@ except MemoryError:
     ok, summary = False, "MemoryError"
 seconds = time.monotonic() - started
 print(json.dumps({"ok": ok, "summary": summary[:200], "seconds": seconds,
-                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "before_kb": before_kb}))
+                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "before_kb": before_kb,
+                  "output_bytes": output_bytes[0] if output_bytes else None}))
 """
 
 
@@ -116,7 +133,7 @@ def sample(contender: str, argv: list[str], timeout: float, limit_mb: int, marke
         figures = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):   # died before it could say (the limit hit outside the try)
         figures = {"ok": False, "summary": (done.stderr.strip().splitlines() or ["no output"])[-1][:200],
-                   "seconds": wall, "maxrss_kb": None, "before_kb": None}
+                   "seconds": wall, "maxrss_kb": None, "before_kb": None, "output_bytes": None}
     left = leftovers(marker) if marker else []
     for pid in left:                   # this benchmark's own sleep: counted, then stopped
         try:

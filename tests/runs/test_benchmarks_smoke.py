@@ -171,10 +171,17 @@ def test_run_action_smoke(untouched_repo):
     flood, background = results["flood"], results["background"]
     assert [len(flood[c]) for c in ("seed", "bounded")] == [len(background[c]) for c in ("seed", "bounded")] == [1, 1]
     [seed_flood], [bounded_flood] = flood["seed"], flood["bounded"]
-    # growth over the peak before the command ran (ru_maxrss carries a forking parent's high-water mark)
-    bounded_growth = bounded_flood["maxrss_kb"] - bounded_flood["before_kb"]
-    assert bounded_growth < 64 * 1024 and "did not finish within 1 s" in bounded_flood["summary"], bounded_flood
-    assert seed_flood["maxrss_kb"] is None or seed_flood["maxrss_kb"] - seed_flood["before_kb"] > 2 * bounded_growth + 64 * 1024, seed_flood
+    # How much `yes` writes in 1 s depends on the CPU the machine spares (CI's loaded run: ~29 MB), so
+    # each peak is judged against the flood that contender met, not against a fixed size.
+    # Growth is over the peak before the command ran (ru_maxrss carries a forking parent's high-water mark).
+    mib = 1024 * 1024
+    bounded_growth_kb = bounded_flood["maxrss_kb"] - bounded_flood["before_kb"]
+    assert bounded_flood["output_bytes"] > 4 * mib and "did not finish within 1 s" in bounded_flood["summary"], bounded_flood
+    assert bounded_growth_kb * 1024 < min(16 * mib, bounded_flood["output_bytes"] / 4), bounded_flood   # kept 64 KiB of it
+    if seed_flood["summary"] != "MemoryError" and seed_flood["maxrss_kb"] is not None:   # else it kept all, to the limit
+        assert seed_flood["output_bytes"] > 4 * mib, seed_flood
+        seed_growth = (seed_flood["maxrss_kb"] - seed_flood["before_kb"]) * 1024
+        assert seed_growth > 0.75 * seed_flood["output_bytes"], seed_flood   # it held every byte it read
     [seed_bg], [bounded_bg] = background["seed"], background["bounded"]
     assert seed_bg["left_running"] == 1 and "timed out" in seed_bg["summary"], seed_bg
     assert bounded_bg["left_running"] == 0 and bounded_bg["ok"] and "killed them" in bounded_bg["summary"], bounded_bg
