@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.language.actions import REGISTRY
+from engine.language.actions.set_hyperparameters import SetHyperparametersParams
 from engine.language.planner import plan
 from engine.expr.expressions import LIMIT_MARK, Expression, compile_expression, evaluate_condition, is_expression, render_template
 from engine.language.playbook import Playbook
@@ -117,7 +118,7 @@ def config_problems(playbook: Playbook, config: RunConfig) -> list[tuple[tuple, 
             problems.append((("actions", index, step.verb), f"cannot be planned on any state: {planned[0].error}"))
             continue
         for p in planned:
-            if p.verb != "set_hyperparameters" or p.params is None or p.error:
+            if not isinstance(p.params, SetHyperparametersParams) or p.error:
                 continue
             updates = p.params.updates()
             try:

@@ -2,8 +2,9 @@
 
 `RUNBOOK_CRASH_AT=<name>` makes the watcher SIGKILL itself the first time it reaches that point
 (`<name>#<n>`: the n-th time). Unset, a crash point costs one dictionary look-up. The names are
-those passed to crash_point(): the boundaries of an incident's writes (engine/watch/incident_runner.py),
-of a journal append (engine/records/journal.py) and of an atomic file write (engine/core/durable.py).
+those passed to crash_point(): the boundaries of an incident's writes (engine/watch/incident_runner.py, and
+its run-log entry in engine/records/held_writes.py), of a journal append (engine/records/journal.py) and of
+an atomic file write (engine/core/durable.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Union
+from typing import Callable, ClassVar, Protocol, Union
 
 from engine.core.notifier import IncidentLabels, Notifier
 from engine.core.state import RunPhase, StateSnapshot
@@ -42,6 +42,19 @@ class ActionResult:
     summary: str = ""
 
 
+class PlannedStepLike(Protocol):
+    """What a view needs of the planner's PlannedStep (engine/language/planner.py: a floor above this one)."""
+
+    @property
+    def description(self) -> str: ...
+    @property
+    def verb(self) -> str: ...
+    @property
+    def skipped(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class PlannedStepView:
     description: str
@@ -50,8 +63,8 @@ class PlannedStepView:
     error: str | None = None     # why it could not be planned
 
     @classmethod
-    def of(cls, step: Any) -> "PlannedStepView":
-        """From the planner's PlannedStep (engine/language/planner.py: a floor above this one)."""
+    def of(cls, step: PlannedStepLike) -> "PlannedStepView":
+        """From the planner's PlannedStep."""
         return cls(step.description, step.verb, step.skipped, step.error)
 
 
@@ -107,6 +120,7 @@ class IncidentClosed:
     incident: IncidentView
     summary: str = ""
     escalate: bool = False          # the team must act: a notice mentions them
+    record_json: str = ""           # the whole record as saved, as JSON text (an immutable copy): the run log's entry
 
 
 @dataclass(frozen=True)

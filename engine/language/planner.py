@@ -6,11 +6,11 @@ Guards (`if:`) and "{{ ... }}" parameters are evaluated here, against the state 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from engine.language.actions import REGISTRY
+from engine.language.actions import REGISTRY, Params
 from engine.expr.expressions import compile_expression, evaluate_condition, is_expression, is_template, render_template
 from engine.language.playbook import Playbook
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class PlannedStep:
     index: int
     verb: str
-    params: Any | None            # the validated params model; None when planning failed
+    params: Params | None         # the validated params model; None when planning failed
     description: str
     on_failure: str
     skipped: str | None = None    # why the step will not run (its guard is false)

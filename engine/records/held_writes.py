@@ -1,17 +1,20 @@
 """What a full run folder or run-log disk holds back, kept in memory and written when space returns.
 
-The supervisor hands IncidentRunner a HoldingStore (incident records) and a HeldRunLog (run-log
-entries) and calls Backlog.catch_up() every tick: records first (a record is saved before the
+The supervisor hands IncidentRunner a HoldingStore (incident records), subscribes a HeldRunLog (run-log
+entries) to the loop's event bus ahead of every other listener (an incident's entry is written before its
+close is announced), and calls Backlog.catch_up() every tick: records first (a record is saved before the
 journal says what it holds), then the journal's held entries (engine/records/journal.py), then the run log.
 Each kind says once that it is failing and once that it is written again (engine/core/write_trouble.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from engine.core.events import WatchWarning, Publish
+from engine.core.crash_points import crash_point
+from engine.core.events import IncidentClosed, Publish, WatchEvent, WatchWarning
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
 from engine.core.write_trouble import WriteTrouble, passing
@@ -63,7 +66,15 @@ class HeldRunLog:
         self.events = events
         self._held: list[dict] = []
 
-    def __call__(self, record: dict) -> None:
+    def hear(self, event: WatchEvent) -> None:
+        """The bus's first listener: an incident's close carries its record, whose entry is appended (or held)
+        before the notifier and the console hear of it. A watcher killed after this reports the incident
+        again; the entry's marker keeps it to one (engine/records/run_log.py)."""
+        if isinstance(event, IncidentClosed) and event.record_json:
+            self.append(json.loads(event.record_json))
+            crash_point("run-log-appended")
+
+    def append(self, record: dict) -> None:
         self._held.append(record)
         self.flush()
 

@@ -42,7 +42,7 @@ def observe_without_acting(sup: Supervisor) -> RunPhase:
         else:
             _show_plan(sup, outcome.decision, snapshot)
         return RunPhase.STOPPED
-    sup.settle(RunPhase.RUNNING)
+    sup.settle(RunPhase.RUNNING, "a dry run's read-only watch")
     sup.events(DryRun(f"watching trainer pid {attached.pid} without acting"))
     sup.install_signal_handlers()
     memory = MatchMemory()   # this watch's own: nothing it decides is acted on

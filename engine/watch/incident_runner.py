@@ -9,6 +9,7 @@ each boundary for the crash tests (engine/core/crash_points.py).
 
 from __future__ import annotations
 
+import json
 import traceback
 from typing import AbstractSet
 
@@ -274,13 +275,13 @@ class IncidentRunner:
             self._report(incident)
 
     def _report(self, incident: Incident) -> None:
-        """The run-log entry, then the close on the bus (the notifier's notice, the console line), once the
-        outcome is known; journaled as reported only after both (a killed watcher reports it again)."""
+        """The close on the bus, once the outcome is known, carrying the whole record: its listeners write the
+        run-log entry first (engine/records/held_writes.py), then send the notice and print the line;
+        journaled as reported only after all of them (a killed watcher reports it again)."""
         record = incident.to_json()
-        self.parts.append_run_log(record)   # at most once per incident: the run log keeps a marker
-        crash_point("run-log-appended")
         self.parts.events(IncidentClosed(incident.view(), closing_summary(incident),
-                                       escalate=incident.outcome != "recovered" and not relaunch_failed(record)))
+                                       escalate=incident.outcome != "recovered" and not relaunch_failed(record),
+                                       record_json=json.dumps(record)))
         self.parts.journal.append("incident_reported", incident=incident.id)
 
     def _save(self, incident: Incident) -> None:

@@ -4,8 +4,9 @@ Two halves. `metric_families` is PURE: what the watcher knows at one instant (it
 last snapshot, the run's incident records, when the newest verified checkpoint was saved) -> the
 metric values, as plain data a test can compare. `MetricsEndpoint` serves them with prometheus_client's
 own HTTP thread from a dedicated CollectorRegistry (never the process-global one). The watch loop does
-no work for it: a scrape reads the loop's last snapshot (an immutable object) and the incident files
-on the server's thread.
+no work for it and does not know it: `RunView` subscribes to the loop's event bus (engine/core/events.py)
+and keeps the newest phase and snapshot (immutable objects) it heard; a scrape reads those and the
+incident files (every watcher's, so counters survive a restart) on the server's thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from engine.core.durable import atomic_write_text
+from engine.core.events import Observed, Transition, WatchEvent
 from engine.core.run_folder import RunFolder
 from engine.core.state import RunPhase, StateSnapshot
 from engine.core.settings import MetricsSettings  # noqa: F401 - the settings model lives in core
@@ -138,14 +140,35 @@ class _IncidentReader:
         return tuple(figures)
 
 
+class RunView:
+    """A subscriber of the watch loop's bus: the run phase of its newest transition and its newest
+    snapshot, read by a scrape on the server's thread (the pair is swapped under a lock, never torn)."""
+
+    def __init__(self, phase: RunPhase = RunPhase.STARTING, snapshot: StateSnapshot | None = None):
+        self._lock = threading.Lock()
+        self._now = (phase, snapshot)   # as of subscribing: what the loop had before this view heard it
+
+    def __call__(self, event: WatchEvent) -> None:
+        match event:
+            case Observed(snapshot=snapshot):
+                with self._lock:
+                    self._now = (self._now[0], snapshot)
+            case Transition(state=phase):
+                with self._lock:
+                    self._now = (phase, self._now[1])
+
+    def read(self) -> tuple[RunPhase, StateSnapshot | None]:
+        with self._lock:
+            return self._now
+
+
 class MetricsEndpoint:
     """prometheus_client's HTTP server thread over a registry of one collector that calls `metric_families`."""
 
-    def __init__(self, settings: MetricsSettings, run_dir: Path, phase_and_snapshot: Callable[[], tuple[RunPhase, StateSnapshot | None]],
-                 checkpoint_file: Callable[[int], Path]):
+    def __init__(self, settings: MetricsSettings, run_dir: Path, run: RunView, checkpoint_file: Callable[[int], Path]):
         self.settings = settings
         self.address_file = RunFolder(run_dir).metrics_address
-        self.phase_and_snapshot = phase_and_snapshot   # () -> (run phase, last snapshot); attribute reads only
+        self.run = run   # the bus's subscriber the supervisor registered: (run phase, last snapshot)
         self.checkpoint_file = checkpoint_file   # step -> the file whose mtime dates that checkpoint
         self.incidents = _IncidentReader(run_dir)
         self.lock = threading.Lock()             # one scrape at a time uses the incident cache
@@ -154,7 +177,7 @@ class MetricsEndpoint:
         self.url: str | None = None
 
     def view(self) -> WatcherView:
-        phase, snapshot = self.phase_and_snapshot()
+        phase, snapshot = self.run.read()
         saved_at = None
         step = snapshot.checkpoints.newest_verified_step if snapshot is not None else None
         if step is not None:
@@ -184,7 +207,7 @@ class MetricsEndpoint:
         """An escalated run's last figures stay served for linger_s (the watcher exits right after, and a
         scrape every 15-60 s would rarely see the phase that most needs a human); `interrupted` (a signal
         to the watcher) ends the wait."""
-        if self.server is None or self.phase_and_snapshot()[0] != RunPhase.ESCALATED:
+        if self.server is None or self.run.read()[0] != RunPhase.ESCALATED:
             return
         deadline = time.monotonic() + self.settings.linger_s
         while time.monotonic() < deadline and not interrupted():

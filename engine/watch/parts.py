@@ -33,7 +33,6 @@ class WatchParts:
     notifier: Notifier
     events: Publish                                  # the event bus (engine/core/events.py)
     session: RunSession                              # the loop's owner: launch, observe, transition
-    append_run_log: Callable[[dict], None]           # docs/run-log.md (held on a full disk)
     held: Callable[[], dict[str, int]]               # what a full disk holds back, by kind
 
     @property

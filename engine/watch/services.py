@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Callable
 
 from engine.checkpoints.catalog import CheckpointCatalog
-from engine.core.events import Publish, WatchWarning
+from engine.core.events import EventBus, Publish, WatchWarning
 from engine.cluster.notice_poller import NoticePoller
 from engine.core.settings import CloudNoticeSettings, MetricsSettings, UpkeepSettings
 from engine.core.state import RunPhase, StateSnapshot
 from engine.core.write_trouble import WriteTrouble
 from engine.records.journal import Journal
 from engine.watch.parts import WatchParts
-from engine.watch.metrics import MetricsEndpoint
+from engine.watch.metrics import MetricsEndpoint, RunView
 from engine.watch.upkeep import SupervisorPorts, Upkeep
 
 
@@ -41,15 +41,18 @@ def notice_poller(settings: CloudNoticeSettings, request_stop: Callable[[str], N
     return poller
 
 
-def metrics_endpoint(settings: MetricsSettings, run_dir: Path, catalog: CheckpointCatalog, journal: Journal, events: Publish,
-                     phase_and_snapshot: Callable[[], tuple[RunPhase, StateSnapshot | None]]) -> MetricsEndpoint | None:
-    """The optional Prometheus endpoint (engine/watch/metrics.py). A busy port is a warning, not a refusal:
-    supervision matters more than a dashboard (a requeued job must not die on another job's port)."""
+def metrics_endpoint(settings: MetricsSettings, run_dir: Path, catalog: CheckpointCatalog, journal: Journal, bus: EventBus,
+                     now: tuple[RunPhase, StateSnapshot | None]) -> MetricsEndpoint | None:
+    """The optional Prometheus endpoint (engine/watch/metrics.py), a subscriber of the loop's bus from `now`
+    (the phase and snapshot the loop has as it starts the endpoint, on the loop's thread: nothing is missed
+    in between). A busy port is a warning, not a refusal: supervision matters more than a dashboard (a
+    requeued job must not die on another job's port)."""
     if settings.port is None:
         return None
     layout, out_dir = catalog.layout, catalog.out_dir
-    endpoint = MetricsEndpoint(settings, run_dir, phase_and_snapshot,
-                               lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
+    run = RunView(*now)
+    endpoint = MetricsEndpoint(settings, run_dir, run, lambda step: layout.resume_file(out_dir / layout.folder_name(step)))
+    events = bus.publish
     try:
         url = endpoint.start()
     except OSError as error:
@@ -58,4 +61,5 @@ def metrics_endpoint(settings: MetricsSettings, run_dir: Path, catalog: Checkpoi
         journal.append("metrics_endpoint", error=str(error))
         return None
     journal.append("metrics_endpoint", url=url)
+    bus.subscribe(run)
     return endpoint

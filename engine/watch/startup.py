@@ -60,7 +60,7 @@ def start_or_continue(sup: Supervisor) -> None:
     for folder in (sup.loaded.folder.incidents, sup.loaded.path.parent, sup.loaded.run_dir):
         remove_stale_temps(folder)   # a watcher killed mid-write left its temp file
     if past.phase == RunPhase.COMPLETED:
-        sup.settle(RunPhase.COMPLETED)
+        sup.settle(RunPhase.COMPLETED, "the journal says the run completed")
         return
     if trainer is not None:
         sup.observer.follow(trainer.log_path, sup.control.progress_meaning, replay_existing=True)

@@ -62,12 +62,17 @@ class Supervisor:
         self.playbooks = playbooks
         self.notifier = notifier
         self.dry_run = dry_run
-        # The loop's one exit: the notifier listens, and whoever the caller subscribed (console, live view, --json).
-        self.bus = EventBus(NotifierListener(notifier), events or ignore)
+        # The loop's one exit, heard in this order: the run log (an incident's entry is written before its close
+        # is announced), the notifier, then whoever the caller subscribed (console, live view, --json); the
+        # metrics endpoint subscribes when it starts (engine/watch/services.py).
+        self.bus = EventBus()
         self.events: Publish = self.bus.publish
+        self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
+        run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
+        for listener in (run_log.hear, NotifierListener(notifier), events or ignore):
+            self.bus.subscribe(listener)
         adapter = adapter_for(loaded.config.trainer.kind)
         folder = loaded.folder
-        self.trouble = WriteTrouble(self.events)   # a full run folder: one warning per kind of write
         self.journal = Journal(folder.journal, self.trouble)
         self.lock = RunLock(loaded.run_dir)
         self.out_dir_claim = OutDirClaim(loaded.out_dir, folder, loaded.path)   # one run per out_dir
@@ -78,11 +83,10 @@ class Supervisor:
                                  evidence=EvidenceGatherer(loaded.out_dir, loaded.run_dir, self.catalog.resume_file_corrupt))
         self.observation = Observation(self.control, self.observer, self.catalog, self.journal, self.events)
         store = HoldingStore(loaded.run_dir, loaded.project_dir / ".runbook" / "incident-counter", self.trouble)
-        run_log = HeldRunLog(lambda: self.control.loaded, self.trouble, self.events)
         self.backlog = Backlog(store, self.journal, run_log)   # what a full disk held back, written each tick
         self.parts = WatchParts(
             control=self.control, catalog=self.catalog, journal=self.journal, store=store, notifier=notifier,
-            events=self.events, session=self, append_run_log=run_log, held=self.backlog.held)
+            events=self.events, session=self, held=self.backlog.held)
         self.incidents = IncidentRunner(self.parts)
         self.phase = RunPhase.STARTING
         self.memory = MatchMemory()
@@ -115,8 +119,8 @@ class Supervisor:
             services.callback(self.control.release_tmpdir_link)   # after the spare's discard (callbacks unwind in reverse)
             services.callback(self.control.spares.discard)   # a warm spare nobody will launch (engine/process/warm_spare.py)
             endpoint = self._start(services, lambda: services_of_watch.metrics_endpoint(
-                self.loaded.config.watch.metrics, self.loaded.run_dir, self.catalog, self.journal, self.events,
-                lambda: (self.phase, self.observation.last)))
+                self.loaded.config.watch.metrics, self.loaded.run_dir, self.catalog, self.journal, self.bus,
+                (self.phase, self.observation.last)))
             if endpoint is not None:   # unwound before its stop: an escalation stays served for a scrape
                 services.callback(endpoint.linger, lambda: self.stop_requested is not None)
             with self.recovery_lock:
@@ -278,9 +282,11 @@ class Supervisor:
     def reread_history(self) -> None:
         self.history = self.journal.replay().history
 
-    def settle(self, phase: RunPhase) -> None:
-        """A phase the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled."""
-        self.phase = phase
+    def settle(self, phase: RunPhase, reason: str) -> None:
+        """A phase the journal already holds (a completed run) or a dry run's read-only watch: nothing journaled,
+        and the listeners told (the metrics endpoint's phase is the bus's)."""
+        previous, self.phase = self.phase, phase
+        self.events(Transition(previous, phase, reason))
 
     # --- helpers -------------------------------------------------------------------------------
     def transition(self, to: RunPhase, reason: str) -> None:

@@ -197,6 +197,42 @@ def test_metric_values_are_a_pure_function_of_what_the_watcher_knows():
     assert {n for n, k in kinds.items() if k == "counter"} == {"runbook_incidents_total", "runbook_steps_lost_total"}
 
 
+def test_the_endpoint_serves_what_the_bus_said_and_lingers_only_after_an_escalation_it_heard(tmp_path):
+    """The endpoint is one more subscriber of the loop's bus (issue 46): its phase and snapshot are the
+    newest Transition and Observed it heard, other events leave them alone, and a scrape reads them."""
+    from engine.core.events import EventBus, Observed, Transition, WatchWarning
+    from engine.watch.metrics import MetricsEndpoint, MetricsSettings, RunView
+
+    bus, run = EventBus(), RunView()
+    bus.subscribe(run)
+    endpoint = MetricsEndpoint(MetricsSettings(port=0, linger_s=30.0), tmp_path, run, lambda step: tmp_path / "none")
+    url = endpoint.start()
+
+    def scraped() -> dict[str, float]:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            families = text_string_to_metric_families(answer.read().decode())
+            return {(s.name + "".join(f"|{v}" for v in s.labels.values())): s.value for f in families for s in f.samples}
+
+    try:
+        assert scraped()["runbook_run_state|starting"] == 1.0 and "runbook_optimizer_step" not in scraped()
+        bus.publish(Transition(RunPhase.STARTING, RunPhase.RUNNING, "launched"))
+        bus.publish(Observed(StateSnapshot(metrics=Metrics(step=7, tokens=700))))
+        bus.publish(WatchWarning("not a phase, not a snapshot"))
+        now = scraped()
+        assert (now["runbook_run_state|running"], now["runbook_run_state|starting"], now["runbook_optimizer_step"],
+                now["runbook_tokens"]) == (1.0, 0.0, 7.0, 700.0), now
+        started = time.monotonic()
+        endpoint.linger(lambda: False)   # running: no linger
+        assert time.monotonic() - started < 5
+        bus.publish(Transition(RunPhase.RUNNING, RunPhase.ESCALATED, "oom escalated"))
+        assert scraped()["runbook_run_state|escalated"] == 1.0 and scraped()["runbook_optimizer_step"] == 7.0
+        calls = []
+        endpoint.linger(lambda: calls.append(1) is None and len(calls) > 2)   # escalated: waits until interrupted
+        assert len(calls) == 3
+    finally:
+        endpoint.shutdown()
+
+
 def test_what_nobody_knows_yet_is_left_out_not_reported_as_zero():
     starting = as_dict(metric_families(WatcherView(RunPhase.STARTING, None, (), None, 0.0)))
     assert starting[("runbook_run_state", ("starting",))] == 1.0
@@ -223,13 +259,13 @@ def test_a_bad_metrics_setting_is_a_config_error_with_its_line(tmp_path, bad, me
 
 
 def test_a_port_in_use_refuses_to_start_the_endpoint_itself(tmp_path):
-    from engine.watch.metrics import MetricsEndpoint, MetricsSettings
+    from engine.watch.metrics import MetricsEndpoint, MetricsSettings, RunView
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         endpoint = MetricsEndpoint(MetricsSettings(port=taken.getsockname()[1]), tmp_path,
-                                   lambda: (RunPhase.RUNNING, None), lambda step: tmp_path / "none")
+                                   RunView(RunPhase.RUNNING), lambda step: tmp_path / "none")
         with pytest.raises(OSError):
             endpoint.start()
     assert not (tmp_path / ADDRESS_FILE).exists()

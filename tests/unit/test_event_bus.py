@@ -44,3 +44,31 @@ def test_the_json_schema_knows_only_the_bus_kinds_and_a_closed_incident_fits_it(
     line = json.loads(stream.getvalue())
     assert problems(line) == [] and line["steps_lost"] == 20 and line["event"] == "incident_closed"
     assert line["text"] == "incident-3 recovered in 4.2 s (steps lost: 20)"
+
+
+def test_the_run_log_hears_a_close_first_and_writes_the_record_it_carries(tmp_path):
+    """The run log is a subscriber (issue 46): the close carries the whole record, the entry is on disk
+    before the next listener (the notifier, the console) hears the close, and an event without a record
+    or of another kind writes nothing."""
+    from engine.core.write_trouble import WriteTrouble
+    from engine.records.held_writes import HeldRunLog
+    from engine.records.incident import Incident
+    from engine.trainers.run_config import load_config
+    from tests.runs.test_toy_trainer import make_toy_project
+
+    loaded = load_config(make_toy_project(tmp_path / "project").config)
+    bus = EventBus()
+    run_log = HeldRunLog(lambda: loaded, WriteTrouble(bus.publish), bus.publish)
+    seen_on_disk: list[bool] = []
+    bus.subscribe(run_log.hear)
+    bus.subscribe(lambda e: seen_on_disk.append(loaded.run_log.exists() and "incident-7" in loaded.run_log.read_text()))
+    record = Incident(id="incident-7", playbook="oom", outcome="recovered", steps_lost=2)
+    bus.publish(WatchWarning("not an incident"))
+    bus.publish(IncidentClosed(record.view()))   # no record carried: nothing to write
+    assert not loaded.run_log.exists()
+    bus.publish(IncidentClosed(record.view(), record_json=json.dumps(record.to_json())))
+    assert seen_on_disk == [False, False, True]
+    text = loaded.run_log.read_text()
+    assert text.count("incident-7") >= 1 and "oom" in text
+    bus.publish(IncidentClosed(record.view(), record_json=json.dumps(record.to_json())))   # reported again (a restart)
+    assert loaded.run_log.read_text() == text   # the entry's marker keeps it to one

@@ -31,7 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.core.state import CheckpointStatus, Metrics, RankStatus, RanksStatus, RunPhase, StateSnapshot, TrainerStatus
 from engine.records.incident import Incident
 from engine.records.incident_store import IncidentStore
-from engine.watch.metrics import MetricsEndpoint, MetricsSettings
+from engine.core.events import EventBus, Observed, Transition
+from engine.watch.metrics import MetricsEndpoint, MetricsSettings, RunView
 from tests.conftest import REPO
 
 RULES = REPO / "ops" / "prometheus" / "runbook-alerts.yaml"
@@ -198,8 +199,11 @@ def served_names(tmp_path_factory) -> set[str]:
     snapshot = StateSnapshot(time=time.time(), metrics=Metrics(step=90, tokens=90 * 1024, tokens_per_sec=512.0),
                              seconds_since_progress=1.5, trainer=TrainerStatus(pid=42, alive=True, launches=2, ranks=ranks),
                              checkpoints=CheckpointStatus(count=2, newest_step=80, newest_verified_step=80))
-    endpoint = MetricsEndpoint(MetricsSettings(port=0), run_dir, lambda: (RunPhase.RUNNING, snapshot),
-                               lambda step: resume_file)
+    bus, run = EventBus(), RunView()
+    bus.subscribe(run)   # as the supervisor subscribes it: what the endpoint serves is what the bus said
+    bus.publish(Transition(RunPhase.STARTING, RunPhase.RUNNING, "launched"))
+    bus.publish(Observed(snapshot))
+    endpoint = MetricsEndpoint(MetricsSettings(port=0), run_dir, run, lambda step: resume_file)
     url = endpoint.start()
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:

@@ -28,7 +28,7 @@ from engine.language.actions.base import ActionDef, ActionFailed, ActionResult, 
 from engine.language.actions.ports import ActionPorts, IncidentEffects
 from engine.expr.expressions import compile_expression, compile_template, is_expression, is_template
 
-REGISTRY: dict[str, ActionDef] = {
+REGISTRY: dict[str, ActionDef[Any]] = {   # each its own params model: Any only across the registry
     module.ACTION.name: module.ACTION
     for module in (
         resume, rollback, set_hyperparameters, prune_checkpoints, compress_logs, set_env, scan_data, skip_data,

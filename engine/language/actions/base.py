@@ -8,10 +8,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.core.state import StateSnapshot
 from engine.language.actions.ports import ActionPorts
 
 
@@ -30,11 +31,16 @@ class ActionFailed(RuntimeError):
     """Raised by an action's apply; the runner turns it into a failed ActionResult."""
 
 
+P = TypeVar("P", bound=Params)
+
+
 @dataclass(frozen=True)
-class ActionDef:
+class ActionDef(Generic[P]):
+    """One action, typed by its params model: `describe` and `apply` take exactly the model `params` validates."""
+
     name: str
-    params: type[Params]
+    params: type[P]
     doc: str
-    describe: Callable[[Any, Any], str]
-    apply: Callable[[Any, ActionPorts], ActionResult]
+    describe: Callable[[P, StateSnapshot], str]
+    apply: Callable[[P, ActionPorts], ActionResult]
     example: dict = field(default_factory=dict)
