@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from runbook import sdk
 
@@ -28,11 +28,16 @@ if TYPE_CHECKING:   # annotations only
 
 
 class SkippingSampler:
-    """The sampler's order with the skipped positions' samples left out; its length and epoch are the inner's."""
+    """The sampler's order with the skipped positions' samples left out; its length and epoch are the inner's.
+    `announce` hears, once, the dataset rows it left out (as soon as the order has passed every window, or at the
+    epoch's end): engine/core/data_windows.py's report, which the watcher keeps in the incident."""
 
-    def __init__(self, inner: Any, windows: list[tuple[int, int]], per_position: int):
+    def __init__(self, inner: Any, windows: list[tuple[int, int]], per_position: int,
+                 announce: Callable[[dict], None] | None = None):
         self.inner, self.windows, self.per_position = inner, windows, per_position
         self.epoch = 0
+        self.announce = announce
+        self.last_position = max(b for _, b in windows)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -44,10 +49,24 @@ class SkippingSampler:
 
     def __iter__(self) -> Iterator[int]:
         first = self.epoch * (len(self.inner) // self.per_position)   # positions of the epochs before this one
+        left_out: list[int] = []
         for j, index in enumerate(self.inner):
             position = first + j // self.per_position + 1
-            if not any(a <= position <= b for a, b in self.windows):
-                yield index
+            if any(a <= position <= b for a, b in self.windows):
+                left_out.append(int(index))
+                continue
+            if left_out and position > self.last_position:
+                self._tell(left_out)
+            yield index
+        if left_out:
+            self._tell(left_out)
+
+    def _tell(self, left_out: list[int]) -> None:
+        if self.announce is not None:
+            announce, self.announce = self.announce, None   # once: a later epoch skips nothing new
+            windows = sdk._data_windows()
+            announce({"epoch": self.epoch, "dataset_rows": windows.ranges(left_out), "rows": len(left_out),
+                      "of": "the Trainer's train_dataset (row indices)"})
 
 
 def _innermost_batch_sampler(loader: Any) -> Any:
@@ -75,10 +94,16 @@ def install(train_dataloader: Any, args: TrainingArguments, environ: Mapping[str
         sampler = sampler.inner
     world = int(getattr(args, "world_size", 1) or 1)
     per_position = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
-    batch_sampler.sampler = SkippingSampler(sampler, windows, per_position)
+    rank_zero = int(getattr(args, "process_index", 0) or 0) == 0   # every rank leaves out the same rows: one says so
+    batch_sampler.sampler = SkippingSampler(sampler, windows, per_position,
+                                            (lambda where: say_report(windows_module.report_line(where))) if rank_zero else None)
     return (f"skipping data positions {windows_module.format_windows(windows)} "
             f"({per_position} samples each, left out of the sampler's order)")
 
 
 def say(text: str) -> None:
     print(f"runbook: {text}", file=sys.stderr, flush=True)
+
+
+def say_report(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

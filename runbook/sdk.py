@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,20 @@ def data_position(step: int) -> int:
     loop picks a batch: `batch = get_batch(sdk.data_position(step))`."""
     windows = _data_windows()
     return windows.position(step, windows.parse(os.environ.get(windows.ENV)))
+
+
+def skipped_windows() -> list[tuple[int, int]]:
+    """The data positions runbook has skipped for this run (RUNBOOK_DATA_SKIP), as (first, last) pairs; [] for none."""
+    windows = _data_windows()
+    return windows.parse(os.environ.get(windows.ENV))
+
+
+def data_skipped(**where: object) -> None:
+    """Say what the skipped windows left out, in your data's terms (files and byte offsets, rows, shards): runbook
+    keeps it in the incident that made the skip, its run-log entry and the failure ledger. Plain JSON values;
+    rank 0 prints it. E.g. `sdk.data_skipped(files=[{"file": "1-junk.txt", "bytes": "0-8191"}])`."""
+    if is_rank_zero():
+        print(_data_windows().report_line(where), file=sys.stderr, flush=True)
 
 
 def _data_windows() -> ModuleType:

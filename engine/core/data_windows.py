@@ -8,9 +8,15 @@ with no skip, step s trains on position s; each window [a, b] passed shifts ever
 The windows reach every later launch as RUNBOOK_DATA_SKIP="a-b,c-d" (engine/language/actions/skip_data.py sets it like any
 remedy's variable); the trainer maps its step to a position with `position` (runbook.sdk.data_position for a
 script, the toy's own loop). PURE and standard library only: the trainer side imports it.
+
+Once a launch has skipped, the trainer says what it left out in its own terms (dataset rows, a loader's samples in
+its input folder, files and offsets: what that trainer can tell) on one line, `report_line`; the watcher reads it
+back with `parse_report` and keeps it in the incident record that made the skip (engine/watch/incident_runner.py).
 """
 
 from __future__ import annotations
+
+import json
 
 ENV = "RUNBOOK_DATA_SKIP"
 MAX_WINDOWS = 1000   # a hostile or corrupt value is refused past this, not walked
@@ -55,3 +61,45 @@ def skip_steps(windows: list[tuple[int, int]], first_step: int, last_step: int) 
         else:
             merged.append((a, b))
     return merged, new
+
+
+REPORT_PREFIX = "runbook: data skipped: "
+MAX_REPORT_CHARS = 2000        # a report longer than this is cut to its first characters, never parsed unbounded
+MAX_REPORT_RANGES = 50         # of indices, written "a-b"
+
+
+def ranges(indices: list[int]) -> str:
+    """PURE. Sorted indices as "a-b,c,e-f" (at most MAX_REPORT_RANGES ranges, then "... (N more)")."""
+    spans: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ",".join(f"{a}-{b}" if a != b else str(a) for a, b in spans[:MAX_REPORT_RANGES])
+    return text + (f" ... ({len(spans) - MAX_REPORT_RANGES} more ranges)" if len(spans) > MAX_REPORT_RANGES else "")
+
+
+def report_line(where: dict) -> str:
+    """The line a trainer prints once it has skipped: a JSON object of what it left out. One longer than
+    MAX_REPORT_CHARS keeps its text, cut, under "cut"."""
+    text = json.dumps(where, default=str)
+    if len(text) > MAX_REPORT_CHARS:
+        text = json.dumps({"cut": text[:MAX_REPORT_CHARS - 100]})
+    return REPORT_PREFIX + text
+
+
+def parse_report(line: str) -> dict | None:
+    """PURE. A trainer's report read back from its log (a launcher's "[rank1]:" prefix allowed): a JSON object,
+    or None for any other line and for a malformed, oversized or too deeply nested one."""
+    at = line.find(REPORT_PREFIX)
+    if at < 0 or at > 100:
+        return None
+    text = line[at + len(REPORT_PREFIX):].strip()
+    if len(text) > MAX_REPORT_CHARS:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from engine.core import data_windows
 from engine.observe.activity import StartupActivity
 from engine.observe.launcher_report import awaiting_first_failure, read_report, with_report
 from engine.observe.events import CheckpointSaving, Event, FinalValidation, Progress, Validation, ValidationStarted
@@ -28,6 +29,7 @@ BASELINE_SAMPLES = 20
 HEALTHY_RATIO = 1.5          # a loss within this factor of the best rolling median counts as healthy
 BEST_MEDIAN_WINDOW = 3       # logged losses in the rolling median whose minimum is the spike baseline
 MAX_EARLIER_LAUNCHES = 16   # launches whose start-up failure is remembered (a row of them is what counts)
+MAX_DATA_SKIP_REPORTS = 16  # per launch: one a rank (engine/core/data_windows.py's report line)
 
 
 MAX_LINE_BYTES = 64 * 1024          # a longer line is cut to this (a progress or error line is far shorter)
@@ -106,6 +108,7 @@ class MetricTracker:
     step_seconds: deque = field(default_factory=lambda: deque(maxlen=20))
     progress_lines_since_launch_at: float | None = None
     saving: list[str] = field(default_factory=list)
+    data_skip_reports: list[dict] = field(default_factory=list)   # this launch's: what its ranks said they skipped
 
     def new_launch(self, meaning: ProgressMeaning) -> None:
         """A relaunch keeps what describes the run (throughput baseline, longest progress gap, the
@@ -126,6 +129,7 @@ class MetricTracker:
         self.val_condemned_step = None   # a relaunch starts from other (checkpointed) weights
         self.loss = None   # the old process's: a NaN it printed would match again before the relaunch prints a loss
         self.grad_norm = self.lr = None
+        self.data_skip_reports = []
 
     def on_event(self, event: Event, now: float) -> None:
         if isinstance(event, Progress):
@@ -279,6 +283,10 @@ class Observer:
     def _consume(self, line: str, now: float) -> None:
         self.tail.append(line)
         self.lines_since_progress += 1
+        if data_windows.REPORT_PREFIX in line and len(self.tracker.data_skip_reports) < MAX_DATA_SKIP_REPORTS:
+            report = data_windows.parse_report(line)
+            if report is not None:
+                self.tracker.data_skip_reports.append(report)
         event = self.adapter.parse_line(line)
         if isinstance(event, Progress):
             self._own_progress, self._other_stack = True, None   # the trainer's own line for the same step

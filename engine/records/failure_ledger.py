@@ -34,6 +34,7 @@ class LedgerEntry:
     device_hours: float | None = None
     device_kind: str = "cpu"                # "gpu" | "cpu"
     tokens_skipped: int = 0                 # data a skip_data left out for good (not lost work: never trained)
+    data_skipped: str | None = None         # that window in words: steps, positions, tokens, what the trainer left out
 
 
 @dataclass
@@ -54,6 +55,7 @@ class LedgerRow:
     handled_by: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
+    data_skipped: list[str] = field(default_factory=list)   # "run:incident: the window in words"
 
 
 def _stats(values: list[float]) -> tuple[float | None, float | None]:
@@ -74,6 +76,7 @@ def _row(key: str, label: str, entries: list[LedgerEntry]) -> LedgerRow:
     row.handled_by = sorted({e.playbook for e in entries if e.outcome == "recovered"})
     row.runs = sorted({e.run for e in entries})
     row.incidents = [f"{e.run}:{e.incident}" for e in entries]
+    row.data_skipped = [f"{e.run}:{e.incident}: {e.data_skipped}" for e in entries if e.data_skipped]
     return row
 
 
@@ -119,6 +122,9 @@ def to_markdown(ledger: dict[str, list[LedgerRow]], runs: list[str], problems: S
                          f"{_s(r.recovery_mean_s)} / {_s(r.recovery_worst_s)} | {r.steps_lost:,} | {r.tokens_lost:,} | {r.tokens_skipped:,} | "
                          f"{r.gpu_hours:.3f} | {r.cpu_hours:.3f} | {', '.join(r.handled_by) or 'nobody (escalated)'} |")
         lines.append("")
+    skipped = [text for r in ledger["by_class"] for text in r.data_skipped]
+    if skipped:
+        lines += ["## Data skipped", ""] + [f"- {_cell(text)}" for text in skipped] + [""]
     if problems:
         lines += ["## Records left out", ""] + [f"- {_cell(p)}" for p in problems] + [""]
     return "\n".join(lines)

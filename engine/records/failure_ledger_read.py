@@ -16,6 +16,7 @@ from pathlib import Path
 from engine.core.bounded_read import MAX_FILE_BYTES, read_text_file, shown
 from engine.records.failure_ledger import LedgerEntry
 from engine.records.incident_store import BadIncidentRecord, IncidentStore, IncidentsUnreadable
+from engine.records.run_log_entry import skipped_words
 from engine.core.run_folder import RunFolder
 from engine.records.signature import signature_of_record
 from engine.core.yaml_source import SourceError
@@ -145,7 +146,8 @@ def ledger_entries(run_dir: Path, label: str) -> tuple[list[LedgerEntry], list[s
             recovery_s=_number(record.get("recovery_seconds")),
             steps_lost=steps if isinstance(steps, int) and steps >= 0 else None,
             tokens_lost=tokens if isinstance(tokens, int) and tokens >= 0 else None,
-            device_hours=hours, device_kind=kind, tokens_skipped=_skipped_tokens(record)))
+            device_hours=hours, device_kind=kind, tokens_skipped=_skipped_tokens(record),
+            data_skipped=skipped_words(record)))
     return entries, problems
 
 

@@ -32,7 +32,8 @@ DEFAULT_TEMPLATE = """
 - **Signature:** `{{ entry.signature }}`: `{{ entry.signature_text | replace("`", "'") }}`{% endif %}
 - **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.config_changes %}; config changed: {% for key, change in entry.config_changes.items() %}{{ key }} {{ change[0] }} -> {{ change[1] }}{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}
 - **Outcome:** {{ entry.outcome }}{% if entry.cost %}
-- **Cost:** {{ entry.cost }}{% endif %}{% if entry.notes %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.data_skipped %}
+- **Data skipped:** {{ entry.data_skipped }}{% endif %}{% if entry.notes %}
 - **Notes:** {{ entry.notes | join("; ") }}{% endif %}{% if entry.lesson %}
 - **Lesson:** {{ entry.lesson }}{% endif %}{% if entry.playbook_link or entry.record_link %}
 - **Files:** {% if entry.playbook_link %}playbook [{{ entry.playbook }}]({{ entry.playbook_link }}){% endif %}{% if entry.playbook_link and entry.record_link %} · {% endif %}{% if entry.record_link %}record [{{ entry.id }}]({{ entry.record_link }}){% endif %}{% endif %}

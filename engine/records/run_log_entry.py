@@ -133,6 +133,23 @@ def playbook_path(incident: dict) -> Path | None:
     return Path(file if line.isdigit() and file else source)
 
 
+def skipped_words(incident: dict) -> str | None:
+    """PURE. The data window a skip_data action skipped, and what the relaunch's trainer said it left out."""
+    skipped = incident.get("data_skipped")
+    if not isinstance(skipped, dict):
+        return None
+    steps, positions = skipped.get("steps"), skipped.get("positions")
+    if not (isinstance(steps, list) and len(steps) == 2 and isinstance(positions, list) and len(positions) == 2):
+        return None
+    words = (f"steps {steps[0]}-{steps[1]} (data positions {positions[0]}-{positions[1]}: {skipped.get('batches')} "
+             f"batches, {_int(skipped.get('tokens')) or 0:,} tokens)")
+    reports = [r for r in skipped.get("trainer_reports") or [] if isinstance(r, dict)][:8]
+    if reports:
+        said = "; ".join(", ".join(f"{k} {v}" for k, v in r.items()) for r in reports)
+        words += f"; the trainer left out: {_clip(said, MAX_LOG_LINE)}"
+    return words
+
+
 def entry_view(incident: dict, run_log: Path | None = None) -> dict:
     """Plain data for the entry template."""
     step = _int(incident.get("step_at_failure"))
@@ -165,6 +182,7 @@ def entry_view(incident: dict, run_log: Path | None = None) -> dict:
         "outcome": outcome_words(incident),
         "headline": outcome_words(incident).split(":")[0].split(" (")[0],
         "cost": cost_words(incident),
+        "data_skipped": skipped_words(incident),
         "config_changes": {k: v for k, v in (incident.get("config_changes") or {}).items()}
         if isinstance(incident.get("config_changes"), dict) else {},
         "notes": [_clip(n) for n in (incident.get("notes") or [])[:10] if isinstance(n, str)],
@@ -174,4 +192,4 @@ def entry_view(incident: dict, run_log: Path | None = None) -> dict:
     }
 
 
-__all__ = ["cost_words", "entry_view", "outcome_words", "playbook_path", "ran_actions", "record_path"]
+__all__ = ["cost_words", "entry_view", "outcome_words", "playbook_path", "ran_actions", "record_path", "skipped_words"]

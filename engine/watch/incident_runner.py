@@ -258,6 +258,9 @@ class IncidentRunner:
             return
         if tracker.progress_since_launch > 0 and tracker.last_progress_time is not None:
             incident.first_progress(tracker.last_progress_time)
+            if incident.data_skipped is not None and tracker.data_skip_reports:
+                # what the relaunch said it left out (dataset rows, a loader's samples, files): the skip as done
+                incident.data_skipped = {**incident.data_skipped, "trainer_reports": list(tracker.data_skip_reports)}
             self._save(incident)
             self.awaiting_progress = None
             self._report(incident)

@@ -61,6 +61,20 @@ def step_batch(data: torch.Tensor, seed: int, step: int, batch: int, block: int,
     return x, y
 
 
+def skipped_bytes(train_dir: Path, windows: list[tuple[int, int]], run_bytes: int) -> list[dict]:
+    """Read in order, data positions a..b are bytes (a-1) x run .. b x run - 1 of the files end to end: each
+    window's bytes, by file (the first pass over the data; a window past its end wraps and is not told)."""
+    told, start = [], 0
+    for path in sorted(train_dir.rglob("*.txt")):
+        end = start + path.stat().st_size
+        for a, b in windows:
+            lo, hi = max(start, (a - 1) * run_bytes), min(end, b * run_bytes)
+            if lo < hi:
+                told.append({"file": str(path.relative_to(train_dir)), "bytes": f"{lo - start}-{hi - start - 1}"})
+        start = end
+    return told
+
+
 def save(folder: Path, step: int, model, optimizer) -> None:
     sdk.saving(folder)                       # before the first byte: runbook may prune only what was announced
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,6 +95,9 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(a.seed)
     sdk.watch_notice()
     data, model = corpus(a.train_dir), GPT(a.block)
+    if a.sequential and (windows := sdk.skipped_windows()):   # what runbook's skip leaves out, in this data's terms
+        sdk.data_skipped(positions=",".join(f"{x}-{y}" for x, y in windows),
+                         files=skipped_bytes(a.train_dir, windows, a.batch * a.block))
     optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     start = 0
     if a.resume:

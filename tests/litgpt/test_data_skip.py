@@ -11,7 +11,8 @@ import signal
 
 import pytest
 
-from engine.trainers.litgpt.data_skip import advanced, positions_to_skip
+from engine.core import data_windows
+from engine.trainers.litgpt.data_skip import advanced, positions_to_skip, skipped_where
 from tests.conftest import make_project, stop_process, wait_for
 
 SAMPLES_PER_STEP = 16   # configs/run_config.yaml: batch_size 16 on one device
@@ -37,6 +38,10 @@ def test_a_litgpt_run_resumed_with_a_skipped_window_reads_past_it_and_keeps_its_
         stop_process(watcher)
     log = "".join(p.read_text() for p in sorted((project.run_dir / "logs").glob("trainer-*.log")))
     assert "skipping data positions: 5 position(s), 80 samples on this rank, after step 10" in log, log[-3000:]
+    [report] = [r for r in map(data_windows.parse_report, log.splitlines()) if r is not None]   # what it left out
+    assert (report["rank"], report["after_step"], report["epoch_samples"], report["file"]) == \
+        (0, 10, "160-239", "chunk-0-0.bin"), report
+    assert report["input_dir"].startswith(str(project.run_dir)), report
     loader, steps, iter_num = loader_and_progress(project, 20)
     assert steps == 20 and iter_num == 20 * (iter_num // 20)   # the step counter is the run's
     assert loader["num_samples_yielded"] == (20 + 5) * SAMPLES_PER_STEP, loader
@@ -63,3 +68,13 @@ def test_an_advanced_state_is_a_copy_and_refuses_to_pass_the_epochs_end():
     assert state["num_samples_yielded"] == 160 and state["dataset"]["sample_in_epoch"] == 320
     with pytest.raises(ValueError, match="past the epoch's end"):
         advanced(state, 141)
+
+
+def test_what_a_rank_skipped_is_told_in_litdatas_terms():
+    state = {"current_epoch": 1, "num_samples_yielded": 84,
+             "dataset": {"num_samples_yielded": 84, "input_dir_path": "/data/train", "shuffle": True,
+                         "subsampled_files": ["chunk-0-0.bin"], "region_of_interest": [(0, 11121)]}}
+    assert skipped_where(state, 20, 1, 21) == {"rank": 1, "after_step": 21, "input_dir": "/data/train", "epoch": 1,
+                                               "epoch_samples": "84-103", "shuffled": True, "file": "chunk-0-0.bin"}
+    state["dataset"]["subsampled_files"] = ["chunk-0-0.bin", "chunk-0-1.bin"]   # which chunk: litdata's seeded order
+    assert skipped_where(state, 20, 0, 21)["files"] == "2 chunk files"

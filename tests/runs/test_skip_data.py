@@ -53,13 +53,22 @@ def test_a_poison_window_that_comes_back_after_the_lr_cut_is_skipped_and_the_run
     assert first_pos <= POISON["from"] and last_pos >= POISON["until"], skipped   # the window covers the poison
     assert skipped["tokens"] == skipped["batches"] * 16 * 64 == (last_pos - first_pos + 1) * 1024, skipped
     # the same window in the incident, the run log and the team's failure ledger
-    assert second["data_skipped"] == {k: skipped[k] for k in ("steps", "positions", "batches", "tokens")}, second
-    assert "skipping the data of steps" in project.run_log.read_text()
+    keys = ("steps", "positions", "batches", "tokens")
+    assert {k: second["data_skipped"][k] for k in keys} == {k: skipped[k] for k in keys}, second
+    # and what the relaunched trainer said it left out (engine/core/data_windows.py's report line)
+    told = {"positions": f"{first_pos}-{last_pos}", "of": "the toy's data positions"}
+    assert second["data_skipped"]["trainer_reports"] == [told], second["data_skipped"]
+    run_log = project.run_log.read_text()
+    assert "skipping the data of steps" in run_log
+    assert (f"**Data skipped:** steps {skipped['steps'][0]}-{skipped['steps'][1]} (data positions {first_pos}-{last_pos}"
+            in run_log and f"the trainer left out: positions {first_pos}-{last_pos}" in run_log), run_log[-2000:]
     from engine.records.failure_ledger import build_ledger
     from engine.records.failure_ledger_read import ledger_entries
 
     [spike] = [row for row in build_ledger(ledger_entries(project.run_dir, "run")[0])["by_class"] if row.key == "loss-spike"]
     assert spike.tokens_skipped == skipped["tokens"], spike
+    assert [text.split(": ", 1)[0] for text in spike.data_skipped] == [f"run:{second['id']}"], spike.data_skipped
+    assert f"positions {first_pos}-{last_pos}" in spike.data_skipped[0], spike.data_skipped
     # the lr back where it was, and the final weights the undisturbed run's
     assert lr_of(project) == lr_of(reference), (lr_of(project), lr_of(reference))
     assert project.final_state() == reference.final_state()

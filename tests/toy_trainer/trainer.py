@@ -155,6 +155,8 @@ def main(config_path: str) -> int:
     skipped = windows.parse(os.environ.get(windows.ENV))
     if skipped:
         print(f"toy: skipping data positions {windows.format_windows(skipped)}", flush=True)
+        print(windows.report_line({"positions": windows.format_windows(skipped), "of": "the toy's data positions"}),
+              flush=True)
     while state["step"] < cfg["steps"]:
         started = time.monotonic()
         time.sleep(cfg["step_seconds"])

@@ -47,6 +47,12 @@ def test_a_resumed_trainer_leaves_the_windows_samples_out_and_keeps_its_step(tmp
     output = train(tmp_path, "skipped.txt", "--resume_from_checkpoint", str(tmp_path / "out" / "checkpoint-10"),
                    skip="11-15")
     assert "runbook: skipping data positions 11-15 (4 samples each" in output, output[-3000:]
+    # it says which dataset rows it left out (engine/core/data_windows.py's report, which the watcher keeps)
+    from engine.core import data_windows
+
+    [report] = [r for r in map(data_windows.parse_report, output.splitlines()) if r is not None]
+    window_rows = undisturbed[10 * PER_STEP: 15 * PER_STEP]
+    assert report["dataset_rows"] == data_windows.ranges(window_rows) and report["rows"] == len(window_rows), report
     resumed = samples(tmp_path, "skipped.txt")
     # steps 11-20 of the resumed run train on positions 16-25: the undisturbed run's steps 16-25
     assert resumed[: 10 * PER_STEP] == undisturbed[15 * PER_STEP: 25 * PER_STEP], (resumed[:12], undisturbed[60:72])
@@ -72,7 +78,11 @@ def test_an_iterable_dataset_or_no_windows_is_left_alone():
 def test_the_skipping_sampler_leaves_out_whole_positions_across_epochs():
     from runbook.hf_data_skip import SkippingSampler
 
-    sampler = SkippingSampler(list(range(12)), [(2, 2), (5, 5)], per_position=2)   # 6 positions per epoch
-    assert list(sampler) == [0, 1, 4, 5, 6, 7, 10, 11] and len(sampler) == 12
+    told: list[dict] = []
+    sampler = SkippingSampler(list(range(12)), [(2, 2), (5, 5)], per_position=2, announce=told.append)   # 6 positions per epoch
+    order = iter(sampler)
+    assert [next(order) for _ in range(4)] == [0, 1, 4, 5] and told == []   # position 5 not reached yet
+    assert list(order) == [6, 7, 10, 11] and len(sampler) == 12
+    assert told == [{"epoch": 0, "dataset_rows": "2-3,8-9", "rows": 4, "of": "the Trainer's train_dataset (row indices)"}]
     sampler.set_epoch(1)   # positions 7-12: 5 is behind
-    assert list(sampler) == list(range(12))
+    assert list(sampler) == list(range(12)) and len(told) == 1   # said once

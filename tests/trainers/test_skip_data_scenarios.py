@@ -95,6 +95,13 @@ def test_junk_data_that_spikes_again_after_the_lr_cut_is_skipped_and_the_run_com
     assert first_pos <= JUNK[0] and last_pos >= JUNK[1], skipped                     # the window covers the junk
     assert skipped["tokens"] == (last_pos - first_pos + 1) * BATCH * BLOCK, skipped   # the window's tokens
     assert "1-junk.txt" in json.dumps(second.get("data_scan") or {}), second.get("data_scan")
+    # what the relaunched trainer says it left out, in its data's terms, kept in the record and the run log
+    [told] = second["data_skipped"]["trainer_reports"]
+    if name == "script":   # files and byte offsets: the whole junk file among them
+        assert {"file": "1-junk.txt", "bytes": f"0-{(JUNK[1] - JUNK[0] + 1) * RUN - 1}"} in told["files"], told
+    else:                  # the dataset's rows, one block each, in order
+        assert told["dataset_rows"] == f"{(first_pos - 1) * BATCH}-{last_pos * BATCH - 1}", told
+    assert "**Data skipped:** steps" in project.run_log.read_text() and "the trainer left out" in project.run_log.read_text()
     assert load_config(project.config).config.lr == lr                              # the lr put back
     assert (project.out_dir / "final" / TRAINERS[name].final_file).is_file()
     losses = validation_loss(project, name), validation_loss(reference, name)

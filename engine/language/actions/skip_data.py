@@ -48,6 +48,7 @@ ACTION = ActionDef(
     "the rollback's resume point to `margin` steps past the first bad step, without computing it (the field "
     "manual's \"skip the suspicious batch\"). The trainer maps its step to a data position past the skipped "
     "windows (RUNBOOK_DATA_SKIP; runbook.sdk.data_position for a script). Recorded in the incident, the run log "
-    "and the journal: steps, positions, batches and tokens.",
+    "and the journal: steps, positions, batches and tokens; with what the relaunched trainer says it left out "
+    "(dataset rows, a loader's samples and chunk file, files and byte offsets: docs/trainers.md).",
     describe, apply, example={"skip_data": {"margin": 10}},
 )

@@ -46,6 +46,23 @@ def advanced(loader_state: dict, samples: int) -> dict:
     return moved
 
 
+def skipped_where(loader_state: dict, samples: int, rank: int, step_count: int) -> dict:
+    """PURE. What one rank left out, in litdata's terms (engine/core/data_windows.py's report): the samples of its
+    epoch it moved past, in which input folder, and the chunk file when the data is one file. Which chunk
+    holds a sample of a shuffled epoch is litdata's seeded order's, not told here."""
+    dataset = loader_state.get("dataset") or {}
+    first = int(dataset.get("num_samples_yielded") or 0)
+    files = dataset.get("subsampled_files") or []
+    where: dict = {"rank": rank, "after_step": step_count, "input_dir": dataset.get("input_dir_path"),
+                   "epoch": loader_state.get("current_epoch"), "epoch_samples": f"{first}-{first + samples - 1}",
+                   "shuffled": bool(dataset.get("shuffle"))}
+    if len(files) == 1:
+        where["file"] = files[0]
+    else:
+        where["files"] = f"{len(files)} chunk files"
+    return where
+
+
 def positions_to_skip(step_count: int, samples_yielded: int, samples_per_position: int,
                       windows: list[tuple[int, int]]) -> int:
     """PURE. How many positions the loader, having read `samples_yielded`, must pass so that the next step
@@ -87,6 +104,10 @@ def attach(pretrain: ModuleType, environ: Mapping[str, str] = os.environ) -> Non
                 original_load(target, advanced(saved, skip * per_position))
                 say(f"skipping data positions: {skip} position(s), {skip * per_position} samples on this rank, "
                     f"after step {fit_dict['step_count']} ({data_windows.ENV}={data_windows.format_windows(windows)})")
+                fabric = kwargs.get("fabric")
+                rank = int(getattr(fabric, "global_rank", 0) or 0)
+                print(data_windows.report_line(skipped_where(saved, skip * per_position, rank, fit_dict["step_count"])),
+                      file=sys.stderr, flush=True)
         return original_fit(**kwargs)
 
     setattr(pretrain, "fit", fit)
