@@ -24,7 +24,8 @@ DEFAULT_TEMPLATE = """
 - **Again:** {{ entry.repeat_words }} (`{{ entry.signature }}`), {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}
 - **Outcome:** {{ entry.outcome }}
 - **Done:** {{ entry.done | join("; ") if entry.done else "nothing ran" }}{% if entry.cost %}
-- **Cost:** {{ entry.cost }}{% endif %}{% if entry.record_link %}
+- **Cost:** {{ entry.cost }}{% endif %}{% if entry.data_skipped %}
+- **Data skipped:** {{ entry.data_skipped }}{% endif %}{% if entry.record_link %}
 - **Record:** [{{ entry.id }}]({{ entry.record_link }}){% endif %}
 {%- else %}
 - **Seen:** {{ entry.when }}{% if entry.step is not none %}, at step {{ entry.step }}{% endif %}: {{ entry.seen }}. {{ entry.symptom }}{% if entry.log_line %}

@@ -101,6 +101,7 @@ def test_the_run_log_and_the_ledger_say_the_window_and_what_the_trainer_left_out
     assert words == ("steps 5-40 (data positions 21-56: 36 batches, 36,864 tokens); the trainer left out: "
                      "files [{'file': '1-junk.txt', 'bytes': '0-12287'}]"), words
     assert f"- **Data skipped:** {words}" in render_entry(record)
+    assert f"- **Data skipped:** {words}" in render_entry({**record, "same_as": "incident-1"})   # the shorter repeat entry
     assert skipped_words({"data_skipped": {"steps": "5-40"}}) is None and skipped_words({}) is None   # a bad record
     entries = [LedgerEntry("run", "incident-2", "loss-spike", "recovered", "sig", "text", data_skipped=words),
                LedgerEntry("run", "incident-1", "loss-spike", "recovered", "sig", "text")]
