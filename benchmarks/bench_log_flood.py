@@ -86,7 +86,7 @@ def heartbeat_step(run_dir: Path) -> int | None:
 # Reads every launch's save announcements (engine/checkpoints/partial_saves.py, what each prune asks) in a fresh
 # process; prints the logs' bytes and how much the process's peak RSS grew while reading them.
 ANNOUNCED_CHILD = r"""
-import resource, sys
+import sys
 from pathlib import Path
 from engine.checkpoints.partial_saves import read_announced
 if sys.argv[3] == "toy":
@@ -94,9 +94,17 @@ if sys.argv[3] == "toy":
 else:
     from engine.trainers.litgpt.layout import LitGPTLayout as Layout
 logs = Path(sys.argv[1])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def status_kb(field):
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith(field + ":"))
+
+
+# ru_maxrss survives exec (a child of a big parent starts with its high-water mark, hiding growth below it);
+# VmHWM is this process's own, reset to the RSS now by clear_refs 5.
+Path("/proc/self/clear_refs").write_text("5")
+before = status_kb("VmRSS")
 read_announced(logs, Path(sys.argv[2]), Layout())
-grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+grown = status_kb("VmHWM") - before
 print(sum(p.stat().st_size for p in logs.glob("trainer-*.log*")), grown * 1024)
 """
 

@@ -38,7 +38,9 @@ def preempted(tmp_path_factory, shared_data) -> dict:
     finally:
         stop_process(watcher)
         slack.stop()
-    incidents = project.incidents()
+    # A loaded machine may slow this run below 60% of its own early tokens/s: slow-training's info incident is the
+    # machine's, not this test's subject (seen once, its diagnosis racing the SIGTERM; the runner test has that case).
+    incidents = [i for i in project.incidents() if i["playbook"] != "slow-training"]
     assert len(incidents) == 1, [i["playbook"] for i in incidents]
     return {"project": project, "incident": incidents[0], "posts": list(slack.delivered("chat.postMessage"))}
 

@@ -173,7 +173,7 @@ def test_run_action_smoke(untouched_repo):
     [seed_flood], [bounded_flood] = flood["seed"], flood["bounded"]
     # How much `yes` writes in 1 s depends on the CPU the machine spares (CI's loaded run: ~29 MB), so
     # each peak is judged against the flood that contender met, not against a fixed size.
-    # Growth is over the peak before the command ran (ru_maxrss carries a forking parent's high-water mark).
+    # Growth is the child's peak (VmHWM, reset before the command) over its RSS before the command.
     mib = 1024 * 1024
     bounded_growth_kb = bounded_flood["maxrss_kb"] - bounded_flood["before_kb"]
     assert bounded_flood["output_bytes"] > 4 * mib and "did not finish within 1 s" in bounded_flood["summary"], bounded_flood

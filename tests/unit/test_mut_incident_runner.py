@@ -498,3 +498,19 @@ def test_a_recovered_run_keeps_the_trainer_it_relaunched(projects):
     incident = project.handle(snapshot())
     assert incident.outcome == "recovered" and project.supervisor.control.alive
     assert project.journal("trainer_noticed") + project.journal("trainer_stopped") == []
+
+
+def test_a_slowness_incident_whose_trainer_ends_before_the_sample_does_not_escalate_the_run(projects):
+    """The shipped slow-training playbook, its trainer gone when the incident starts (a preemption's SIGTERM
+    landed between the match and the sample; CI saw one): the diagnosis says it found no trainer, the wait ends
+    at once, and the run is not escalated: the loop hands the trainer's end to the playbook that matches it."""
+    project = projects({})
+    [slow] = load_playbooks([REPO / "playbooks" / "slow_training.yaml"])
+    snap = StateSnapshot.model_validate({
+        "observation": 40, "time": time.time(), "run_state": "running",
+        "trainer": {"pid": 4242, "alive": True, "launches": 1},
+        "metrics": {"step": 40, "tokens_per_sec": 5000.0, "baseline_tokens_per_sec": 20000.0}})
+    incident = project.runner.handle(Decision("recover", slow, "slow"), snap, 1, project.supervisor.loaded.config)
+    assert [(a.verb, a.ok) for a in incident.actions] == [("diagnose_slowness", False), ("notify", True), ("wait_for", False)]
+    assert "no live trainer to sample" in incident.actions[0].summary
+    assert project.runner.escalation is None and project.supervisor.phase is RunPhase.RUNNING, incident.actions

@@ -62,7 +62,7 @@ def processes_with(marker: str) -> list[int]:
 
 
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 from engine.language.actions.base import ActionFailed
@@ -74,15 +74,22 @@ class LentRuntime:
     def note(self, text):
         self.notes.append(text)
 
+def status_kb(field):
+    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith(field + ":"))
+
 rt = LentRuntime()
-before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # the imports' own peak, whatever they pull in
+# ru_maxrss survives exec (a child of a pytest worker with torch loaded starts with its high-water mark, which would
+# hide a few hundred MB of growth); VmHWM is this process's own, reset to the RSS now by clear_refs 5.
+Path("/proc/self/clear_refs").write_text("5")
+before_kb = status_kb("VmRSS")
 started = time.monotonic()
 try:
     summary = ACTION.apply(RunParams(argv=["yes"], timeout=float(sys.argv[1])), rt).summary
 except ActionFailed as failed:
     summary = str(failed)
 print(json.dumps({"seconds": time.monotonic() - started, "summary": summary, "notes": [n[:300] for n in rt.notes],
-                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "before_kb": before_kb}))
+                  "maxrss_kb": status_kb("VmHWM"), "before_kb": before_kb}))
 """
 
 

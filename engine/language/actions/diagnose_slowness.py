@@ -25,7 +25,8 @@ def apply(p: DiagnoseParams, ports: ActionPorts) -> ActionResult:
 
     trainer, loaded = ports.trainer.process, ports.loaded
     if trainer is None or not trainer.alive:
-        return ActionResult(False, "no live trainer to sample", {})
+        return ActionResult(False, "no live trainer to sample (it ended during the incident; the playbook that "
+                                   "matches its end takes it from here)", {})
     ranks = ports.state.trainer.ranks
     try:
         samples = sample(
