@@ -8,7 +8,7 @@ that unroll the pair on the matcher's hot path are kept in line with `explain` b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, ClassVar, Generic, Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -63,8 +63,11 @@ class MatchContext:
         return self._expr_context
 
 
-class Clause(BaseModel):
-    """One kind of match clause, written in YAML as `{<kind>: <spec>}`.
+Observed = TypeVar("Observed")
+
+
+class Clause(BaseModel, Generic[Observed]):
+    """One kind of match clause, written in YAML as `{<kind>: <spec>}`, typed by what it observes.
 
     A kind sets `kind`, `doc` (its paragraph in docs/playbooks.md and in the JSON Schema) and
     `example` (the clause in YAML; docs generation validates it), and implements `observe` (what
@@ -77,10 +80,10 @@ class Clause(BaseModel):
     doc: ClassVar[str]
     example: ClassVar[str]
 
-    def observe(self, ctx: MatchContext) -> Any:
+    def observe(self, ctx: MatchContext) -> Observed:
         raise NotImplementedError
 
-    def holds(self, observed: Any) -> bool:
+    def holds(self, observed: Observed) -> bool:
         raise NotImplementedError
 
     def expected(self, ctx: MatchContext) -> str:
@@ -93,7 +96,7 @@ class Clause(BaseModel):
         observed = self.observe(ctx)
         return Explanation(self.kind, self.holds(observed), self.expected(ctx), self.show(observed))
 
-    def show(self, observed: Any) -> str:
+    def show(self, observed: Observed) -> str:
         return repr(observed)
 
     def parts(self) -> Iterable[tuple[tuple, "Clause"]]:
@@ -105,7 +108,7 @@ class Clause(BaseModel):
         return ()
 
 
-class Combinator(Clause):
+class Combinator(Clause[Iterator[bool]]):
     """A clause over clauses: what it observes is the verdicts of the clauses below it, in order.
 
     Its `check` may unroll `holds(observe(ctx))` into one loop (the generator costs more than most

@@ -12,7 +12,7 @@ class CheckpointSpec(BaseModel):
     corrupt: bool = Field(True, description="true: some checkpoint failed verification")
 
 
-class CheckpointClause(Clause):
+class CheckpointClause(Clause[list[int]]):
     kind = "checkpoint"
     doc = "Some saved checkpoint failed verification (or, with `corrupt: false`, none did)."
     example = "checkpoint:\n  corrupt: true"

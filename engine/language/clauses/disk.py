@@ -20,7 +20,7 @@ class DiskSpec(BaseModel):
         return self
 
 
-class DiskClause(Clause):
+class DiskClause(Clause[tuple[float | None, float | None]]):
     kind = "disk"
     doc = ("Free space on the checkpoint filesystem is below a number of bytes, a percentage, or a multiple "
            "of the last checkpoint's size. Give exactly one.")

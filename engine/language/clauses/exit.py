@@ -26,7 +26,7 @@ class ExitSpec(BaseModel):
         return value
 
 
-class ExitClause(Clause):
+class ExitClause(Clause[tuple[int | None, str | None] | None]):
     kind = "exit"
     doc = ("The trainer process has exited with one of these codes or signals, or with any non-zero code. The signal is "
            "read from the exit code once, the same way everywhere (-N, a shell's 128+N, the 256-N of `sys.exit(-N)`), and "

@@ -10,7 +10,7 @@ from engine.language.clauses.base import Clause, MatchContext
 from engine.expr.expressions import Expression, compile_expression, evaluate_condition
 
 
-class ExprClause(Clause):
+class ExprClause(Clause[tuple[bool, str | None]]):
     kind = "expr"
     doc = "A condition in the [expression language](#expressions); it must yield a real true/false."
     example = "expr: \"state.metrics.val_loss is not none and state.metrics.val_loss > 2 * state.metrics.best_val_loss\""

@@ -26,7 +26,7 @@ class LogSpec(BaseModel):
         return value
 
 
-class LogClause(Clause):
+class LogClause(Clause[str | None]):
     kind = "log"
     doc = ("A log line matches a regular expression: `scope: new` searches the lines printed since the last "
            "observation, `scope: tail` the last 200 lines, `scope: since_progress` the last 200 lines' part after "

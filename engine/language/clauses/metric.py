@@ -43,7 +43,7 @@ class MetricSpec(BaseModel):
         return self
 
 
-class MetricClause(Clause):
+class MetricClause(Clause[list[float | None] | None]):
     kind = "metric"
     doc = ("Compare a metric with a threshold, test it for NaN/Inf, or compare it with its rolling median "
            "(`ratio_to_median_*`, loss only). An unknown metric (not printed yet) never matches. `grad_norm` and `lr` "

@@ -31,7 +31,7 @@ class SignalsSpec(BaseModel):
         return self
 
 
-class SignalsClause(Clause):
+class SignalsClause(Clause[tuple[list[str | None], str | None]]):
     kind = "signals"
     doc = ("The trainer's processes died of these signals, read from every report a dead group leaves: the ranks' "
            "own exit records, the launcher's summary (torchrun's `exitcode  : -7 (pid: N)` and `Signal 7 (SIGBUS) "

@@ -13,7 +13,7 @@ class StalledSpec(BaseModel):
     seconds: float | None = Field(None, gt=0, description="default: the run's derived hang timeout (state.hang_timeout_s)")
 
 
-class StalledClause(Clause):
+class StalledClause(Clause[tuple[str, float, float] | None]):
     kind = "stalled"
     doc = ("The trainer is alive and stuck. Training: no progress line for `seconds`, by default for the run's "
            "own hang timeout `state.hang_timeout_s` (a multiple of the longest gap between progress lines "

@@ -12,7 +12,7 @@ class ThroughputSpec(BaseModel):
     below_baseline_fraction: float = Field(gt=0, lt=10, description="tokens/s < fraction x the run's baseline")
 
 
-class ThroughputClause(Clause):
+class ThroughputClause(Clause[float | None]):
     kind = "throughput"
     doc = "Tokens/s fell below a fraction of the run's own baseline (measured after warm-up)."
     example = "throughput:\n  below_baseline_fraction: 0.5"
