@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.core.text_safety import for_display, redact, redact_tree
+from engine.records.run_log_entry import skipped_words
 from engine.core.yaml_source import SourceError
 from runbook.config_arg import ConfigGroup, chosen_config, config_argument, config_option
 from runbook.exit_codes import ExitCode
@@ -205,6 +206,7 @@ def print_record(record: dict) -> None:
         ("resumed from", record.get("resumed_from")), ("resumed step", record.get("resumed_step")),
         ("steps lost", record.get("steps_lost")), ("tokens lost", record.get("tokens_lost")),
         ("recovery seconds", record.get("recovery_seconds")),
+        ("data skipped", skipped_words(record)),   # the window a skip_data left out, and what the trainer said
         ("escalation", record.get("escalation_reason")), ("lesson", record.get("lesson")),
     ]
     key_of = {"step at failure": "step_at_failure", "tokens at failure": "tokens_at_failure",

@@ -58,6 +58,13 @@ def test_a_poison_window_that_comes_back_after_the_lr_cut_is_skipped_and_the_run
     # and what the relaunched trainer said it left out (engine/core/data_windows.py's report line)
     told = {"positions": f"{first_pos}-{last_pos}", "of": "the toy's data positions"}
     assert second["data_skipped"]["trainer_reports"] == [told], second["data_skipped"]
+    from typer.testing import CliRunner
+
+    from runbook.cli import app
+
+    shown = CliRunner().invoke(app, ["incidents", "show", second["id"], "--config", str(project.config)])
+    assert shown.exit_code == 0 and "data skipped:" in shown.stdout, shown.output   # `runbook incidents show` says so
+    assert f"the trainer left out: positions {first_pos}-{last_pos}" in " ".join(shown.stdout.split()), shown.stdout
     run_log = project.run_log.read_text()
     assert "skipping the data of steps" in run_log
     assert (f"**Data skipped:** steps {skipped['steps'][0]}-{skipped['steps'][1]} (data positions {first_pos}-{last_pos}"
