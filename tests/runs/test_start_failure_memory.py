@@ -16,10 +16,20 @@ from tests.conftest import REPO, make_toy_project, stop_process, wait_for
 ENOSPC = "OSError: [Errno 28] No space left on device"
 
 
-def launches(project) -> list[dict]:
+def journal(project) -> list[dict]:
     path = project.run_dir / "journal.jsonl"
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return [e for e in entries if e["kind"] == "launch"]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def launches(project) -> list[dict]:
+    return [e for e in journal(project) if e["kind"] == "launch"]
+
+
+def resume_journaled_after_launch_2(project) -> bool:
+    """Launch 2 is in the journal and so is the step that made it (its action_done follows it). Killed between
+    the two, a restarted watcher would run that resume step again: a third launch this test is not about."""
+    kinds = [(e["kind"], e.get("launch")) for e in journal(project)]
+    return ("launch", 2) in kinds and ("action_done", None) in kinds[kinds.index(("launch", 2)):]
 
 
 def test_a_restarted_watcher_still_counts_the_same_start_failure_in_a_row(tmp_path):
@@ -28,7 +38,7 @@ def test_a_restarted_watcher_still_counts_the_same_start_failure_in_a_row(tmp_pa
     env = {"PYTHONPATH": str(REPO)}
     first = project.watch(env=env)
     try:
-        wait_for(lambda: len(launches(project)) >= 2, timeout=60, what="launch 2, after disk-full's resume")
+        wait_for(lambda: resume_journaled_after_launch_2(project), timeout=60, what="launch 2, after disk-full's resume")
         first.send_signal(signal.SIGKILL)   # launch 2 is still in its 3 s start: it fails under the next watcher
         first.wait(timeout=10)
     finally:
