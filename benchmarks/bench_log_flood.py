@@ -88,23 +88,16 @@ def heartbeat_step(run_dir: Path) -> int | None:
 ANNOUNCED_CHILD = r"""
 import sys
 from pathlib import Path
+from benchmarks import peak_memory
 from engine.checkpoints.partial_saves import read_announced
 if sys.argv[3] == "toy":
     from tests.toy_trainer.adapter import ToyLayout as Layout
 else:
     from engine.trainers.litgpt.layout import LitGPTLayout as Layout
 logs = Path(sys.argv[1])
-def status_kb(field):
-    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                if line.startswith(field + ":"))
-
-
-# ru_maxrss survives exec (a child of a big parent starts with its high-water mark, hiding growth below it);
-# VmHWM is this process's own, reset to the RSS now by clear_refs 5.
-Path("/proc/self/clear_refs").write_text("5")
-before = status_kb("VmRSS")
+before = peak_memory.start()   # the peak from here (benchmarks/peak_memory.py)
 read_announced(logs, Path(sys.argv[2]), Layout())
-grown = status_kb("VmHWM") - before
+grown = peak_memory.peak_kb() - before
 print(sum(p.stat().st_size for p in logs.glob("trainer-*.log*")), grown * 1024)
 """
 

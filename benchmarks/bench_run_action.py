@@ -42,6 +42,8 @@ import json, subprocess, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import peak_memory
+
 contender, timeout, argv = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
 
 
@@ -87,19 +89,7 @@ def bounded_apply(argv, timeout):
 
 apply = seed_apply if contender == "seed" else bounded_apply
 import engine.language.actions.run  # both: the action's module loaded before the clock, as in the watcher
-
-
-def status_kb(field):
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-
-
-# ru_maxrss survives exec on Linux: a child forked from a big parent (a pytest worker with torch loaded) starts
-# with the parent's high-water mark, which hid the first ~300 MB of a flood. The kernel's VmHWM is this process's
-# own, and writing 5 to clear_refs resets it to the RSS now: its peak is then the command's alone.
-Path("/proc/self/clear_refs").write_text("5")
-before_kb = status_kb("VmRSS")
+before_kb = peak_memory.start()   # the peak from here (benchmarks/peak_memory.py)
 started = time.monotonic()
 try:
     ok, summary = apply(argv, timeout)
@@ -107,7 +97,7 @@ except MemoryError:
     ok, summary = False, "MemoryError"
 seconds = time.monotonic() - started
 print(json.dumps({"ok": ok, "summary": summary[:200], "seconds": seconds,
-                  "maxrss_kb": status_kb("VmHWM"), "before_kb": before_kb,
+                  "maxrss_kb": peak_memory.peak_kb(), "before_kb": before_kb,
                   "output_bytes": output_bytes[0] if output_bytes else None}))
 """
 

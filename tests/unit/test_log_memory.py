@@ -20,24 +20,17 @@ from pathlib import Path
 from engine.checkpoints.partial_saves import read_announced
 from engine.trainers.script import lines
 from engine.trainers.script.layout import FolderLayout
+from benchmarks import peak_memory
 
 layout = FolderLayout("step-", "state.pt", 6, frozenset())
 log_dir, out_dir, how = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 data = (log_dir / "trainer-002.log").read_bytes() if how == "bytes" else None
-def status_kb(field):
-    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                if line.startswith(field + ":"))
-
-
-# ru_maxrss survives exec (a child of a big parent starts with its high-water mark, hiding growth below it);
-# VmHWM is this process's own, reset to the RSS now by clear_refs 5.
-Path("/proc/self/clear_refs").write_text("5")
-before = status_kb("VmRSS")
+before = peak_memory.start()   # this process's own peak from here (benchmarks/peak_memory.py)
 if how == "bytes":   # the script trainer's parser, handed a whole log already in memory
     names = lines.announced_folders(data, out_dir, lambda n: n == "final" or layout.step_of(n) is not None)
 else:
     names = read_announced(log_dir, out_dir, layout)
-grown = (status_kb("VmHWM") - before) * 1024
+grown = (peak_memory.peak_kb() - before) * 1024
 print(",".join(sorted(names)), grown)
 """
 

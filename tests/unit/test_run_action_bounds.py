@@ -67,6 +67,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from engine.language.actions.base import ActionFailed
 from engine.language.actions.run import ACTION, RunParams
+from benchmarks import peak_memory
 
 class LentRuntime:
     loaded = SimpleNamespace(project_dir=Path("."))
@@ -74,22 +75,15 @@ class LentRuntime:
     def note(self, text):
         self.notes.append(text)
 
-def status_kb(field):
-    return next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
-                if line.startswith(field + ":"))
-
 rt = LentRuntime()
-# ru_maxrss survives exec (a child of a pytest worker with torch loaded starts with its high-water mark, which would
-# hide a few hundred MB of growth); VmHWM is this process's own, reset to the RSS now by clear_refs 5.
-Path("/proc/self/clear_refs").write_text("5")
-before_kb = status_kb("VmRSS")
+before_kb = peak_memory.start()   # this process's own peak from here (benchmarks/peak_memory.py)
 started = time.monotonic()
 try:
     summary = ACTION.apply(RunParams(argv=["yes"], timeout=float(sys.argv[1])), rt).summary
 except ActionFailed as failed:
     summary = str(failed)
 print(json.dumps({"seconds": time.monotonic() - started, "summary": summary, "notes": [n[:300] for n in rt.notes],
-                  "maxrss_kb": status_kb("VmHWM"), "before_kb": before_kb}))
+                  "maxrss_kb": peak_memory.peak_kb(), "before_kb": before_kb}))
 """
 
 
