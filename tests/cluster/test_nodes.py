@@ -120,8 +120,13 @@ def rank_on(project, launch: int, rank: int) -> RankHeartbeat | None:
 
 
 def _past(project, launch: int, step: int) -> bool:
-    beat = rank_on(project, launch, 1)
-    return beat is not None and beat.step is not None and beat.step >= step
+    """Both ranks (and both agents) of that launch are recorded, and both are at that step or past it. Rank 1
+    alone is not enough: a resumed rank writes its first heartbeat with the restored step, and in one CI run
+    rank 1 had resumed past the step while rank 0 was still loading the checkpoint and had written none."""
+    beats, _ = read_folder(ranks_dir(project, launch))
+    agents, _ = read_nodes(ranks_dir(project, launch))
+    return set(agents) >= {0, 1} and all(
+        beats.get(rank) is not None and beats[rank].step is not None and beats[rank].step >= step for rank in (0, 1))
 
 
 def _agent(project, launch: int, node: int) -> NodeStart:
@@ -144,7 +149,7 @@ def faulted_nodes(tmp_path_factory, shared_data) -> dict:
     found: dict = {"project": project, "procs": []}
 
     def fault(launch: int, step: int, what: str) -> tuple[NodeStart, RankHeartbeat]:
-        wait_for(lambda: _past(project, launch, step), 240, interval=0.02, what=f"rank 1 of launch {launch} at step {step}")
+        wait_for(lambda: _past(project, launch, step), 240, interval=0.02, what=f"both ranks of launch {launch} at step {step}")
         agent, rank = _agent(project, launch, 1), rank_on(project, launch, 1)
         found["procs"] += [psutil.Process(pid) for pid in (agent.pid, rank.pid, rank_on(project, launch, 0).pid,
                                                             _agent(project, launch, 0).pid)]
