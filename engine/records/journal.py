@@ -35,6 +35,9 @@ class JournalReplay:
     divergences: list[int] = field(default_factory=list)   # first bad steps of the divergence rollbacks
     open_incident: dict | None = None          # the incident_opened entry
     done_actions: list[int] = field(default_factory=list)
+    # The launch made inside the open incident after its last journaled action: the step that made it was cut
+    # off (a watcher killed) before it was journaled done, and a restarted watcher keeps that launch.
+    launch_since_last_action: int | None = None
     history: AttemptHistory = field(default_factory=AttemptHistory)
     extra_env: dict[str, str] = field(default_factory=dict)
     diagnostic_env: dict[str, str] = field(default_factory=dict)   # set_env's diagnostic variables not yet lifted
@@ -185,14 +188,17 @@ def rebuild(entries: list[dict]) -> JournalReplay:
             s.trainer_log = e["log"]
             s.trainer_started = e.get("started")
             s.resumed_from = e["resume_from"] if isinstance(e.get("resume_from"), str) else None
+            s.launch_since_last_action = e["launch"] if s.open_incident is not None else None
         elif kind == "incident_opened":
             s.open_incident = e
             s.done_actions = []
+            s.launch_since_last_action = None
             s.incidents.append(e["incident"])
             if e.get("decision") == "recover":
                 s.history = s.history.record(e["playbook"], e["time"], _step_of(e.get("snapshot")))
         elif kind == "action_done":
             s.done_actions.append(e["index"])
+            s.launch_since_last_action = None
         elif kind == "incident_reported":
             if e.get("incident") in s.unreported:
                 s.unreported.remove(e["incident"])
@@ -205,6 +211,7 @@ def rebuild(entries: list[dict]) -> JournalReplay:
                                            s.history.recoveries)
             s.open_incident = None
             s.done_actions = []
+            s.launch_since_last_action = None
         elif kind == "divergence_rollback":
             if isinstance(e.get("bad_step"), int):
                 s.divergences.append(e["bad_step"])

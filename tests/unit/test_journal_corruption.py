@@ -169,3 +169,21 @@ def test_an_unreadable_journal_is_one_sentence_and_exit_9(completed_copy):
         result = run(command, str(config))
         assert result.returncode == 9, (command, result.stderr)
         assert str(journal) in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_launch_after_the_open_incidents_last_finished_action_is_remembered_until_the_next_one():
+    """What a restarted watcher's resume step keeps (engine/language/actions/resume.py): only a launch inside the
+    open incident with no action journaled done after it."""
+    from engine.records.journal import rebuild
+
+    def launch(n):
+        return {"kind": "launch", "launch": n, "pid": 100 + n, "log": f"trainer-{n:03d}.log", "resume_from": None}
+
+    opened = {"kind": "incident_opened", "incident": "incident-1", "playbook": "oom", "decision": "recover", "time": 1.0}
+    done = {"kind": "action_done", "incident": "incident-1", "index": 0, "ok": True}
+    closed = {"kind": "incident_closed", "incident": "incident-1", "outcome": "recovered"}
+    assert rebuild([launch(1)]).launch_since_last_action is None                        # no incident open
+    assert rebuild([launch(1), opened, done, launch(2)]).launch_since_last_action == 2   # cut off after launching
+    assert rebuild([launch(1), opened, launch(2), done]).launch_since_last_action is None
+    assert rebuild([launch(1), opened, launch(2), closed]).launch_since_last_action is None
+    assert rebuild([launch(1), opened, launch(2), closed, launch(3)]).launch_since_last_action is None

@@ -31,6 +31,9 @@ def describe(p: ResumeParams, state: StateSnapshot) -> str:
 
 
 def apply(p: ResumeParams, ports: ActionPorts) -> ActionResult:
+    kept = keep_launch_made_before_restart(ports)
+    if kept is not None:
+        return kept
     trainer, catalog, incident = ports.trainer, ports.checkpoints, ports.incident
     if trainer.alive:
         trainer.stop("restart for resume")
@@ -57,6 +60,29 @@ def apply(p: ResumeParams, ports: ActionPorts) -> ActionResult:
     ports.session.launch(resume_file)   # the session starts the trainer and follows its log
     ports.effects.resumed = True
     return ActionResult(True, f"relaunched trainer {detail}")
+
+
+def keep_launch_made_before_restart(ports: ActionPorts) -> ActionResult | None:
+    """This step, run again by a restarted watcher, when the killed one had launched the trainer in it but died
+    before journaling the step done: the journal's newest launch belongs to the open incident after its last
+    finished action, and the restarted watcher re-attached to it (startup.py). That launch is this step's
+    effect: kept, not stopped and made again (a relaunch lost, and a trainer stopped in its start-up)."""
+    past = ports.journal.replay()
+    process = ports.trainer.process
+    if past.launch_since_last_action is None or process is None or process.pid != past.trainer_pid:
+        return None
+    step = ports.checkpoints.layout.step_in_path(past.resumed_from) if past.resumed_from else None
+    if past.resumed_from and step is None:
+        return None   # a resume file whose step cannot be told: resume again, as before
+    ports.incident.resumed_from = past.resumed_from
+    ports.incident.resumed_step = step if step is not None else 0
+    ports.effects.resumed = True
+    state = "running" if process.alive else "already ended (the watch loop judges its exit)"
+    detail = f"from {past.resumed_from}" if past.resumed_from else "from scratch"
+    ports.note(f"the watcher restarted after this step had launched the trainer (launch {past.launch_since_last_action}, "
+               f"pid {process.pid}, {state}): that launch was kept, not made again")
+    return ActionResult(True, f"relaunched trainer {detail} (launch {past.launch_since_last_action}, kept across a "
+                              "watcher restart)")
 
 
 ACTION = ActionDef(
