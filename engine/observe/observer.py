@@ -110,10 +110,16 @@ class MetricTracker:
     saving: list[str] = field(default_factory=list)
     data_skip_reports: list[dict] = field(default_factory=list)   # this launch's: what its ranks said they skipped
 
-    def new_launch(self, meaning: ProgressMeaning) -> None:
+    def new_launch(self, meaning: ProgressMeaning, resumed_step: int | None = None) -> None:
         """A relaunch keeps what describes the run (throughput baseline, longest progress gap, the
-        spike baseline and the last healthy step) and forgets what describes the old process."""
+        spike baseline and the last healthy step) and forgets what describes the old process.
+        resumed_step: the step it resumes from (0: from scratch), when the launcher knows it."""
         self.meaning = meaning
+        if resumed_step is not None and self.step is not None:
+            # The run is at the step it resumes from, not at the old process's last line read (a recovery stops it
+            # without reading its last lines): a failure before the relaunch's first progress line would otherwise
+            # say the old step, and after a rollback count the steps that rollback lost a second time.
+            self.step, self.iter_num = resumed_step, None
         self.progress_since_launch = 0
         self.iter_times.clear()
         self.baseline_samples.clear()  # a new process warms up again; the baseline itself is kept
@@ -252,14 +258,16 @@ class Observer:
         # (same_start_error.alike_in_a_row). Journaled (launch_ended), so a restarted watcher recalls them.
         self.earlier_launches: dict[str, str | None] = {}
 
-    def follow(self, log_path: Path, meaning: ProgressMeaning, replay_existing: bool = False) -> tuple[str, str | None] | None:
-        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only.
+    def follow(self, log_path: Path, meaning: ProgressMeaning, replay_existing: bool = False,
+               resumed_step: int | None = None) -> tuple[str, str | None] | None:
+        """Start reading a new launch's log. With replay_existing, earlier lines rebuild the metrics only;
+        resumed_step is the step the launch resumes from (0: from scratch), where the launcher knows it.
         Returns the launch that ends here (its log, its start-up failure if it never progressed), if one was followed."""
         ended = None
         if self.log is not None:
             ended = (str(self.log.path), last_error(list(self.tail)) if self.tracker.progress_since_launch == 0 else None)
             self.recall_launches(dict([ended]))
-        self.tracker.new_launch(meaning)
+        self.tracker.new_launch(meaning, resumed_step)
         self.tail.clear()  # log clauses over the tail must not match a previous launch's crash
         self._other_stack = None
         self.lines_since_progress = 0

@@ -253,7 +253,8 @@ class Supervisor:
     def launch(self, resume_file: Path | None) -> None:
         process = self.control.launch(resume_file)
         self.observer.evidence.launched(process.pid, resume_file)   # the OOM-kill counter before anything ran
-        ended = self.observer.follow(process.log_path, self.control.progress_meaning)
+        resumed_step = self.catalog.layout.step_in_path(str(resume_file)) if resume_file else 0
+        ended = self.observer.follow(process.log_path, self.control.progress_meaning, resumed_step=resumed_step)
         if ended is not None:   # its start-up failure, for a watcher restarted before the next one counts the row
             self.journal.append("launch_ended", log=ended[0], start_error=ended[1])
         self.dead_observations = 0

@@ -343,3 +343,23 @@ def test_the_runs_first_validation_is_judged_by_its_life_and_later_ones_by_the_l
     assert snap.trainer.phase == "training"
     observer.tracker.new_launch(ProgressMeaning(256))             # a relaunch keeps what the run has measured
     assert observer.tracker.validations_done == 1 and observer.tracker.validation_started is None
+
+
+def test_a_relaunch_is_at_the_step_it_resumes_from_until_it_prints_one():
+    """A recovery stops the old trainer without reading its last lines, so before the relaunch's first progress line
+    the last step read is the old process's. A rollback from step 12 to checkpoint 8, then a relaunch that dies in
+    its start-up: its incident is at step 8 (0 steps lost), not at 12 (which would count the 4 the rollback lost a
+    second time)."""
+    tracker = MetricTracker(ProgressMeaning(256))
+    feed(tracker, [(i, progress(i + 1, 6.0)) for i in range(12)])
+    assert (tracker.metrics().step, tracker.metrics().iter_num) == (12, 48)
+    tracker.new_launch(ProgressMeaning(256), resumed_step=8)
+    metrics = tracker.metrics()
+    assert (metrics.step, metrics.iter_num, metrics.tokens) == (8, None, None)   # its micro-batch count is its own
+    feed(tracker, [(30.0, progress(9, 6.0))])
+    assert (tracker.metrics().step, tracker.metrics().iter_num) == (9, 36)
+    tracker.new_launch(ProgressMeaning(256), resumed_step=0)   # a rollback with no clean checkpoint: from scratch
+    assert tracker.metrics().step == 0
+    first = MetricTracker(ProgressMeaning(256))
+    first.new_launch(ProgressMeaning(256), resumed_step=0)   # nothing read yet: the step stays unknown
+    assert first.metrics().step is None
