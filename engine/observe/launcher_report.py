@@ -201,10 +201,15 @@ def with_report(status: RanksStatus, report: LauncherReport, trainer_pid: int | 
 
 def awaiting_first_failure(status: RanksStatus, tail: list[str]) -> bool:
     """PURE. While the launcher lives: a rank is gone with no known end, or only lost peers are reported, so
-    the cause is not known yet. Not with runbook's own node agents (engine/process/nodes.py decides there)."""
-    if status.nodes:
-        return False
+    the cause is not known yet. With runbook's own node agents (engine/process/nodes.py decides a node's end),
+    only a rank gone from a node whose agent still runs: its exit record comes within milliseconds (the agent's
+    worker is the --record-exit wrapper), and deciding before it reads its peers' lost-peer errors as a
+    collective timeout (seen in CI: rank 1 SIGKILLed mid-all-reduce, collective-timeout instead of rank-died).
+    A node whose agent died, or whose host is lost, is not waited for: that is a dead node, decided at once."""
     unexplained = [r for r in status.ranks if not r.alive and r.pid is not None and r.exit_code is None]
+    if status.nodes:
+        running = {n.node for n in status.nodes if n.alive and not n.lost}
+        return any(r.node in running for r in unexplained)
     if unexplained:
         return True
     first = next((r for r in status.ranks if r.rank == status.first_failed), None)

@@ -132,8 +132,9 @@ def main(config_path: str) -> int:
     if cfg.get("env_file"):   # one JSON line per launch: the environment this trainer was given
         with open(cfg["env_file"], "a") as fh:
             fh.write(json.dumps(dict(os.environ)) + "\n")
-    start_error = cfg.get("start_error")   # {"line": L, "after_seconds": S}: every launch dies of L before its first step
-    if start_error:
+    # {"line": L, "after_seconds": S, "resumed_only": B}: every launch (B: every resumed one) dies of L before its first step
+    start_error = cfg.get("start_error")
+    if start_error and (cfg.get("resume") or not start_error.get("resumed_only")):
         time.sleep(float(start_error.get("after_seconds", 0.0)))
         print("Traceback (most recent call last):", flush=True)
         print(start_error["line"], flush=True)

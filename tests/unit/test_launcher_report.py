@@ -101,3 +101,24 @@ def test_the_watch_waits_while_a_rank_is_gone_unexplained_or_only_lost_peers_are
         RankStatus(rank=0, pid=10, alive=True),
         RankStatus(rank=1, pid=11, exit_code=1, ended_at=5.0, error="ValueError: bad", where="train.py:3")]), read_report([]))
     assert not awaiting_first_failure(own, ["[rank0]: RuntimeError: Connection closed by peer"])   # the cause is known
+
+
+def test_with_node_agents_only_a_rank_gone_from_a_running_node_is_waited_for():
+    """Seen in CI (tests/cluster/test_nodes.py): rank 1 SIGKILLed while rank 0 was in the all-reduce; rank 0's gloo
+    'Connection reset by peer' was read 46 ms later, before rank 1's exit record, and collective-timeout fired."""
+    from engine.core.state import NodeStatus
+
+    def group(rank1_alive: bool, agent1_alive: bool = True, lost: bool = False) -> RanksStatus:
+        return RanksStatus(world_size=2, ranks=[RankStatus(rank=0, node=0, pid=10, alive=True),
+                                                RankStatus(rank=1, node=1, pid=11, alive=rank1_alive)],
+                           nodes=[NodeStatus(node=0, pid=20, alive=True, ranks=[0]),
+                                  NodeStatus(node=1, pid=21, alive=agent1_alive, lost=lost, ranks=[1])])
+
+    peer_lost = ["[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:7589: Connection reset by peer"]
+    assert awaiting_first_failure(group(rank1_alive=False), peer_lost)             # its record is on its way
+    assert not awaiting_first_failure(group(rank1_alive=True), peer_lost)           # the node agents decide
+    assert not awaiting_first_failure(group(rank1_alive=False, agent1_alive=False), peer_lost)   # a dead node
+    assert not awaiting_first_failure(group(rank1_alive=False, lost=True), peer_lost)            # a lost host
+    recorded = group(rank1_alive=False).model_copy(update={"ranks": [
+        RankStatus(rank=0, node=0, pid=10, alive=True), RankStatus(rank=1, node=1, pid=11, alive=False, exit_code=-9)]})
+    assert not awaiting_first_failure(recorded, peer_lost)                          # its end is known: decide
