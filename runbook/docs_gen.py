@@ -53,7 +53,10 @@ STATE_NOTES = {
     "trainer.exit_pending": "gone a moment ago, its launcher still writing the exit (at most 2 s); the watch loop decides nothing on such an observation",
     "trainer.awaiting_first_failure": "a rank is gone with no known cause, or only lost peers are reported, while the "
                                       "launcher lives: the watch loop waits (at most `watch.first_failure_wait_s`) for "
-                                      "the launcher's report, so that the rank that failed first decides",
+                                      "the launcher's report, so that the rank that failed first decides. With "
+                                      "runbook's node agents (`trainer.num_nodes` > 1), only for a rank gone from a node "
+                                      "whose agent still runs (its exit record is on its way); a dead node or a lost host "
+                                      "is decided at once",
     "trainer.phase": "`startup` until this launch's first progress line (preprocessing, model build, checkpoint load, "
                      "compile), then `training`; `saving` from a save's announcement to the next progress line; "
                      "`validating` from the run's first validation's announcement to the next progress line",
